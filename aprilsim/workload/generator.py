@@ -1,0 +1,98 @@
+"""The seeded generator of GRPO groups: prompt lengths, response lengths, rewards.
+
+Lengths are drawn through a Gaussian copula so that any length family keeps its marginal law while
+samples of one prompt share a prompt-level effect: z = sqrt(rho) * u_prompt + sqrt(1-rho) * u_sample,
+length = F^-1(Phi(z)). For a lognormal, rho is exactly the share of log-variance between prompts.
+The pass rate of a prompt is Beta(alpha, beta), linked to the same u_prompt with correlation
+`difficulty_length_corr` (positive: long prompts are hard, so they fail more, as in reasoning RL).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import special, stats
+
+from aprilsim.types import Group, Sample
+from aprilsim.workload.drift import Drift, NoDrift
+from aprilsim.workload.lengths import LengthModel, Parametric, cap_lengths
+
+
+@dataclass(frozen=True)
+class RewardModel:
+    """Per-prompt pass rate ~ Beta(alpha, beta); each sample's reward is Bernoulli(pass rate)."""
+
+    alpha: float = 1.0
+    beta: float = 1.0
+    difficulty_length_corr: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.alpha <= 0 or self.beta <= 0:
+            raise ValueError("reward alpha and beta must be positive")
+        if not -1.0 <= self.difficulty_length_corr <= 1.0:
+            raise ValueError("difficulty_length_corr must lie in [-1, 1]")
+
+
+@dataclass
+class Workload:
+    """An endless, seeded stream of groups. Same arguments + seed => the same groups, in order."""
+
+    lengths: LengthModel
+    max_len: int
+    group_size: int = 8
+    prompt_lengths: LengthModel = field(
+        default_factory=lambda: Parametric("lognormal", {"mu": 6.0, "sigma": 0.5})
+    )
+    max_prompt_len: int = 4096
+    prompt_share: float = 0.3
+    rewards: RewardModel = field(default_factory=RewardModel)
+    drift: Drift = field(default_factory=NoDrift)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_len < 1 or self.group_size < 1 or self.max_prompt_len < 1:
+            raise ValueError("max_len, group_size and max_prompt_len must be >= 1")
+        if not 0.0 <= self.prompt_share < 1.0:
+            raise ValueError("prompt_share must lie in [0, 1)")
+        self._rng = np.random.Generator(np.random.PCG64(self.seed))
+        self._next_gid = 0
+        self._next_uid = 0
+
+    def expected_length(self, step: int = 0) -> float:
+        """Mean capped response length at `step` (numerical; the workload mean of length bias)."""
+        q = (np.arange(4000) + 0.5) / 4000
+        x = self.lengths.ppf(q) * self.drift.scale(step)
+        return float(cap_lengths(x, self.max_len).mean())
+
+    def generate(self, n_groups: int, step: int = 0) -> list[Group]:
+        """Draw `n_groups` new groups for training step `step` (drift uses the step)."""
+        if n_groups <= 0:
+            return []
+        rng, n = self._rng, self.group_size
+        u_prompt = rng.standard_normal(n_groups)
+        u_sample = rng.standard_normal((n_groups, n))
+        rho = self.prompt_share
+        z = np.sqrt(rho) * u_prompt[:, None] + np.sqrt(1.0 - rho) * u_sample
+        raw = self.lengths.ppf(special.ndtr(z)) * self.drift.scale(step)
+        resp = cap_lengths(raw, self.max_len)
+        prompts = cap_lengths(self.prompt_lengths.ppf(rng.random(n_groups)), self.max_prompt_len)
+        c = self.rewards.difficulty_length_corr
+        z_pass = -c * u_prompt + np.sqrt(1.0 - c * c) * rng.standard_normal(n_groups)
+        pass_rate = stats.beta.ppf(special.ndtr(z_pass), self.rewards.alpha, self.rewards.beta)
+        rewards = (rng.random((n_groups, n)) < pass_rate[:, None]).astype(float)
+
+        groups = []
+        uid, max_len = self._next_uid, self.max_len
+        resp_l, rew_l, prom_l = resp.tolist(), rewards.tolist(), prompts.tolist()
+        for g in range(n_groups):
+            gid = self._next_gid + g
+            pl = prom_l[g]
+            samples = [
+                Sample(uid + i, gid, i, pl, resp_l[g][i], max_len, rew_l[g][i]) for i in range(n)
+            ]
+            uid += n
+            groups.append(Group(gid, pl, samples, step, float(pass_rate[g])))
+        self._next_gid += n_groups
+        self._next_uid = uid
+        return groups

@@ -1,0 +1,281 @@
+"""Response-length models as frozen distributions (scipy.stats style).
+
+Every model describes the *uncapped* length of a response; `cap_lengths` turns draws into integer
+token counts capped at max_response_len (a point mass of truncated responses). Models are
+immutable, serialise to a plain dict (`to_dict`, `length_model_from_dict`) so scenario files and
+`aprilsim fit --out` share one format, and all support `ppf`, which the workload uses to draw
+correlated lengths through a Gaussian copula.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+from scipy import special, stats
+
+
+@runtime_checkable
+class LengthModel(Protocol):
+    """What the simulator needs of a length distribution."""
+
+    family: str
+
+    def ppf(self, q: np.ndarray) -> np.ndarray: ...
+    def cdf(self, x: np.ndarray) -> np.ndarray: ...
+    def sf(self, x: np.ndarray) -> np.ndarray: ...
+    def pdf(self, x: np.ndarray) -> np.ndarray: ...
+    def mean(self) -> float: ...
+    def rvs(self, size: int, random_state: np.random.Generator) -> np.ndarray: ...
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+def _scipy_dist(family: str, p: dict[str, float]):
+    if family == "lognormal":
+        return stats.lognorm(s=p["sigma"], scale=float(np.exp(p["mu"])))
+    if family == "gamma":
+        return stats.gamma(a=p["shape"], scale=p["scale"])
+    if family == "weibull":
+        return stats.weibull_min(c=p["shape"], scale=p["scale"])
+    if family == "loglogistic":
+        return stats.fisk(c=p["shape"], scale=p["scale"])
+    if family == "gengamma":
+        return stats.gengamma(a=p["a"], c=p["c"], scale=p["scale"])
+    raise ValueError(f"unknown length family {family!r}")
+
+
+PARAMETRIC_PARAMS: dict[str, tuple[str, ...]] = {
+    "lognormal": ("mu", "sigma"),
+    "gamma": ("shape", "scale"),
+    "weibull": ("shape", "scale"),
+    "loglogistic": ("shape", "scale"),
+    "gengamma": ("a", "c", "scale"),
+}
+
+
+@dataclass(frozen=True)
+class Parametric:
+    """A one-component family from scipy.stats, frozen at `params`."""
+
+    family: str
+    params: dict[str, float]
+    _dist: Any = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        expected = PARAMETRIC_PARAMS.get(self.family)
+        if expected is None:
+            raise ValueError(f"unknown length family {self.family!r}; known: {sorted(FAMILIES)}")
+        missing = [k for k in expected if k not in self.params]
+        extra = [k for k in self.params if k not in expected]
+        if missing or extra:
+            raise ValueError(
+                f"{self.family} takes parameters {list(expected)}; missing {missing}, unknown {extra}"
+            )
+        for k, v in self.params.items():
+            if not np.isfinite(v) or (k != "mu" and v <= 0):
+                raise ValueError(f"{self.family}.{k} must be finite and positive, got {v}")
+        object.__setattr__(self, "params", {k: float(self.params[k]) for k in expected})
+        object.__setattr__(self, "_dist", _scipy_dist(self.family, self.params))
+
+    def pdf(self, x):
+        return self._dist.pdf(x)
+
+    def logpdf(self, x):
+        return self._dist.logpdf(x)
+
+    def cdf(self, x):
+        return self._dist.cdf(x)
+
+    def sf(self, x):
+        return self._dist.sf(x)
+
+    def logsf(self, x):
+        return self._dist.logsf(x)
+
+    def ppf(self, q):
+        return self._dist.ppf(q)
+
+    def mean(self) -> float:
+        return float(self._dist.mean())
+
+    def median(self) -> float:
+        return float(self._dist.median())
+
+    def rvs(self, size: int, random_state: np.random.Generator) -> np.ndarray:
+        return self.ppf(random_state.random(size))
+
+    def scaled(self, factor: float) -> Parametric:
+        """The same shape with every length multiplied by `factor` (used for drift)."""
+        p = dict(self.params)
+        if self.family == "lognormal":
+            p["mu"] += float(np.log(factor))
+        else:
+            p["scale"] *= factor
+        return Parametric(self.family, p)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"family": self.family, **self.params}
+
+
+@dataclass(frozen=True)
+class LognormalMixture:
+    """A mixture of lognormals: typical of reasoning RL (short answers plus long chains of thought)."""
+
+    weights: tuple[float, ...]
+    mus: tuple[float, ...]
+    sigmas: tuple[float, ...]
+    family: str = "lognormal_mixture"
+
+    def __post_init__(self) -> None:
+        w = np.asarray(self.weights, float)
+        if not (len(w) == len(self.mus) == len(self.sigmas)) or len(w) == 0:
+            raise ValueError("lognormal_mixture needs weights, mus and sigmas of one length")
+        if np.any(w <= 0) or np.any(np.asarray(self.sigmas) <= 0):
+            raise ValueError("lognormal_mixture weights and sigmas must be positive")
+        object.__setattr__(self, "weights", tuple(float(x) for x in w / w.sum()))
+        object.__setattr__(self, "mus", tuple(float(x) for x in self.mus))
+        object.__setattr__(self, "sigmas", tuple(float(x) for x in self.sigmas))
+
+    def _parts(self, x):
+        x = np.asarray(x, float)[..., None]
+        with np.errstate(divide="ignore"):
+            z = (np.log(np.maximum(x, 1e-300)) - np.asarray(self.mus)) / np.asarray(self.sigmas)
+        return x, z
+
+    def pdf(self, x):
+        xx, z = self._parts(x)
+        dens = np.exp(-0.5 * z**2) / (np.asarray(self.sigmas) * np.sqrt(2 * np.pi) * xx)
+        return np.where(xx[..., 0] > 0, (dens * self.weights).sum(-1), 0.0)
+
+    def logpdf(self, x):
+        with np.errstate(divide="ignore"):
+            return np.log(self.pdf(x))
+
+    def cdf(self, x):
+        _, z = self._parts(x)
+        return (special.ndtr(z) * self.weights).sum(-1)
+
+    def sf(self, x):
+        _, z = self._parts(x)
+        return (special.ndtr(-z) * self.weights).sum(-1)
+
+    def logsf(self, x):
+        with np.errstate(divide="ignore"):
+            return np.log(self.sf(x))
+
+    def ppf(self, q):
+        """Inverse CDF by vectorised bisection on log length (monotone, exact to ~1e-10 relative)."""
+        q = np.asarray(q, float)
+        lo = np.full(q.shape, min(self.mus) - 12 * max(self.sigmas))
+        hi = np.full(q.shape, max(self.mus) + 12 * max(self.sigmas))
+        for _ in range(64):
+            mid = 0.5 * (lo + hi)
+            below = self.cdf(np.exp(mid)) < q
+            lo = np.where(below, mid, lo)
+            hi = np.where(below, hi, mid)
+        return np.exp(0.5 * (lo + hi))
+
+    def mean(self) -> float:
+        return float(
+            sum(w * np.exp(m + s * s / 2) for w, m, s in zip(self.weights, self.mus, self.sigmas))
+        )
+
+    def median(self) -> float:
+        return float(self.ppf(np.array(0.5)))
+
+    def rvs(self, size: int, random_state: np.random.Generator) -> np.ndarray:
+        return self.ppf(random_state.random(size))
+
+    def scaled(self, factor: float) -> LognormalMixture:
+        shift = float(np.log(factor))
+        return LognormalMixture(self.weights, tuple(m + shift for m in self.mus), self.sigmas)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "family": self.family,
+            "weights": list(self.weights),
+            "mus": list(self.mus),
+            "sigmas": list(self.sigmas),
+        }
+
+
+@dataclass(frozen=True)
+class Empirical:
+    """The distribution of observed lengths (resampled as observed values, never interpolated)."""
+
+    values: tuple[float, ...]
+    family: str = "empirical"
+
+    def __post_init__(self) -> None:
+        v = np.sort(np.asarray(self.values, float))
+        if v.size == 0 or not np.all(np.isfinite(v)) or v[0] <= 0:
+            raise ValueError("empirical lengths must be a non-empty list of positive numbers")
+        object.__setattr__(self, "values", tuple(float(x) for x in v))
+
+    @property
+    def _v(self) -> np.ndarray:
+        return np.asarray(self.values)
+
+    def cdf(self, x):
+        return np.searchsorted(self._v, np.asarray(x, float), side="right") / len(self.values)
+
+    def sf(self, x):
+        return 1.0 - self.cdf(x)
+
+    def pdf(self, x):
+        """A histogram density on 50 log-spaced bins (for plots; the law itself is discrete)."""
+        v = self._v
+        edges = np.geomspace(v[0] * 0.999, v[-1] * 1.001, 51)
+        dens, _ = np.histogram(v, bins=edges, density=True)
+        idx = np.clip(np.searchsorted(edges, np.asarray(x, float)) - 1, 0, 49)
+        inside = (np.asarray(x) >= edges[0]) & (np.asarray(x) <= edges[-1])
+        return np.where(inside, dens[idx], 0.0)
+
+    def ppf(self, q):
+        q = np.asarray(q, float)
+        idx = np.clip(np.ceil(q * len(self.values)).astype(int) - 1, 0, len(self.values) - 1)
+        return self._v[idx]
+
+    def mean(self) -> float:
+        return float(np.mean(self._v))
+
+    def median(self) -> float:
+        return float(np.median(self._v))
+
+    def rvs(self, size: int, random_state: np.random.Generator) -> np.ndarray:
+        return self.ppf(random_state.random(size))
+
+    def scaled(self, factor: float) -> Empirical:
+        return Empirical(tuple(v * factor for v in self.values))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"family": self.family, "values": list(self.values)}
+
+
+FAMILIES: tuple[str, ...] = (*PARAMETRIC_PARAMS, "lognormal_mixture", "empirical")
+
+
+def length_model_from_dict(d: dict[str, Any]) -> LengthModel:
+    """Build a model from its `to_dict()` form: {"family": ..., <params>}."""
+    d = dict(d)
+    family = d.pop("family", None)
+    if family is None:
+        raise ValueError("a length model needs a 'family' key")
+    if family == "lognormal_mixture":
+        unknown = set(d) - {"weights", "mus", "sigmas"}
+        if unknown:
+            raise ValueError(f"lognormal_mixture: unknown keys {sorted(unknown)}")
+        return LognormalMixture(tuple(d["weights"]), tuple(d["mus"]), tuple(d["sigmas"]))
+    if family == "empirical":
+        unknown = set(d) - {"values"}
+        if unknown:
+            raise ValueError(f"empirical: unknown keys {sorted(unknown)}")
+        return Empirical(tuple(d["values"]))
+    return Parametric(family, {k: float(v) for k, v in d.items()})
+
+
+def cap_lengths(x: np.ndarray, max_len: int) -> np.ndarray:
+    """Continuous draws -> integer token counts in [1, max_len]; `>= max_len` means truncated."""
+    x = np.nan_to_num(np.asarray(x, float), nan=float(max_len), posinf=float(max_len))
+    return np.clip(np.ceil(x), 1, max_len).astype(np.int64)
