@@ -1,0 +1,94 @@
+"""``python -m real.serve --port P ...``: run the bundled engine behind SGLang's native HTTP API.
+
+Example (what the tests start, two of them behind sglang-router)::
+
+    python -m real.serve --port 31001 --n-layers 2 --d-model 64 --max-running-requests 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from aiohttp import web
+
+from .torch_engine import EngineConfig, ModelConfig, build_engine
+from .torch_engine.http_server import EngineHTTPServer, ServerConfig
+from .torch_engine.runner import EngineRunner
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m real.serve", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    m = p.add_argument_group("model")
+    m.add_argument("--checkpoint", default=None, help="directory written by TinyDecoder.save")
+    m.add_argument("--seed", type=int, default=0, help="random-init seed (without --checkpoint)")
+    m.add_argument("--vocab-size", type=int, default=512)
+    m.add_argument("--d-model", type=int, default=128)
+    m.add_argument("--n-layers", type=int, default=2)
+    m.add_argument("--n-heads", type=int, default=4)
+    m.add_argument("--max-context", type=int, default=2048)
+    m.add_argument("--eos-token-id", type=int, default=2)
+    e = p.add_argument_group("engine")
+    e.add_argument("--max-running-requests", type=int, default=32)
+    e.add_argument("--kv-budget-tokens", type=int, default=None,
+                   help="KV token budget (default: max running requests x max context)")
+    e.add_argument("--max-prefill-tokens", type=int, default=8192)
+    e.add_argument("--device", default="cpu")
+    e.add_argument("--dtype", default="float32")
+    e.add_argument("--min-step-seconds", type=float, default=0.0,
+                   help="pad every step to at least this long (emulate a slower device)")
+    e.add_argument("--torch-threads", type=int, default=None)
+    e.add_argument("--weight-version", default="default")
+    s = p.add_argument_group("server")
+    s.add_argument("--incremental-streaming-output", action="store_true",
+                   help="stream per-chunk deltas instead of cumulative output_ids (as SGLang)")
+    s.add_argument("--model-path", default="aprilsim/tiny-random")
+    s.add_argument("--log-level", default="warning")
+    return p.parse_args(argv)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    if args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
+    model_cfg = ModelConfig(vocab_size=args.vocab_size, d_model=args.d_model,
+                            n_layers=args.n_layers, n_heads=args.n_heads,
+                            max_context=args.max_context, eos_token_id=args.eos_token_id)
+    engine_cfg = EngineConfig(max_running_requests=args.max_running_requests,
+                              kv_budget_tokens=args.kv_budget_tokens,
+                              max_prefill_tokens=args.max_prefill_tokens, device=args.device,
+                              dtype=args.dtype, min_step_seconds=args.min_step_seconds)
+    engine = build_engine(model_cfg, engine_cfg, seed=args.seed, checkpoint=args.checkpoint)
+    runner = EngineRunner(engine, weight_version=args.weight_version)
+    server = EngineHTTPServer(runner, ServerConfig(
+        host=args.host, port=args.port, model_path=args.model_path,
+        incremental_streaming_output=args.incremental_streaming_output))
+    app_runner = web.AppRunner(server.app, access_log=None)
+    await app_runner.setup()
+    site = web.TCPSite(app_runner, args.host, args.port)
+    await site.start()
+    print(f"real.serve listening on http://{args.host}:{args.port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await app_runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)
+    asyncio.run(serve(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
