@@ -1,0 +1,249 @@
+"""Scenario files: validated configuration of a whole simulated experiment.
+
+A scenario is TOML (see `aprilsim/scenarios/default.toml`, printed by `aprilsim scenario`). Every
+key is validated: an unknown key or a bad value raises `ScenarioError` with a one-line message
+naming the key, which the CLI prints before exiting with code 2.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from aprilsim.engine.cost import PRESETS, CostModel, EngineSpec
+from aprilsim.sim.trainer import TrainerModel
+from aprilsim.workload.generator import RewardModel, Workload
+from aprilsim.workload.lengths import LengthModel, length_model_from_dict
+from aprilsim.workload.model_file import drift_from_dict, read_model_file
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+class ScenarioError(ValueError):
+    """A scenario cannot be used; the message is one line naming the offending key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CostSection(_Strict):
+    a: float = Field(ge=0)
+    b: float = Field(ge=0)
+    c: float = Field(ge=0)
+    p0: float = Field(ge=0)
+    p1: float = Field(ge=0)
+    p2: float = Field(default=0.0, ge=0)
+
+
+class ClusterSection(_Strict):
+    engines: int = Field(default=4, ge=1)
+    preset: str = "qwen3-4b-h100-tp2"
+    router: str = "round_robin"
+    kv_capacity: int | None = Field(default=None, ge=1)
+    max_running: int | None = Field(default=None, ge=1)
+    new_token_ratio: float | None = Field(default=None, ge=0, le=1)
+    max_prefill_tokens: int | None = Field(default=None, ge=1)
+    cost: CostSection | None = None
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, v: str) -> str:
+        if v not in PRESETS:
+            raise ValueError(f"unknown preset {v!r}; known: {', '.join(sorted(PRESETS))}")
+        return v
+
+    @field_validator("router")
+    @classmethod
+    def _known_router(cls, v: str) -> str:
+        if v not in ("round_robin", "least_loaded"):
+            raise ValueError(f"unknown router {v!r}; known: least_loaded, round_robin")
+        return v
+
+
+class TrainerSection(_Strict):
+    base_s: float = Field(default=5.0, ge=0)
+    per_token_s: float = Field(default=1.26e-5, ge=0)
+    sync_s: float = Field(default=3.0, ge=0)
+
+
+class RewardSection(_Strict):
+    alpha: float = Field(default=1.0, gt=0)
+    beta: float = Field(default=1.0, gt=0)
+    difficulty_length_corr: float = Field(default=0.0, ge=-1, le=1)
+
+
+class WorkloadSection(_Strict):
+    prompt_share: float = Field(default=0.3, ge=0, lt=1)
+    rewards: RewardSection = RewardSection()
+    drift: dict[str, Any] | None = None
+
+
+class Scenario(_Strict):
+    """The whole experiment. `lengths` is a length-model dict or {from = "model.toml"}."""
+
+    name: str = "scenario"
+    seed: int = 0
+    steps: int = Field(default=10, ge=1)
+    batch_size: int = Field(default=32, ge=1)
+    group_size: int = Field(default=8, ge=1)
+    max_response_len: int = Field(default=16384, ge=1)
+    compare: list[str] = ["sync", "april"]
+    cluster: ClusterSection = ClusterSection()
+    trainer: TrainerSection = TrainerSection()
+    lengths: dict[str, Any]
+    prompts: dict[str, Any] = {"family": "lognormal", "mu": 5.3, "sigma": 0.5, "max_len": 2048}
+    workload: WorkloadSection = WorkloadSection()
+    schedulers: dict[str, dict[str, Any]] = {}
+    base_dir: str = "."
+
+    # ------------------------------------------------------------------ builders
+    def engine_spec(self) -> EngineSpec:
+        c = self.cluster
+        spec = PRESETS[c.preset]
+        over: dict[str, Any] = {
+            k: getattr(c, k)
+            for k in ("kv_capacity", "max_running", "new_token_ratio", "max_prefill_tokens")
+            if getattr(c, k) is not None
+        }
+        if c.cost is not None:
+            over["cost"] = CostModel(**c.cost.model_dump())
+            over["label"] = "custom"
+        return replace(spec, **over) if over else spec
+
+    def trainer_model(self) -> TrainerModel:
+        return TrainerModel(**self.trainer.model_dump())
+
+    def length_model(self) -> tuple[LengthModel, dict[str, Any]]:
+        """The response-length model, and what a referenced model file adds (drift, share)."""
+        d = dict(self.lengths)
+        if "from" in d:
+            if len(d) != 1:
+                raise ScenarioError("lengths: with 'from', no other key is allowed")
+            path = Path(d["from"])
+            if not path.is_absolute():
+                path = Path(self.base_dir) / path
+            try:
+                mf = read_model_file(path)
+            except ValueError as e:
+                raise ScenarioError(f"lengths.from: {e}") from None
+            extra = {"prompt_share": mf.prompt_share, "drift": mf.drift}
+            return mf.lengths, extra
+        try:
+            return length_model_from_dict(d), {}
+        except (ValueError, TypeError, KeyError) as e:
+            raise ScenarioError(f"lengths: {e}") from None
+
+    def workload_for(self, seed: int | None = None) -> Workload:
+        lengths, extra = self.length_model()
+        p = dict(self.prompts)
+        max_prompt = int(p.pop("max_len", 2048))
+        try:
+            prompt_model = length_model_from_dict(p)
+        except (ValueError, TypeError, KeyError) as e:
+            raise ScenarioError(f"prompts: {e}") from None
+        w = self.workload
+        drift = extra.get("drift")
+        if w.drift is not None:
+            try:
+                drift = drift_from_dict(w.drift)
+            except (ValueError, KeyError, TypeError) as e:
+                raise ScenarioError(f"workload.drift: {e}") from None
+        share = w.prompt_share
+        if extra.get("prompt_share") is not None and "prompt_share" not in w.model_fields_set:
+            share = float(extra["prompt_share"])
+        kwargs: dict[str, Any] = {}
+        if drift is not None:
+            kwargs["drift"] = drift
+        return Workload(
+            lengths=lengths,
+            max_len=self.max_response_len,
+            group_size=self.group_size,
+            prompt_lengths=prompt_model,
+            max_prompt_len=max_prompt,
+            prompt_share=share,
+            rewards=RewardModel(**w.rewards.model_dump()),
+            seed=self.seed if seed is None else seed,
+            **kwargs,
+        )
+
+    def settings_for(self, scheduler: str) -> dict[str, Any]:
+        return dict(self.schedulers.get(scheduler, {}))
+
+    def check(self) -> Scenario:
+        """Cross-field checks pydantic cannot express one key at a time."""
+        spec = self.engine_spec()
+        max_prompt = int(self.prompts.get("max_len", 2048))
+        need = max_prompt + self.max_response_len
+        if spec.kv_capacity < need:
+            raise ScenarioError(
+                f"cluster.kv_capacity: {spec.kv_capacity} tokens is smaller than one max-length "
+                f"request (prompts.max_len {max_prompt} + max_response_len {self.max_response_len})"
+            )
+        self.workload_for()  # builds (and so validates) lengths, prompts, drift
+        from aprilsim.policies.registry import make_scheduler
+
+        for name in dict.fromkeys([*self.compare, *self.schedulers]):
+            try:
+                make_scheduler(name, self.settings_for(name))
+            except (ValueError, TypeError) as e:
+                raise ScenarioError(f"schedulers.{name}: {e}") from None
+        return self
+
+
+def _format_error(e: ValidationError) -> str:
+    err = e.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"])
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key"
+    elif err["type"] == "missing":
+        msg = "required key is missing"
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    more = f" (and {len(e.errors()) - 1} more problem(s))" if len(e.errors()) > 1 else ""
+    return f"{loc}: {msg}{more}"
+
+
+def scenario_from_dict(data: dict[str, Any], base_dir: str | Path = ".") -> Scenario:
+    """Validate a parsed scenario (`[schedulers.NAME]` tables hold each scheduler's knobs)."""
+    data = dict(data)
+    data["base_dir"] = str(base_dir)
+    try:
+        sc = Scenario.model_validate(data)
+    except ValidationError as e:
+        raise ScenarioError(_format_error(e)) from None
+    return sc.check()
+
+
+def load_scenario(path: str | Path | None = None) -> Scenario:
+    """Read and validate a scenario file; None gives the embedded default."""
+    if path is None:
+        text = default_scenario_text()
+        base = Path(".")
+        origin = "default scenario"
+    else:
+        p = Path(path)
+        try:
+            text = p.read_text()
+        except OSError as e:
+            raise ScenarioError(f"cannot read scenario {p}: {e.strerror}") from None
+        base = p.parent
+        origin = str(p)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioError(f"{origin}: not valid TOML ({e})") from None
+    return scenario_from_dict(data, base)
+
+
+def default_scenario_text() -> str:
+    return resources.files("aprilsim").joinpath("scenarios/default.toml").read_text()

@@ -1,0 +1,7 @@
+"""Simulated inference engines: cost model, the fast event-jumping engine, the router."""
+
+from aprilsim.engine.cost import PRESETS, CostModel, EngineSpec
+from aprilsim.engine.fast import FastEngine
+from aprilsim.engine.request import Completion, Request
+
+__all__ = ["PRESETS", "Completion", "CostModel", "EngineSpec", "FastEngine", "Request"]

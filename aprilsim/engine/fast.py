@@ -1,0 +1,277 @@
+"""The fast simulated engine: continuous batching that jumps from event to event.
+
+Between two events the batch B is fixed and the KV cache grows by B tokens per iteration, so n
+decode iterations take n*(a + b*B + c*K0) + c*B*n*(n-1)/2: closed form and invertible. Events are
+a prefill batch ending, the first running request finishing (a heap keyed by the iteration at which
+it ends), the KV cache filling up (retraction), and outside calls (submit, abort, pause). Each costs
+O(log n); there is no loop over tokens or iterations.
+
+Rules (SGLang-like, shared with the reference engine through `admission`): at each boundary a
+prefill batch runs first if the head of the queue can be admitted; else the running batch decodes,
+after retracting the requests with the fewest generated tokens if the next iteration would overflow
+the KV cache. After a retraction no request is admitted until one finishes (SGLang raises its
+new-token ratio for the same reason: to avoid re-admitting what it just evicted). The first token
+of a request comes from its first decode iteration, not from prefill.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+
+from aprilsim.engine.admission import can_admit_head, select_prefill_batch
+from aprilsim.engine.cost import EngineSpec
+from aprilsim.engine.request import Completion, Request
+
+INF = math.inf
+IDLE, PREFILL, DECODE = 0, 1, 2
+
+
+class FastEngine:
+    """One simulated SGLang server. Every public method leaves `t_event` (next event) valid."""
+
+    def __init__(self, spec: EngineSpec, name: int = 0) -> None:
+        self.spec = spec
+        self.cost = spec.cost
+        self.name = name
+        self.waiting: deque[Request] = deque()
+        self.running: dict[int, Request] = {}
+        self._finish: list[tuple[int, int]] = []  # (iteration at which it ends, rid)
+        self._evict: list[tuple[int, int]] = []  # (base, -rid): fewest generated first
+        self.it = 0  # decode iterations done (global counter)
+        self.t = 0.0  # time of the current boundary
+        self.kv = 0  # KV tokens held by running + prefilling requests
+        self.reserve = 0  # sum of (max_new - gen) over them
+        self.hold = False  # admission blocked after a retraction until a request finishes
+        self.phase = IDLE
+        self.n = 0  # planned decode iterations
+        self.batch: list[Request] = []  # the prefill batch in progress
+        self.t_event = INF
+        # statistics
+        self.busy_time = 0.0
+        self.tokens = 0
+        self.prefill_tokens = 0
+        self.retractions = 0
+        self.kv_peak = 0
+        self.iterations = 0
+
+    # ---------------------------------------------------------------- public API
+    @property
+    def load(self) -> int:
+        """Requests on this engine (running, prefilling and queued): what a router balances."""
+        return len(self.running) + len(self.batch) + len(self.waiting)
+
+    @property
+    def idle(self) -> bool:
+        return self.phase == IDLE and not self.waiting
+
+    def submit(self, reqs: list[Request], now: float) -> None:
+        """Queue requests arriving at `now`; they are considered at the first boundary >= now."""
+        for req in reqs:
+            if req.target_new < 1 or req.target_new > req.max_new:
+                raise ValueError(f"request {req.rid}: need 1 <= target_new <= max_new")
+            if req.input_len + req.max_new > self.spec.kv_capacity:
+                raise ValueError(f"request {req.rid} can never fit in the KV cache")
+        self.waiting.extend(reqs)
+        if self.phase == IDLE:
+            self.t = max(self.t, now)
+            self._plan()
+        elif self.t == now:  # a plan that starts right now: re-plan with the newcomer
+            self._unplan()
+            self._plan()
+        elif self.phase == DECODE and not self.hold:
+            self._cut_decode_for_admission(now)
+
+    def advance(self) -> list[Completion]:
+        """Carry out the event due at `t_event`; return the requests that finished there."""
+        done: list[Completion] = []
+        if self.phase == PREFILL:
+            dur = self.cost.prefill_time(self._batch_tokens())
+            self.t += dur
+            self.busy_time += dur
+            for r in self.batch:
+                self._start_running(r)
+            self.batch = []
+        elif self.phase == DECODE:
+            self._apply_decode(self.n)
+            done = self._pop_finished()
+        self.phase = IDLE
+        self._plan()
+        return done
+
+    def abort_all(self, now: float) -> list[Completion]:
+        """Stop everything: events due by `now` complete as usual, the rest returns partial."""
+        out: list[Completion] = []
+        while self.t_event <= now:
+            out += self.advance()
+        if self.phase == DECODE:
+            m = self._iterations_within(now - self.t)
+            self._apply_decode(m)
+        if self.phase != IDLE:
+            self.busy_time += now - self.t
+        self.t = max(self.t, now)
+        for r in self.running.values():
+            r.gen = r.base + self.it
+        for r in [*self.running.values(), *self.batch, *self.waiting]:
+            out.append(Completion(r.rid, r.gen, "abort", now))
+        self.running.clear()
+        self.batch = []
+        self.waiting.clear()
+        self._finish.clear()
+        self._evict.clear()
+        self.kv = self.reserve = 0
+        self.hold = False
+        self.phase, self.n, self.t_event = IDLE, 0, INF
+        return out
+
+    def pause(self, now: float, until: float) -> list[Completion]:
+        """Stop generating from `now` to `until` (weight update); the iteration in progress is redone."""
+        out: list[Completion] = []
+        while self.t_event <= now:
+            out += self.advance()
+        if self.phase == DECODE:
+            self._apply_decode(self._iterations_within(now - self.t))
+        elif self.phase == PREFILL:
+            self.busy_time += now - self.t
+            self._unplan()
+        self.phase = IDLE
+        self.t = max(self.t, until)
+        self._plan()
+        return out
+
+    # ---------------------------------------------------------------- internals
+    def _batch_tokens(self) -> int:
+        return sum(r.input_len + r.gen for r in self.batch)
+
+    def _start_running(self, r: Request) -> None:
+        r.base = r.gen - self.it
+        self.running[r.rid] = r
+        heapq.heappush(self._finish, (r.target_new - r.base, r.rid))
+        heapq.heappush(self._evict, (r.base, -r.rid))
+
+    def _apply_decode(self, m: int) -> None:
+        if m <= 0:
+            return
+        b = len(self.running)
+        dur = self.cost.decode_span(m, b, self.kv)
+        self.t += dur
+        self.busy_time += dur
+        self.it += m
+        self.iterations += m
+        self.kv += m * b
+        self.reserve -= m * b
+        self.tokens += m * b
+        if self.kv > self.kv_peak:
+            self.kv_peak = self.kv
+
+    def _pop_finished(self) -> list[Completion]:
+        done = []
+        heap, it, running = self._finish, self.it, self.running
+        while heap and heap[0][0] <= it:
+            fi, rid = heapq.heappop(heap)
+            r = running.get(rid)
+            if r is None or r.target_new - r.base != fi:
+                continue  # stale entry (retracted, re-admitted)
+            del running[rid]
+            r.gen = r.target_new
+            self.kv -= r.input_len + r.gen
+            self.reserve -= r.max_new - r.gen
+            self.hold = False
+            done.append(Completion(rid, r.gen, "length" if r.gen == r.max_new else "stop", self.t))
+        return done
+
+    def _retract_until_fits(self) -> None:
+        while self.running and self.kv + len(self.running) > self.spec.kv_capacity:
+            base, neg = heapq.heappop(self._evict)
+            r = self.running.get(-neg)
+            if r is None or r.base != base:
+                continue
+            del self.running[r.rid]
+            r.gen = r.base + self.it
+            self.kv -= r.input_len + r.gen
+            self.reserve -= r.max_new - r.gen
+            r.retractions += 1
+            self.retractions += 1
+            self.waiting.appendleft(r)
+            self.hold = True
+
+    def _plan(self) -> None:
+        """At a boundary: admit a prefill batch, else decode until the next event, else idle."""
+        if not self.hold and can_admit_head(
+            self.spec, self.waiting, len(self.running), self.kv, self.reserve
+        ):
+            self.batch = select_prefill_batch(
+                self.spec, self.waiting, len(self.running), self.kv, self.reserve
+            )
+            tokens = self._batch_tokens()
+            self.kv += tokens
+            self.reserve += sum(r.max_new - r.gen for r in self.batch)
+            self.prefill_tokens += tokens
+            self.kv_peak = max(self.kv_peak, self.kv)
+            self.phase = PREFILL
+            self.t_event = self.t + self.cost.prefill_time(tokens)
+            return
+        if self.running:
+            self._retract_until_fits()
+            b = len(self.running)
+            n_fin = self._next_finish_iter() - self.it
+            n_kv = (self.spec.kv_capacity - self.kv) // b
+            self.n = max(1, min(n_fin, n_kv))
+            self.phase = DECODE
+            self.t_event = self.t + self.cost.decode_span(self.n, b, self.kv)
+            return
+        self.phase, self.n, self.t_event = IDLE, 0, INF
+
+    def _next_finish_iter(self) -> int:
+        heap, running = self._finish, self.running
+        while True:
+            fi, rid = heap[0]
+            r = running.get(rid)
+            if r is not None and r.target_new - r.base == fi:
+                return fi
+            heapq.heappop(heap)
+
+    def _unplan(self) -> None:
+        """Undo a plan that has not progressed (it starts at the current boundary)."""
+        if self.phase == PREFILL:
+            self.kv -= self._batch_tokens()
+            self.reserve -= sum(r.max_new - r.gen for r in self.batch)
+            self.prefill_tokens -= self._batch_tokens()
+            self.waiting.extendleft(reversed(self.batch))
+            self.batch = []
+        self.phase, self.n, self.t_event = IDLE, 0, INF
+
+    def _iterations_within(self, dt: float) -> int:
+        """Largest m <= n whose m iterations end no later than dt after the boundary."""
+        b, k0 = len(self.running), self.kv
+        span = self.cost.decode_span
+        if dt <= 0:
+            return 0
+        a2 = self.cost.c * b / 2
+        lin = self.cost.a + self.cost.b * b + self.cost.c * k0 - a2
+        if a2 > 0:
+            m = int((-lin + math.sqrt(lin * lin + 4 * a2 * dt)) / (2 * a2))
+        else:
+            m = int(dt / lin)
+        m = min(max(m, 0), self.n)
+        while m < self.n and span(m + 1, b, k0) <= dt:
+            m += 1
+        while m > 0 and span(m, b, k0) > dt:
+            m -= 1
+        return m
+
+    def _cut_decode_for_admission(self, now: float) -> None:
+        """A newcomer is admitted at the first boundary >= now if the queue head fits there."""
+        m = self._iterations_within(now - self.t)
+        b = len(self.running)
+        if self.t + self.cost.decode_span(m, b, self.kv) < now:
+            m += 1  # the boundary at or after `now`
+        if m >= self.n:
+            return
+        if can_admit_head(self.spec, self.waiting, b, self.kv + m * b, self.reserve - m * b):
+            self.n = m
+            self.t_event = self.t + self.cost.decode_span(m, b, self.kv)
+            if m == 0:
+                self._unplan()
+                self._plan()

@@ -1,0 +1,163 @@
+"""The per-iteration reference engine: the obviously-correct oracle for `FastEngine`.
+
+It applies the same admission and retraction rules but advances one decode iteration per event,
+summing iteration times one by one. It is slow on purpose; tests and benchmarks check that the fast
+engine reproduces its completion times and token counts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from aprilsim.engine.admission import can_admit_head, select_prefill_batch
+from aprilsim.engine.cost import EngineSpec
+from aprilsim.engine.request import Completion, Request
+
+INF = math.inf
+IDLE, PREFILL, DECODE = 0, 1, 2
+
+
+class ReferenceEngine:
+    """Same public API as FastEngine; one event per decode iteration."""
+
+    def __init__(self, spec: EngineSpec, name: int = 0) -> None:
+        self.spec = spec
+        self.cost = spec.cost
+        self.name = name
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []  # in admission order
+        self.batch: list[Request] = []
+        self.t = 0.0
+        self.hold = False
+        self.phase = IDLE
+        self.t_event = INF
+        self.busy_time = 0.0
+        self.tokens = 0
+        self.prefill_tokens = 0
+        self.retractions = 0
+        self.kv_peak = 0
+        self.iterations = 0
+
+    @property
+    def kv(self) -> int:
+        return sum(r.input_len + r.gen for r in self.running) + sum(
+            r.input_len + r.gen for r in self.batch
+        )
+
+    @property
+    def reserve(self) -> int:
+        return sum(r.max_new - r.gen for r in self.running) + sum(
+            r.max_new - r.gen for r in self.batch
+        )
+
+    @property
+    def load(self) -> int:
+        return len(self.running) + len(self.batch) + len(self.waiting)
+
+    @property
+    def idle(self) -> bool:
+        return self.phase == IDLE and not self.waiting
+
+    def submit(self, reqs: list[Request], now: float) -> None:
+        for req in reqs:
+            if req.target_new < 1 or req.target_new > req.max_new:
+                raise ValueError(f"request {req.rid}: need 1 <= target_new <= max_new")
+        self.waiting.extend(reqs)
+        if self.phase == IDLE:
+            self.t = max(self.t, now)
+            self._plan()
+        elif self.t == now:
+            self._unplan()
+            self._plan()
+        # otherwise: considered at the end of the current iteration or prefill, which is >= now
+
+    def advance(self) -> list[Completion]:
+        done: list[Completion] = []
+        if self.phase == PREFILL:
+            dur = self.t_event - self.t
+            self.busy_time += dur
+            self.t = self.t_event
+            self.running.extend(self.batch)
+            self.batch = []
+        elif self.phase == DECODE:
+            self.busy_time += self.t_event - self.t
+            self.t = self.t_event
+            self.iterations += 1
+            self.tokens += len(self.running)
+            for r in self.running:
+                r.gen += 1
+            self.kv_peak = max(self.kv_peak, self.kv)
+            still = []
+            for r in self.running:
+                if r.gen == r.target_new:
+                    reason = "length" if r.gen == r.max_new else "stop"
+                    done.append(Completion(r.rid, r.gen, reason, self.t))
+                    self.hold = False
+                else:
+                    still.append(r)
+            self.running = still
+        self.phase = IDLE
+        self._plan()
+        return done
+
+    def abort_all(self, now: float) -> list[Completion]:
+        out: list[Completion] = []
+        while self.t_event <= now:
+            out += self.advance()
+        if self.phase != IDLE:
+            self.busy_time += now - self.t
+        self.t = max(self.t, now)
+        for r in [*self.running, *self.batch, *self.waiting]:
+            out.append(Completion(r.rid, r.gen, "abort", now))
+        self.running, self.batch = [], []
+        self.waiting.clear()
+        self.hold = False
+        self.phase, self.t_event = IDLE, INF
+        return out
+
+    def pause(self, now: float, until: float) -> list[Completion]:
+        out: list[Completion] = []
+        while self.t_event <= now:
+            out += self.advance()
+        if self.phase == PREFILL:
+            self.busy_time += now - self.t
+            self._unplan()
+        elif self.phase == DECODE:
+            # the iteration in progress is lost: only completed iterations count
+            pass
+        self.phase = IDLE
+        self.t = max(self.t, until)
+        self._plan()
+        return out
+
+    # ---------------------------------------------------------------- internals
+    def _plan(self) -> None:
+        kv, reserve = self.kv, self.reserve
+        if not self.hold and can_admit_head(self.spec, self.waiting, len(self.running), kv, reserve):
+            self.batch = select_prefill_batch(self.spec, self.waiting, len(self.running), kv, reserve)
+            tokens = sum(r.input_len + r.gen for r in self.batch)
+            self.prefill_tokens += tokens
+            self.kv_peak = max(self.kv_peak, kv + tokens)
+            self.phase = PREFILL
+            self.t_event = self.t + self.cost.prefill_time(tokens)
+            return
+        if self.running:
+            while self.kv + len(self.running) > self.spec.kv_capacity:
+                victim = min(self.running, key=lambda r: (r.gen, -r.rid))
+                self.running.remove(victim)
+                victim.retractions += 1
+                self.retractions += 1
+                self.waiting.appendleft(victim)
+                self.hold = True
+            self.phase = DECODE
+            self.t_event = self.t + self.cost.decode_time(len(self.running), self.kv)
+            return
+        self.phase, self.t_event = IDLE, INF
+
+    def _unplan(self) -> None:
+        if self.phase == PREFILL:
+            self.prefill_tokens -= sum(r.input_len + r.gen for r in self.batch)
+            self.waiting.extendleft(reversed(self.batch))
+            self.batch = []
+        self.phase, self.t_event = IDLE, INF

@@ -1,0 +1,104 @@
+"""Step records and the run summary. Every figure here is defined in docs/metrics.md."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class StepRecord:
+    """What happened in one training step (see docs/metrics.md for each definition)."""
+
+    step: int
+    rollout_start_s: float
+    rollout_time_s: float
+    step_time_s: float = 0.0
+    train_time_s: float = 0.0
+    generated_tokens: int = 0  # during the rollout phase, aborted segments included
+    busy_time_s: float = 0.0  # summed over engines, during the rollout phase
+    trained_samples: int = 0
+    trained_groups: int = 0
+    trained_tokens: int = 0  # response tokens of the batch
+    trained_prompt_tokens: int = 0
+    mean_trained_length: float = 0.0
+    workload_mean_length: float = 0.0
+    truncated_samples: int = 0
+    offpolicy_tokens: int = 0
+    staleness: dict[int, int] = field(default_factory=dict)  # staleness -> trained tokens
+    resumed_tokens: int = 0  # slime's count: tokens carried by resubmitted samples
+    wasted_tokens: int = 0
+    discarded_samples: int = 0
+    partial_samples: int = 0  # unfinished samples carried to later steps (buffer)
+    retractions: int = 0
+    kv_peak_tokens: int = 0
+    scheduler: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["staleness"] = {str(k): v for k, v in sorted(self.staleness.items())}
+        return d
+
+
+@dataclass
+class RunResult:
+    scheduler: str
+    steps: list[StepRecord]
+    n_engines: int
+    peak_tokens_per_s: float  # per engine, the ideal used by `efficiency`
+    total_time_s: float
+    end_state: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return summarize(self)
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def summarize(run: RunResult) -> dict[str, Any]:
+    """The per-run table row (JSON keys are part of the CLI's contract)."""
+    st = run.steps
+    roll = sum(s.rollout_time_s for s in st)
+    gen = sum(s.generated_tokens for s in st)
+    trained = sum(s.trained_tokens for s in st)
+    samples = sum(s.trained_samples for s in st)
+    hist: Counter[int] = Counter()
+    for s in st:
+        hist.update(s.staleness)
+    busy = sum(s.busy_time_s for s in st)
+    workload_mean = _mean([s.workload_mean_length for s in st])
+    mean_len = trained / samples if samples else 0.0
+    ideal = run.n_engines * run.peak_tokens_per_s * roll
+    return {
+        "scheduler": run.scheduler,
+        "steps": len(st),
+        "rollout_throughput_tok_s": gen / roll if roll else 0.0,
+        "samples_per_s": samples / run.total_time_s if run.total_time_s else 0.0,
+        "mean_rollout_time_s": roll / len(st) if st else 0.0,
+        "mean_step_time_s": _mean([s.step_time_s for s in st]),
+        "total_time_s": run.total_time_s,
+        "engine_busy_fraction": busy / (run.n_engines * roll) if roll else 0.0,
+        "engine_idle_time_s": run.n_engines * roll - busy,
+        "efficiency_vs_ideal": gen / ideal if ideal else 0.0,
+        "generated_tokens": gen,
+        "trained_tokens": trained,
+        "trained_samples": samples,
+        "offpolicy_token_fraction": sum(s.offpolicy_tokens for s in st) / trained if trained else 0.0,
+        "max_staleness": max((k for k, v in hist.items() if v), default=0),
+        "staleness_histogram": {str(k): v for k, v in sorted(hist.items())},
+        "slime_resumed_token_fraction": (
+            sum(s.resumed_tokens for s in st) / trained if trained else 0.0
+        ),
+        "mean_trained_length": mean_len,
+        "workload_mean_length": workload_mean,
+        "length_bias": mean_len / workload_mean - 1.0 if workload_mean else 0.0,
+        "truncated_fraction": sum(s.truncated_samples for s in st) / samples if samples else 0.0,
+        "wasted_tokens": sum(s.wasted_tokens for s in st),
+        "discarded_samples": sum(s.discarded_samples for s in st),
+        "mean_partial_samples": _mean([s.partial_samples for s in st]),
+        "retractions": sum(s.retractions for s in st),
+        "kv_peak_tokens": max((s.kv_peak_tokens for s in st), default=0),
+    }

@@ -1,0 +1,153 @@
+"""The policy interface shared by the simulator and the live-engine runner.
+
+A scheduler is a small state machine with no clock, no I/O, no simpy and no asyncio. A runtime
+(`aprilsim.sim` in simulated time, `real/` against live engines) feeds it events and carries out
+the actions it returns. Because a scheduler sees only events, the very same object can run in
+simulation and on live engines, which is what makes predicted-vs-measured comparisons meaningful.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal, Protocol, runtime_checkable
+
+from aprilsim.types import Group, Sample
+
+Mode = Literal["colocated", "disaggregated"]
+
+
+# ------------------------------------------------------------------------------------ events
+@dataclass(frozen=True, slots=True)
+class RolloutStarted:
+    """A rollout for training step `step` begins; engines hold policy `version`."""
+
+    step: int
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class SampleFinished:
+    """One sample finished (stop token or max length)."""
+
+    sample: Sample
+
+
+@dataclass(frozen=True, slots=True)
+class GroupFinished:
+    """Every sample of `group` has finished."""
+
+    group: Group
+
+
+@dataclass(frozen=True, slots=True)
+class SamplesReturned:
+    """Samples came back unfinished (after an abort or an interrupting weight update)."""
+
+    samples: tuple[Sample, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TrainStepDone:
+    """Disaggregated mode: the trainer finished step `step`; new weights wait to be synced."""
+
+    step: int
+
+
+@dataclass(frozen=True, slots=True)
+class WeightsUpdated:
+    """Engines now hold policy `version`."""
+
+    version: int
+
+
+Event = RolloutStarted | SampleFinished | GroupFinished | SamplesReturned | TrainStepDone | WeightsUpdated
+
+
+# ----------------------------------------------------------------------------------- actions
+@dataclass(frozen=True, slots=True)
+class Submit:
+    """Generate these samples (new, or resumed: the runtime re-prefills what they carry)."""
+
+    samples: tuple[Sample, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CloseBatch:
+    """Hand these finished groups to the trainer as the batch of the current step."""
+
+    groups: tuple[Group, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AbortAll:
+    """Abort everything in flight; unfinished samples come back in one SamplesReturned event."""
+
+
+@dataclass(frozen=True, slots=True)
+class Discard:
+    """Throw these samples away; their tokens count as waste."""
+
+    samples: tuple[Sample, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateWeights:
+    """Disaggregated mode: sync the trained weights to the engines now.
+
+    interrupt=False: in-flight requests pause during the sync and continue (their tokens keep the
+    version they were submitted under); interrupt=True: they are aborted and come back in a
+    SamplesReturned event, to be resubmitted (re-prefilled) under the new version.
+    """
+
+    interrupt: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PauseGeneration:
+    """Stop admitting new work (in-flight requests continue); e.g. a staleness bound is hit."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeGeneration:
+    """Undo PauseGeneration: submissions held back are sent."""
+
+
+Action = Submit | CloseBatch | AbortAll | Discard | UpdateWeights | PauseGeneration | ResumeGeneration
+
+
+# ---------------------------------------------------------------------------------- context
+class GroupSource(Protocol):
+    """Where new prompts come from (a dataset in real runs, the workload in simulation)."""
+
+    def new_groups(self, n: int, step: int) -> list[Group]: ...
+
+
+@dataclass
+class Context:
+    """What a scheduler may read about the world when it handles an event."""
+
+    source: GroupSource
+    batch_size: int  # N: groups per training step
+    max_len: int
+    step: int = 0
+    version: int = 0
+    in_flight: int = 0  # samples submitted and not yet returned
+    extra: dict = field(default_factory=dict)
+
+    def new_groups(self, n: int) -> list[Group]:
+        return self.source.new_groups(n, self.step)
+
+
+@runtime_checkable
+class Scheduler(Protocol):
+    """Events in, actions out. `mode` says whether training blocks the engines (colocated)."""
+
+    name: ClassVar[str]
+    mode: Mode
+
+    def handle(self, event: Event, ctx: Context) -> Sequence[Action]: ...
+
+    def step_stats(self) -> dict[str, float]:
+        """Scheduler-specific per-step figures (e.g. dynamic-sampling rounds); reset on read."""
+        ...

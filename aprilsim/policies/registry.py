@@ -1,0 +1,91 @@
+"""The scheduler registry: names -> classes, their knobs, and loading a user's own scheduler.
+
+A scheduler class is a dataclass; its public fields are its knobs (set from a scenario's
+`[schedulers.NAME]` table), and the first line of its docstring is its description. A user's class
+loads from a module path: `--scheduler my_pkg.my_mod:MyScheduler`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+from aprilsim.policies.april import AprilScheduler
+from aprilsim.policies.base import Scheduler
+from aprilsim.policies.sync import SyncScheduler
+
+REGISTRY: dict[str, type] = {}
+
+
+def register(cls: type) -> type:
+    """Add a scheduler class under its `name` (usable as a decorator)."""
+    if not dataclasses.is_dataclass(cls) or not isinstance(getattr(cls, "name", None), str):
+        raise TypeError(f"{cls!r}: a scheduler is a dataclass with a class attribute `name`")
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+for _cls in (SyncScheduler, AprilScheduler):
+    register(_cls)
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    default: Any
+    type: str
+
+
+def knobs(cls: type) -> list[Knob]:
+    """The public dataclass fields of a scheduler class: what a scenario may set."""
+    out = []
+    for f in dataclasses.fields(cls):
+        if f.name.startswith("_") or not f.init:
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            continue  # state, not a knob (e.g. buffers)
+        else:
+            default = None
+        out.append(Knob(f.name, default, str(f.type)))
+    return out
+
+
+def description(cls: type) -> str:
+    doc = (cls.__doc__ or "").strip().splitlines()
+    return doc[0] if doc else ""
+
+
+def resolve(name: str) -> type:
+    """A registered name, or `module.path:ClassName` for a user's scheduler."""
+    if name in REGISTRY:
+        return REGISTRY[name]
+    if ":" in name:
+        mod_name, _, attr = name.partition(":")
+        try:
+            mod = importlib.import_module(mod_name)
+        except ImportError as e:
+            raise ValueError(f"cannot import scheduler module {mod_name!r}: {e}") from None
+        cls = getattr(mod, attr, None)
+        if cls is None:
+            raise ValueError(f"module {mod_name!r} has no attribute {attr!r}")
+        if not dataclasses.is_dataclass(cls) or not hasattr(cls, "handle"):
+            raise ValueError(f"{name}: a scheduler is a dataclass with a handle(event, ctx) method")
+        return cls
+    raise ValueError(f"unknown scheduler {name!r}; known: {', '.join(sorted(REGISTRY))}")
+
+
+def make_scheduler(name: str, settings: dict[str, Any] | None = None) -> Scheduler:
+    """Instantiate scheduler `name` with knob values from `settings` (unknown knobs: an error)."""
+    cls = resolve(name)
+    settings = dict(settings or {})
+    allowed = {k.name for k in knobs(cls)}
+    unknown = set(settings) - allowed
+    if unknown:
+        raise ValueError(
+            f"schedulers.{name}: unknown knob(s) {sorted(unknown)}; known: {sorted(allowed)}"
+        )
+    return cls(**settings)

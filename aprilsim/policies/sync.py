@@ -1,0 +1,42 @@
+"""`sync`: the synchronous baseline. Submit N groups, wait for all of them, train."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from aprilsim.policies.base import (
+    Action,
+    CloseBatch,
+    Context,
+    Event,
+    GroupFinished,
+    Mode,
+    RolloutStarted,
+    Submit,
+)
+from aprilsim.types import Group
+
+
+@dataclass
+class SyncScheduler:
+    """Every step waits for its longest response: the long-tail bubble APRIL attacks."""
+
+    name: ClassVar[str] = "sync"
+    mode: ClassVar[Mode] = "colocated"
+    _done: list[Group] = field(default_factory=list, repr=False)
+
+    def handle(self, event: Event, ctx: Context) -> Sequence[Action]:
+        if isinstance(event, RolloutStarted):
+            self._done = []
+            groups = ctx.new_groups(ctx.batch_size)
+            return [Submit(tuple(s for g in groups for s in g.samples))]
+        if isinstance(event, GroupFinished):
+            self._done.append(event.group)
+            if len(self._done) == ctx.batch_size:
+                return [CloseBatch(tuple(self._done))]
+        return ()
+
+    def step_stats(self) -> dict[str, float]:
+        return {}

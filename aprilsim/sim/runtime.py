@@ -1,0 +1,464 @@
+"""The simulated RL loop: a simpy runtime that feeds a scheduler events and carries out its actions.
+
+Engines are plain objects that know their next event time; the runtime arms one simpy timeout per
+engine for it and re-arms only engines whose plan changed. Events are queued and handled one at a
+time (no re-entrancy), so a scheduler always sees a consistent world.
+
+Colocated mode (slime --colocate): rollout, then training, then weight sync; engines are idle
+while the trainer runs. Disaggregated mode: the trainer runs on its own GPUs; batches queue up for
+it, and weights are synced when the scheduler says so (`UpdateWeights`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from functools import partial
+
+import simpy
+
+from aprilsim.engine.cost import EngineSpec
+from aprilsim.engine.fast import FastEngine
+from aprilsim.engine.request import Completion, Request
+from aprilsim.engine.router import Router, make_router
+from aprilsim.metrics.records import RunResult, StepRecord
+from aprilsim.policies.base import (
+    AbortAll,
+    Action,
+    CloseBatch,
+    Context,
+    Discard,
+    Event,
+    GroupFinished,
+    PauseGeneration,
+    ResumeGeneration,
+    RolloutStarted,
+    SampleFinished,
+    SamplesReturned,
+    Scheduler,
+    Submit,
+    TrainStepDone,
+    UpdateWeights,
+    WeightsUpdated,
+)
+from aprilsim.sim.trainer import TrainerModel
+from aprilsim.types import Group, Sample, SampleStatus
+from aprilsim.workload.generator import Workload
+
+INF = math.inf
+EngineFactory = Callable[[EngineSpec, int], FastEngine]
+
+
+class SchedulerError(RuntimeError):
+    """A scheduler asked for something impossible (e.g. to train an unfinished group)."""
+
+
+class Simulation:
+    """Run `scheduler` for `steps` training steps of `batch_size` groups on `n_engines` engines."""
+
+    def __init__(
+        self,
+        *,
+        workload: Workload,
+        engine: EngineSpec,
+        n_engines: int,
+        scheduler: Scheduler,
+        batch_size: int,
+        steps: int,
+        trainer: TrainerModel | None = None,
+        router: str | Router = "round_robin",
+        engine_factory: EngineFactory = FastEngine,
+    ) -> None:
+        if n_engines < 1 or batch_size < 1 or steps < 1:
+            raise ValueError("n_engines, batch_size and steps must be >= 1")
+        self.workload = workload
+        self.spec = engine
+        self.scheduler = scheduler
+        self.batch_size = batch_size
+        self.steps = steps
+        self.trainer = trainer or TrainerModel()
+        self.router = make_router(router) if isinstance(router, str) else router
+        self.env = simpy.Environment()
+        self.engines = [engine_factory(engine, i) for i in range(n_engines)]
+        self.now = 0.0
+        self.version = 0
+        self.ctx = Context(source=self, batch_size=batch_size, max_len=workload.max_len)
+        self.groups: dict[int, Group] = {}
+        self._left: dict[int, int] = {}  # unfinished samples per group
+        self._inflight: dict[int, tuple[Sample, int]] = {}  # rid -> (sample, engine index)
+        self._next_rid = 0
+        self._events: deque[Event] = deque()
+        self._draining = False
+        self._dirty: set[int] = set()
+        self._armed = [INF] * n_engines
+        self._token = [0] * n_engines
+        self._paused = False
+        self._held: list[Sample] = []
+        self._closed: list[tuple[Group, ...]] = []
+        self._ready: simpy.Event | None = None
+        self._batches = simpy.Store(self.env)
+        self._synced: simpy.Event | None = None
+        self._updating = False
+        self.records: list[StepRecord] = []
+        self._cur: StepRecord | None = None
+        self._step_waste = 0
+        self._step_discarded = 0
+        self._step_resumed = 0
+        self._finished = False
+        self._n_partial = 0
+
+    # ------------------------------------------------------------------ GroupSource
+    def new_groups(self, n: int, step: int) -> list[Group]:
+        groups = self.workload.generate(n, step)
+        for g in groups:
+            self.groups[g.gid] = g
+            self._left[g.gid] = g.size
+        return groups
+
+    # ------------------------------------------------------------------ running
+    def run(self) -> RunResult:
+        loop = self._colocated() if self.scheduler.mode == "colocated" else self._disaggregated()
+        proc = self.env.process(loop)
+        self.env.run(until=proc)
+        self._finished = True
+        end_state = self._final_drain()
+        peak = self._peak_tokens_per_s()
+        return RunResult(
+            scheduler=self.scheduler.name,
+            steps=self.records,
+            n_engines=len(self.engines),
+            peak_tokens_per_s=peak,
+            total_time_s=self.now,
+            end_state=end_state,
+        )
+
+    def _colocated(self):
+        for k in range(self.steps):
+            self._begin_rollout(k)
+            self._ready = self.env.event()
+            self._emit(RolloutStarted(k, self.version))
+            self._drain()
+            groups = yield self._ready
+            self._sync_clock()
+            rec = self._end_rollout(groups)
+            train = self.trainer.train_time(rec.trained_tokens + rec.trained_prompt_tokens)
+            rec.train_time_s = train
+            yield self.env.timeout(train + self.trainer.sync_s)
+            self._sync_clock()
+            self.version += 1
+            rec.step_time_s = self.now - rec.rollout_start_s
+
+    def _disaggregated(self):
+        self._begin_rollout(0)
+        self._emit(RolloutStarted(0, self.version))
+        self._drain()
+        last_end = 0.0
+        for k in range(self.steps):
+            groups = yield self._batches.get()
+            self._sync_clock()
+            rec = self._trained_record(k, groups)
+            train = self.trainer.train_time(rec.trained_tokens + rec.trained_prompt_tokens)
+            rec.train_time_s = train
+            yield self.env.timeout(train)
+            self._sync_clock()
+            self._synced = self.env.event()
+            self._emit(TrainStepDone(k))
+            self._drain()
+            yield self._synced
+            self._sync_clock()
+            rec.step_time_s = self.now - last_end
+            last_end = self.now
+
+    def _sync_clock(self) -> None:
+        self.now = max(self.now, self.env.now)
+
+    # ------------------------------------------------------------------ step records
+    def _begin_rollout(self, step: int) -> None:
+        self.ctx.step = step
+        self._cur = StepRecord(step=step, rollout_start_s=self.now, rollout_time_s=0.0)
+        self._gen0 = sum(e.tokens for e in self.engines)
+        self._busy0 = sum(e.busy_time for e in self.engines)
+        self._retr0 = sum(e.retractions for e in self.engines)
+        for e in self.engines:
+            e.kv_peak = e.kv
+        self._step_waste = self._step_discarded = self._step_resumed = 0
+
+    def _end_rollout(self, groups: tuple[Group, ...]) -> StepRecord:
+        """Close the rollout phase of the current step (colocated: engines are drained)."""
+        rec = self._cur
+        assert rec is not None
+        rec.rollout_time_s = self.now - rec.rollout_start_s
+        rec.generated_tokens = sum(e.tokens for e in self.engines) - self._gen0
+        rec.busy_time_s = sum(e.busy_time for e in self.engines) - self._busy0
+        rec.retractions = sum(e.retractions for e in self.engines) - self._retr0
+        rec.kv_peak_tokens = max(e.kv_peak for e in self.engines)
+        rec.wasted_tokens = self._step_waste
+        rec.discarded_samples = self._step_discarded
+        rec.resumed_tokens = self._step_resumed
+        rec.scheduler = dict(self.scheduler.step_stats())
+        self._fill_trained(rec, groups, trainer_version=self.version)
+        rec.partial_samples = self._n_partial
+        self.records.append(rec)
+        return rec
+
+    def _trained_record(self, k: int, groups: tuple[Group, ...]) -> StepRecord:
+        """Disaggregated: the record of step k was opened when its batch closed."""
+        rec = self.records[k]
+        self._fill_trained(rec, groups, trainer_version=k)
+        return rec
+
+    def _fill_trained(self, rec: StepRecord, groups: tuple[Group, ...], trainer_version: int) -> None:
+        hist: dict[int, int] = {}
+        tokens = prompt = trunc = n = 0
+        for g in groups:
+            for s in g.samples:
+                n += 1
+                tokens += s.generated
+                prompt += s.prompt_len
+                trunc += s.truncated
+                for seg in s.segments:
+                    lag = trainer_version - seg.version
+                    hist[lag] = hist.get(lag, 0) + seg.tokens
+        rec.trained_groups = len(groups)
+        rec.trained_samples = n
+        rec.trained_tokens = tokens
+        rec.trained_prompt_tokens = prompt
+        rec.truncated_samples = trunc
+        rec.mean_trained_length = tokens / n if n else 0.0
+        rec.workload_mean_length = self.workload.expected_length(rec.step)
+        rec.staleness = hist
+        rec.offpolicy_tokens = sum(v for k, v in hist.items() if k > 0)
+
+    # ------------------------------------------------------------------ events and actions
+    def _emit(self, event: Event) -> None:
+        self._events.append(event)
+
+    def _drain(self) -> None:
+        if self._draining:
+            return
+        self._draining = True
+        try:
+            while self._events:
+                ev = self._events.popleft()
+                self.ctx.version = self.version
+                self.ctx.in_flight = len(self._inflight)
+                for action in self.scheduler.handle(ev, self.ctx):
+                    self._apply(action)
+        finally:
+            self._draining = False
+        self._rearm()
+        self._check_ready()
+
+    def _apply(self, action: Action) -> None:
+        if isinstance(action, Submit):
+            if self._paused:
+                self._held.extend(action.samples)
+            else:
+                self._submit(action.samples)
+        elif isinstance(action, AbortAll):
+            self._abort_all()
+        elif isinstance(action, CloseBatch):
+            self._close_batch(action.groups)
+        elif isinstance(action, Discard):
+            self._discard(action.samples)
+        elif isinstance(action, UpdateWeights):
+            self._update_weights(action.interrupt)
+        elif isinstance(action, PauseGeneration):
+            self._paused = True
+        elif isinstance(action, ResumeGeneration):
+            self._paused = False
+            held, self._held = self._held, []
+            self._submit(tuple(held))
+        else:
+            raise SchedulerError(f"unknown action {action!r}")
+
+    def _submit(self, samples: Sequence[Sample]) -> None:
+        if self._finished or not samples:
+            return
+        per_engine: dict[int, list[Request]] = {}
+        loads = [e.load for e in self.engines]
+        pick = self.router.pick
+        for s in samples:
+            if s.status not in (SampleStatus.PENDING, SampleStatus.PARTIAL):
+                raise SchedulerError(f"cannot submit sample {s.uid} in status {s.status.value}")
+            if s.status == SampleStatus.PARTIAL:
+                self._n_partial -= 1
+            if s.generated:
+                self._step_resumed += s.generated
+            rid = self._next_rid
+            self._next_rid += 1
+            g = s.generated
+            req = Request(rid, s.prompt_len + g, s.max_len - g, s.target_len - g)
+            i = pick(loads)
+            s.status = SampleStatus.RUNNING
+            s.submits += 1
+            s.submit_version = self.version
+            self._inflight[rid] = (s, i)
+            per_engine.setdefault(i, []).append(req)
+            loads[i] += 1
+        for i, reqs in per_engine.items():
+            self.engines[i].submit(reqs, self.now)
+            self._dirty.add(i)
+
+    def _complete(self, c: Completion) -> Sample | None:
+        """Credit a completion to its sample; return the sample if it came back unfinished."""
+        s, _ = self._inflight.pop(c.rid)
+        s.add_tokens(c.tokens, s.submit_version)
+        if c.reason == "abort":
+            s.status = SampleStatus.PARTIAL
+            self._n_partial += 1
+            return s
+        s.status = SampleStatus.DONE
+        self._emit(SampleFinished(s))
+        left = self._left[s.group_id] - 1
+        self._left[s.group_id] = left
+        if left == 0:
+            self._emit(GroupFinished(self.groups[s.group_id]))
+        return None
+
+    def _abort_all(self) -> None:
+        returned: list[Sample] = []
+        for i, e in enumerate(self.engines):
+            if e.load == 0 and e.phase == 0:
+                continue
+            for c in e.abort_all(self.now):
+                s = self._complete(c)
+                if s is not None:
+                    returned.append(s)
+            self._dirty.add(i)
+        self._emit(SamplesReturned(tuple(returned)))
+
+    def _discard(self, samples: Sequence[Sample]) -> None:
+        for s in samples:
+            if s.status in (SampleStatus.RUNNING, SampleStatus.TRAINED, SampleStatus.DISCARDED):
+                raise SchedulerError(f"cannot discard sample {s.uid} in status {s.status.value}")
+            if s.status == SampleStatus.PARTIAL:
+                self._n_partial -= 1
+            s.status = SampleStatus.DISCARDED
+            self._step_waste += s.generated
+            self._step_discarded += 1
+
+    def _close_batch(self, groups: Sequence[Group]) -> None:
+        for g in groups:
+            if not g.finished or any(s.status == SampleStatus.TRAINED for s in g.samples):
+                raise SchedulerError(f"group {g.gid} is not finished or was trained already")
+            for s in g.samples:
+                s.status = SampleStatus.TRAINED
+        batch = tuple(groups)
+        if self.scheduler.mode == "colocated":
+            self._closed.append(batch)
+        else:
+            self._sync_clock()
+            self._end_rollout_disaggregated(batch)
+            self._batches.put(batch)
+
+    def _end_rollout_disaggregated(self, batch: tuple[Group, ...]) -> None:
+        rec = self._cur
+        assert rec is not None
+        rec.rollout_time_s = self.now - rec.rollout_start_s
+        rec.generated_tokens = sum(e.tokens for e in self.engines) - self._gen0
+        rec.busy_time_s = sum(e.busy_time for e in self.engines) - self._busy0
+        rec.retractions = sum(e.retractions for e in self.engines) - self._retr0
+        rec.kv_peak_tokens = max(e.kv_peak for e in self.engines)
+        rec.wasted_tokens = self._step_waste
+        rec.discarded_samples = self._step_discarded
+        rec.resumed_tokens = self._step_resumed
+        rec.scheduler = dict(self.scheduler.step_stats())
+        rec.partial_samples = self._n_partial
+        self.records.append(rec)
+        nxt = rec.step + 1
+        if nxt < self.steps:
+            self._begin_rollout(nxt)
+            self._emit(RolloutStarted(nxt, self.version))
+
+    def _update_weights(self, interrupt: bool) -> None:
+        if self._updating:
+            raise SchedulerError("UpdateWeights while a weight update is in progress")
+        self._updating = True
+        until = self.now + self.trainer.sync_s
+        returned: list[Sample] = []
+        for i, e in enumerate(self.engines):
+            comps = e.abort_all(self.now) if interrupt else e.pause(self.now, until)
+            if interrupt:
+                e.t = max(e.t, until)
+            for c in comps:
+                s = self._complete(c)
+                if s is not None:
+                    returned.append(s)
+            self._dirty.add(i)
+        done = self.env.timeout(self.trainer.sync_s)
+        done.callbacks.append(partial(self._weights_synced, tuple(returned)))
+
+    def _weights_synced(self, returned: tuple[Sample, ...], _ev) -> None:
+        self._sync_clock()
+        self.version += 1
+        self._updating = False
+        self._emit(WeightsUpdated(self.version))
+        if returned:
+            self._emit(SamplesReturned(returned))
+        self._drain()
+        if self._synced is not None and not self._synced.triggered:
+            self._synced.succeed()
+
+    def _check_ready(self) -> None:
+        if (
+            self._ready is not None
+            and not self._ready.triggered
+            and self._closed
+            and not self._inflight
+        ):
+            self._ready.succeed(self._closed.pop(0))
+
+    # ------------------------------------------------------------------ engine timers
+    def _rearm(self) -> None:
+        env = self.env
+        for i in self._dirty:
+            te = self.engines[i].t_event
+            if te != self._armed[i]:
+                self._armed[i] = te
+                self._token[i] += 1
+                if te < INF:
+                    ev = env.timeout(max(0.0, te - env.now))
+                    ev.callbacks.append(partial(self._fire, i, self._token[i], te))
+        self._dirty.clear()
+
+    def _fire(self, i: int, token: int, te: float, _ev) -> None:
+        if token != self._token[i] or self._finished:
+            return
+        self._armed[i] = INF
+        self.now = max(self.now, te)
+        e = self.engines[i]
+        self._dirty.add(i)
+        for c in e.advance():
+            self._complete(c)
+        self._drain()
+
+    # ------------------------------------------------------------------ end of run
+    def _final_drain(self) -> dict[str, int]:
+        """Stop the engines at the end; count where every sample is (the conservation ledger)."""
+        for e in self.engines:
+            for c in e.abort_all(self.now):
+                s, _ = self._inflight.pop(c.rid)
+                s.add_tokens(c.tokens, s.submit_version)
+                s.status = SampleStatus.DONE if c.reason != "abort" else SampleStatus.PARTIAL
+        counts = {st.value: 0 for st in SampleStatus}
+        tokens = {st.value: 0 for st in SampleStatus}
+        for g in self.groups.values():
+            for s in g.samples:
+                counts[s.status.value] += 1
+                tokens[s.status.value] += s.generated
+        out = {f"samples_{k}": v for k, v in counts.items()}
+        out.update({f"tokens_{k}": v for k, v in tokens.items()})
+        out["samples_created"] = sum(counts.values())
+        out["engine_tokens"] = sum(e.tokens for e in self.engines)
+        return out
+
+    def _peak_tokens_per_s(self) -> float:
+        """Ideal per-engine decode rate: a full batch at the workload's mean context (docs)."""
+        spec = self.spec
+        mean_resp = self.workload.expected_length(0)
+        mean_prompt = float(self.workload.prompt_lengths.mean())
+        ctx = mean_prompt + mean_resp / 2
+        b = max(1, min(spec.max_running, int(spec.kv_capacity // (mean_prompt + mean_resp))))
+        return b / spec.cost.decode_time(b, b * ctx)

@@ -1,0 +1,101 @@
+"""Right-censoring at the max response length: given by the user or detected as a spike.
+
+A response that hit `max_len` was cut, so its true length is only known to be >= max_len: it
+enters the likelihood as P(L >= max_len), never as an exact value. When the cap is not given, a
+spike at the largest observed length (many more responses exactly there than the density just
+below predicts) is taken as the cap and reported as detected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from aprilsim.workload.fitting.data import Histogram
+
+SPIKE_MIN_COUNT = 3
+SPIKE_P_VALUE = 1e-3
+
+
+@dataclass(frozen=True)
+class CapInfo:
+    """The cap used for censoring and where it came from ("given", "detected" or "none")."""
+
+    max_len: int | None
+    source: str
+    n_censored: int
+    share: float
+    spike_count: int = 0
+    expected_count: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "max_len": self.max_len,
+            "source": self.source,
+            "n_censored": self.n_censored,
+            "share": self.share,
+            "spike_count": self.spike_count,
+            "expected_count": self.expected_count,
+        }
+
+
+def detect_cap(hist: Histogram) -> tuple[int | None, int, float]:
+    """(cap or None, count at the maximum, count expected there from the density just below).
+
+    The expected count is the mean count per integer over the window of max(20, 5 %) integers
+    below the maximum; the maximum is a spike when its count is at least 3 and has Poisson tail
+    probability below 1e-3 under that expectation.
+    """
+    if len(hist.values) < 2:
+        return None, 0, 0.0
+    top = int(hist.values[-1])
+    at_top = int(hist.counts[-1])
+    width = max(20, int(round(0.05 * top)))
+    lo = max(top - width, 1)
+    in_window = hist.counts[(hist.values >= lo) & (hist.values < top)].sum()
+    expected = max(float(in_window) / max(top - lo, 1), 1.0 / max(top - lo, 1))
+    is_spike = at_top >= SPIKE_MIN_COUNT and stats.poisson.sf(at_top - 1, expected) < SPIKE_P_VALUE
+    return (top if is_spike else None), at_top, expected
+
+
+@dataclass(frozen=True)
+class CensoredHistogram:
+    """Exact lengths below the cap (values, counts) plus the number at or above it."""
+
+    values: np.ndarray
+    counts: np.ndarray
+    n_censored: int
+    max_len: int | None
+
+    @property
+    def n(self) -> int:
+        return int(self.counts.sum()) + self.n_censored
+
+    def with_counts(self, counts: np.ndarray, n_censored: int) -> CensoredHistogram:
+        keep = counts > 0
+        return CensoredHistogram(self.values[keep], counts[keep], int(n_censored), self.max_len)
+
+
+def censor(hist: Histogram, max_len: int | None) -> CensoredHistogram:
+    if max_len is None:
+        return CensoredHistogram(hist.values, hist.counts, 0, None)
+    below = hist.values < max_len
+    return CensoredHistogram(
+        hist.values[below], hist.counts[below], int(hist.counts[~below].sum()), int(max_len)
+    )
+
+
+def resolve_cap(hist: Histogram, max_len: int | None, detect: bool = True) -> CapInfo:
+    """The cap to censor at: the given one, else a detected spike, else none."""
+    n = hist.n
+    if max_len is not None:
+        n_c = int(hist.counts[hist.values >= max_len].sum())
+        return CapInfo(int(max_len), "given", n_c, n_c / n if n else 0.0)
+    if detect:
+        cap, at_top, expected = detect_cap(hist)
+        if cap is not None:
+            return CapInfo(cap, "detected", at_top, at_top / n, at_top, expected)
+        return CapInfo(None, "none", 0, 0.0, at_top, expected)
+    return CapInfo(None, "none", 0, 0.0)

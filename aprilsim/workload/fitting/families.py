@@ -1,0 +1,266 @@
+"""The candidate families as (unconstrained parameters) -> (cdf, sf) maps, fast enough to optimise.
+
+Each family knows how to start from simple data summaries, how to map an unconstrained vector
+`theta` to its natural parameters (logs of positive ones, softmax for mixture weights), and how to
+evaluate its CDF and survival function with scipy.special directly (no frozen scipy object per
+evaluation). `to_model` returns the frozen `aprilsim.workload.lengths` model the simulator uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import special
+
+from aprilsim.workload.lengths import LengthModel, LognormalMixture, Parametric
+
+Array = np.ndarray
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Weighted summaries of log lengths used for starting values."""
+
+    mean_log: float
+    sd_log: float
+    mean: float
+    var: float
+    median: float
+    log_values: Array
+    weights: Array
+
+
+def summarise(values: Array, counts: Array) -> Summary:
+    # lengths are ceil(X): the midpoint of (k-1, k] is a better stand-in for X than k itself
+    x = np.maximum(values.astype(float) - 0.5, 0.5)
+    w = counts / counts.sum()
+    lx = np.log(x)
+    m = float(w @ lx)
+    sd = float(np.sqrt(max(w @ (lx - m) ** 2, 1e-4)))
+    mean = float(w @ x)
+    var = float(max(w @ (x - mean) ** 2, 1e-6 * mean * mean + 1e-6))
+    med = float(x[np.searchsorted(np.cumsum(w), 0.5)])
+    return Summary(m, sd, mean, var, med, lx, w)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One candidate family: parameter maps, CDF/SF, starting points, frozen model."""
+
+    name: str
+    n_params: int
+    natural: Callable[[Array], dict[str, float]]
+    cdf_sf: Callable[[Array, Array], tuple[Array, Array]]
+    starts: Callable[[Summary], list[Array]]
+    build: Callable[[dict[str, float]], LengthModel]
+    bounds: tuple[tuple[float, float], ...]
+    unconstrain: Callable[[LengthModel], Array]
+
+    def to_model(self, theta: Array) -> LengthModel:
+        return self.build(self.natural(theta))
+
+
+_LOG = (-9.0, 9.0)
+_MU = (-10.0, 25.0)
+
+
+def _lognormal_cdf_sf(theta: Array, x: Array) -> tuple[Array, Array]:
+    mu, s = theta[0], np.exp(theta[1])
+    with np.errstate(divide="ignore"):
+        z = (np.log(x) - mu) / s
+    return special.ndtr(z), special.ndtr(-z)
+
+
+def _gamma_cdf_sf(theta: Array, x: Array) -> tuple[Array, Array]:
+    a, sc = np.exp(theta[0]), np.exp(theta[1])
+    t = x / sc
+    return special.gammainc(a, t), special.gammaincc(a, t)
+
+
+def _weibull_cdf_sf(theta: Array, x: Array) -> tuple[Array, Array]:
+    c, sc = np.exp(theta[0]), np.exp(theta[1])
+    t = (x / sc) ** c
+    return -np.expm1(-t), np.exp(-t)
+
+
+def _loglogistic_cdf_sf(theta: Array, x: Array) -> tuple[Array, Array]:
+    c, sc = np.exp(theta[0]), np.exp(theta[1])
+    with np.errstate(divide="ignore"):
+        lt = c * (np.log(x) - np.log(sc))
+    return special.expit(lt), special.expit(-lt)
+
+
+def _gengamma_cdf_sf(theta: Array, x: Array) -> tuple[Array, Array]:
+    a, c, sc = np.exp(theta[0]), np.exp(theta[1]), np.exp(theta[2])
+    with np.errstate(over="ignore"):
+        t = (x / sc) ** c
+    return special.gammainc(a, t), special.gammaincc(a, t)
+
+
+def _gamma_start(s: Summary) -> list[Array]:
+    shape = s.mean**2 / s.var
+    return [np.log([shape, s.mean / shape])]
+
+
+def _weibull_start(s: Summary) -> list[Array]:
+    c = 1.2 / max(s.sd_log, 0.05)  # sd of log Weibull = pi / (c sqrt 6)
+    return [np.array([np.log(c), s.mean_log + 0.5772 / c])]
+
+
+def _loglogistic_start(s: Summary) -> list[Array]:
+    c = np.pi / np.sqrt(3) / max(s.sd_log, 0.05)
+    return [np.array([np.log(c), np.log(s.median)])]
+
+
+def _gengamma_starts(s: Summary) -> list[Array]:
+    g = _gamma_start(s)[0]
+    w = _weibull_start(s)[0]
+    # near-lognormal corner: large a, small c with matching log mean and variance
+    a = 20.0
+    c = np.sqrt(special.polygamma(1, a)) / max(s.sd_log, 0.05)
+    scale = np.exp(s.mean_log - special.digamma(a) / c)
+    return [
+        np.array([g[0], 0.0, g[1]]),
+        np.array([0.0, w[0], w[1]]),
+        np.log([a, c, scale]),
+    ]
+
+
+def _clip_theta(theta: Array, bounds) -> Array:
+    lo, hi = np.array(bounds).T
+    return np.clip(theta, lo + 1e-6, hi - 1e-6)
+
+
+def _parametric(
+    name: str, keys: tuple[str, ...], log_keys: tuple[bool, ...], cdf_sf, starts, bounds
+):
+    def natural(theta: Array) -> dict[str, float]:
+        return {
+            k: float(np.exp(t) if is_log else t)
+            for k, t, is_log in zip(keys, theta, log_keys, strict=True)
+        }
+
+    def unconstrain(model: LengthModel) -> Array:
+        p = model.params  # type: ignore[attr-defined]
+        return np.array(
+            [np.log(p[k]) if is_log else p[k] for k, is_log in zip(keys, log_keys, strict=True)]
+        )
+
+    return Family(
+        name,
+        len(keys),
+        natural,
+        cdf_sf,
+        starts,
+        lambda p: Parametric(name, p),
+        bounds,
+        unconstrain,
+    )
+
+
+def mixture_family(k: int) -> Family:
+    """A mixture of k lognormals: theta = (k-1 weight logits, k mus, k log sigmas)."""
+
+    def split(theta: Array) -> tuple[Array, Array, Array]:
+        logits = np.concatenate([[0.0], theta[: k - 1]])
+        w = special.softmax(logits)
+        return w, theta[k - 1 : 2 * k - 1], np.exp(theta[2 * k - 1 :])
+
+    def natural(theta: Array) -> dict[str, float]:
+        w, mu, s = split(theta)
+        out: dict[str, float] = {}
+        for i in range(k):
+            out[f"w{i}"], out[f"mu{i}"], out[f"sigma{i}"] = float(w[i]), float(mu[i]), float(s[i])
+        return out
+
+    def cdf_sf(theta: Array, x: Array) -> tuple[Array, Array]:
+        w, mu, s = split(theta)
+        with np.errstate(divide="ignore"):
+            z = (np.log(x)[:, None] - mu) / s
+        return special.ndtr(z) @ w, special.ndtr(-z) @ w
+
+    def build(p: dict[str, float]) -> LengthModel:
+        order = sorted(range(k), key=lambda i: p[f"mu{i}"])
+        return LognormalMixture(
+            tuple(p[f"w{i}"] for i in order),
+            tuple(p[f"mu{i}"] for i in order),
+            tuple(p[f"sigma{i}"] for i in order),
+        )
+
+    def unconstrain(model: LengthModel) -> Array:
+        w = np.asarray(model.weights)  # type: ignore[attr-defined]
+        return np.concatenate(
+            [
+                np.log(np.maximum(w[1:], 1e-12) / max(w[0], 1e-12)),
+                model.mus,  # type: ignore[attr-defined]
+                np.log(model.sigmas),  # type: ignore[attr-defined]
+            ]
+        )
+
+    def starts(s: Summary) -> list[Array]:
+        # equal-weight slices of the sorted log lengths (refined by EM before optimisation)
+        cum = np.cumsum(s.weights)
+        mus, sds = [], []
+        for i in range(k):
+            sel = (cum > i / k) & (cum <= (i + 1) / k + 1e-12)
+            lx, ww = s.log_values[sel], s.weights[sel]
+            if ww.sum() <= 0:
+                lx, ww = s.log_values, s.weights
+            m = float(ww @ lx / ww.sum())
+            mus.append(m)
+            sds.append(max(float(np.sqrt(ww @ (lx - m) ** 2 / ww.sum())), s.sd_log / (2 * k), 0.05))
+        return [np.concatenate([np.zeros(k - 1), mus, np.log(sds)])]
+
+    bounds = ((-12.0, 12.0),) * (k - 1) + (_MU,) * k + ((-5.0, 3.0),) * k
+    return Family(
+        f"lognormal_mixture{k}", 3 * k - 1, natural, cdf_sf, starts, build, bounds, unconstrain
+    )
+
+
+FAMILY_SPECS: dict[str, Family] = {
+    "lognormal": _parametric(
+        "lognormal",
+        ("mu", "sigma"),
+        (False, True),
+        _lognormal_cdf_sf,
+        lambda s: [np.array([s.mean_log, np.log(s.sd_log)])],
+        (_MU, (-5.0, 3.0)),
+    ),
+    "gamma": _parametric(
+        "gamma", ("shape", "scale"), (True, True), _gamma_cdf_sf, _gamma_start, (_LOG, (-9.0, 25.0))
+    ),
+    "weibull": _parametric(
+        "weibull",
+        ("shape", "scale"),
+        (True, True),
+        _weibull_cdf_sf,
+        _weibull_start,
+        (_LOG, (-9.0, 25.0)),
+    ),
+    "loglogistic": _parametric(
+        "loglogistic",
+        ("shape", "scale"),
+        (True, True),
+        _loglogistic_cdf_sf,
+        _loglogistic_start,
+        (_LOG, (-9.0, 25.0)),
+    ),
+    "gengamma": _parametric(
+        "gengamma",
+        ("a", "c", "scale"),
+        (True, True, True),
+        _gengamma_cdf_sf,
+        _gengamma_starts,
+        ((-7.0, 10.0), (-5.0, 4.0), (-20.0, 25.0)),
+    ),
+    "lognormal_mixture2": mixture_family(2),
+    "lognormal_mixture3": mixture_family(3),
+}
+PARAMETRIC_FAMILIES: tuple[str, ...] = tuple(FAMILY_SPECS)
+ALL_FAMILIES: tuple[str, ...] = (*PARAMETRIC_FAMILIES, "empirical")
+
+
+def clip_theta(family: Family, theta: Array) -> Array:
+    return _clip_theta(np.asarray(theta, float), family.bounds)
