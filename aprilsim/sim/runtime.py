@@ -1,8 +1,12 @@
 """The simulated RL loop: a simpy runtime that feeds a scheduler events and carries out its actions.
 
-Engines are plain objects that know their next event time; the runtime arms one simpy timeout per
-engine for it and re-arms only engines whose plan changed. Events are queued and handled one at a
-time (no re-entrancy), so a scheduler always sees a consistent world.
+Engines are plain objects that know their next event time. One simpy process (`_engine_loop`)
+owns them: it pops the earliest engine event from a heap and handles it at once, yielding to simpy
+only when another simpy event (the trainer, a weight sync) is due first. So simpy orders the RL
+loop while engine events cost no simpy scheduling; `self.now` is the simulated clock (simpy's
+`env.now` can lag behind it inside the loop, so every timeout is set at an absolute time via
+`_at`). Scheduler events are queued and handled one at a time (no re-entrancy), so a scheduler
+always sees a consistent world.
 
 Colocated mode (slime --colocate): rollout, then training, then weight sync; engines are idle
 while the trainer runs. Disaggregated mode: the trainer runs on its own GPUs; batches queue up for
@@ -11,6 +15,7 @@ it, and weights are synced when the scheduler says so (`UpdateWeights`).
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -91,8 +96,9 @@ class Simulation:
         self._events: deque[Event] = deque()
         self._draining = False
         self._dirty: set[int] = set()
-        self._armed = [INF] * n_engines
-        self._token = [0] * n_engines
+        self._armed = [INF] * n_engines  # t_event each engine has in the heap
+        self._heap: list[tuple[float, int]] = []  # (t_event, engine index), lazily invalidated
+        self._wake: simpy.Event | None = None
         self._paused = False
         self._held: list[Sample] = []
         self._closed: list[tuple[Group, ...]] = []
@@ -120,7 +126,17 @@ class Simulation:
     def run(self) -> RunResult:
         loop = self._colocated() if self.scheduler.mode == "colocated" else self._disaggregated()
         proc = self.env.process(loop)
-        self.env.run(until=proc)
+        self.env.process(self._engine_loop())
+        try:
+            self.env.run(until=proc)
+        except RuntimeError as e:
+            if "until" in str(e):
+                raise SchedulerError(
+                    f"simulation stalled at t={self.now:.1f}s: nothing in flight and no event "
+                    f"pending, but the {self.scheduler.mode} loop is still waiting (scheduler "
+                    f"{self.scheduler.name!r} never closed a batch or never updated weights)"
+                ) from None
+            raise
         self._finished = True
         end_state = self._final_drain()
         peak = self._peak_tokens_per_s()
@@ -144,7 +160,7 @@ class Simulation:
             rec = self._end_rollout(groups)
             train = self.trainer.train_time(rec.trained_tokens + rec.trained_prompt_tokens)
             rec.train_time_s = train
-            yield self.env.timeout(train + self.trainer.sync_s)
+            yield self._at(self.now + train + self.trainer.sync_s)
             self._sync_clock()
             self.version += 1
             rec.step_time_s = self.now - rec.rollout_start_s
@@ -160,7 +176,7 @@ class Simulation:
             rec = self._trained_record(k, groups)
             train = self.trainer.train_time(rec.trained_tokens + rec.trained_prompt_tokens)
             rec.train_time_s = train
-            yield self.env.timeout(train)
+            yield self._at(self.now + train)
             self._sync_clock()
             self._synced = self.env.event()
             self._emit(TrainStepDone(k))
@@ -387,7 +403,7 @@ class Simulation:
                 if s is not None:
                     returned.append(s)
             self._dirty.add(i)
-        done = self.env.timeout(self.trainer.sync_s)
+        done = self._at(until)
         done.callbacks.append(partial(self._weights_synced, tuple(returned)))
 
     def _weights_synced(self, returned: tuple[Sample, ...], _ev) -> None:
@@ -411,28 +427,46 @@ class Simulation:
             self._ready.succeed(self._closed.pop(0))
 
     # ------------------------------------------------------------------ engine timers
+    def _at(self, t: float) -> simpy.Event:
+        """A simpy timeout firing at absolute simulated time t (env.now may lag self.now)."""
+        return self.env.timeout(max(0.0, t - self.env.now))
+
     def _rearm(self) -> None:
-        env = self.env
+        """Push the new next-event time of every engine whose plan changed."""
         for i in self._dirty:
             te = self.engines[i].t_event
             if te != self._armed[i]:
                 self._armed[i] = te
-                self._token[i] += 1
                 if te < INF:
-                    ev = env.timeout(max(0.0, te - env.now))
-                    ev.callbacks.append(partial(self._fire, i, self._token[i], te))
+                    heapq.heappush(self._heap, (te, i))
         self._dirty.clear()
+        if self._wake is not None and not self._wake.triggered and self._heap:
+            self._wake.succeed()
 
-    def _fire(self, i: int, token: int, te: float, _ev) -> None:
-        if token != self._token[i] or self._finished:
-            return
-        self._armed[i] = INF
-        self.now = max(self.now, te)
-        e = self.engines[i]
-        self._dirty.add(i)
-        for c in e.advance():
-            self._complete(c)
-        self._drain()
+    def _engine_loop(self):
+        """Handle engine events in time order; yield to simpy only when one of its events is due."""
+        env, heap, armed, engines = self.env, self._heap, self._armed, self.engines
+        while not self._finished:
+            while heap and heap[0][0] != armed[heap[0][1]]:
+                heapq.heappop(heap)  # stale: that engine re-planned
+            if not heap:
+                self._wake = env.event()
+                yield self._wake
+                continue
+            te, i = heap[0]
+            if te > env.peek() and te > env.now:
+                # another simpy event comes first: let it run, then look again
+                self._wake = env.event()
+                yield env.timeout(te - env.now) | self._wake
+                continue
+            heapq.heappop(heap)
+            armed[i] = INF
+            if te > self.now:
+                self.now = te
+            self._dirty.add(i)
+            for c in engines[i].advance():
+                self._complete(c)
+            self._drain()
 
     # ------------------------------------------------------------------ end of run
     def _final_drain(self) -> dict[str, int]:
