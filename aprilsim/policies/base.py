@@ -17,6 +17,10 @@ from aprilsim.types import Group, Sample
 Mode = Literal["colocated", "disaggregated"]
 
 
+class SchedulerError(RuntimeError):
+    """A scheduler asked for something impossible, or gave up (e.g. dynamic sampling's round cap)."""
+
+
 # ------------------------------------------------------------------------------------ events
 @dataclass(frozen=True, slots=True)
 class RolloutStarted:
@@ -48,6 +52,14 @@ class SamplesReturned:
 
 
 @dataclass(frozen=True, slots=True)
+class SampleCapped:
+    """A sample used up the `max_new_tokens` of its submission (a token budget) and came back
+    unfinished; it is PARTIAL and may be resubmitted later."""
+
+    sample: Sample
+
+
+@dataclass(frozen=True, slots=True)
 class TrainStepDone:
     """Disaggregated mode: the trainer finished step `step`; new weights wait to be synced."""
 
@@ -61,15 +73,28 @@ class WeightsUpdated:
     version: int
 
 
-Event = RolloutStarted | SampleFinished | GroupFinished | SamplesReturned | TrainStepDone | WeightsUpdated
+Event = (
+    RolloutStarted
+    | SampleFinished
+    | GroupFinished
+    | SamplesReturned
+    | SampleCapped
+    | TrainStepDone
+    | WeightsUpdated
+)
 
 
 # ----------------------------------------------------------------------------------- actions
 @dataclass(frozen=True, slots=True)
 class Submit:
-    """Generate these samples (new, or resumed: the runtime re-prefills what they carry)."""
+    """Generate these samples (new, or resumed: the runtime re-prefills what they carry).
+
+    `max_new_tokens` caps what this submission may generate per sample (a per-step token budget);
+    a sample that reaches the cap unfinished comes back in a SampleCapped event.
+    """
 
     samples: tuple[Sample, ...]
+    max_new_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +148,15 @@ class GroupSource(Protocol):
     def new_groups(self, n: int, step: int) -> list[Group]: ...
 
 
+class RegeneratingSource(GroupSource, Protocol):
+    """A source that can also re-run prompts from scratch (tail batching's long rounds) and draw
+    groups of another size (over-provisioned responses)."""
+
+    def new_groups(self, n: int, step: int, group_size: int | None = None) -> list[Group]: ...
+
+    def regenerate(self, groups: Sequence[Group], step: int, group_size: int) -> list[Group]: ...
+
+
 @dataclass
 class Context:
     """What a scheduler may read about the world when it handles an event."""
@@ -133,10 +167,21 @@ class Context:
     step: int = 0
     version: int = 0
     in_flight: int = 0  # samples submitted and not yet returned
+    total_steps: int | None = None  # steps the runtime will train (None: unbounded)
     extra: dict = field(default_factory=dict)
 
-    def new_groups(self, n: int) -> list[Group]:
-        return self.source.new_groups(n, self.step)
+    def new_groups(self, n: int, group_size: int | None = None) -> list[Group]:
+        """`n` new prompts; `group_size` asks for more (or fewer) samples per prompt than usual."""
+        if group_size is None:
+            return self.source.new_groups(n, self.step)
+        return self.source.new_groups(n, self.step, group_size)  # type: ignore[call-arg]
+
+    def regenerate(self, groups: Sequence[Group], group_size: int) -> list[Group]:
+        """Fresh groups for the prompts of `groups`, generated from scratch (new samples)."""
+        regen = getattr(self.source, "regenerate", None)
+        if regen is None:
+            raise SchedulerError("this runtime's group source cannot re-run prompts")
+        return regen(groups, self.step, group_size)
 
 
 @runtime_checkable

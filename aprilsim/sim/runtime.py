@@ -39,9 +39,11 @@ from aprilsim.policies.base import (
     PauseGeneration,
     ResumeGeneration,
     RolloutStarted,
+    SampleCapped,
     SampleFinished,
     SamplesReturned,
     Scheduler,
+    SchedulerError,
     Submit,
     TrainStepDone,
     UpdateWeights,
@@ -55,8 +57,7 @@ INF = math.inf
 EngineFactory = Callable[[EngineSpec, int], FastEngine]
 
 
-class SchedulerError(RuntimeError):
-    """A scheduler asked for something impossible (e.g. to train an unfinished group)."""
+__all__ = ["EngineFactory", "SchedulerError", "Simulation"]
 
 
 class Simulation:
@@ -88,7 +89,9 @@ class Simulation:
         self.engines = [engine_factory(engine, i) for i in range(n_engines)]
         self.now = 0.0
         self.version = 0
-        self.ctx = Context(source=self, batch_size=batch_size, max_len=workload.max_len)
+        self.ctx = Context(
+            source=self, batch_size=batch_size, max_len=workload.max_len, total_steps=steps
+        )
         self.groups: dict[int, Group] = {}
         self._left: dict[int, int] = {}  # unfinished samples per group
         self._inflight: dict[int, tuple[Sample, int]] = {}  # rid -> (sample, engine index)
@@ -100,7 +103,7 @@ class Simulation:
         self._heap: list[tuple[float, int]] = []  # (t_event, engine index), lazily invalidated
         self._wake: simpy.Event | None = None
         self._paused = False
-        self._held: list[Sample] = []
+        self._held: list[tuple[Sample, int | None]] = []
         self._closed: list[tuple[Group, ...]] = []
         self._ready: simpy.Event | None = None
         self._batches = simpy.Store(self.env)
@@ -113,10 +116,17 @@ class Simulation:
         self._step_resumed = 0
         self._finished = False
         self._n_partial = 0
+        self._cap: dict[int, int] = {}  # rid -> the max_new_tokens cap of its submission
+        self._n_closed = 0  # batches closed so far
 
     # ------------------------------------------------------------------ GroupSource
-    def new_groups(self, n: int, step: int) -> list[Group]:
-        groups = self.workload.generate(n, step)
+    def new_groups(self, n: int, step: int, group_size: int | None = None) -> list[Group]:
+        return self._register(self.workload.generate(n, step, group_size))
+
+    def regenerate(self, groups: Sequence[Group], step: int, group_size: int) -> list[Group]:
+        return self._register(self.workload.regenerate(list(groups), step, group_size))
+
+    def _register(self, groups: list[Group]) -> list[Group]:
         for g in groups:
             self.groups[g.gid] = g
             self._left[g.gid] = g.size
@@ -268,10 +278,12 @@ class Simulation:
 
     def _apply(self, action: Action) -> None:
         if isinstance(action, Submit):
+            if action.max_new_tokens is not None and action.max_new_tokens < 1:
+                raise SchedulerError("Submit.max_new_tokens must be >= 1")
             if self._paused:
-                self._held.extend(action.samples)
+                self._held.extend((s, action.max_new_tokens) for s in action.samples)
             else:
-                self._submit(action.samples)
+                self._submit(action.samples, action.max_new_tokens)
         elif isinstance(action, AbortAll):
             self._abort_all()
         elif isinstance(action, CloseBatch):
@@ -285,11 +297,15 @@ class Simulation:
         elif isinstance(action, ResumeGeneration):
             self._paused = False
             held, self._held = self._held, []
-            self._submit(tuple(held))
+            by_cap: dict[int | None, list[Sample]] = {}
+            for s, cap in held:
+                by_cap.setdefault(cap, []).append(s)
+            for cap, samples in by_cap.items():
+                self._submit(samples, cap)
         else:
             raise SchedulerError(f"unknown action {action!r}")
 
-    def _submit(self, samples: Sequence[Sample]) -> None:
+    def _submit(self, samples: Sequence[Sample], cap: int | None = None) -> None:
         if self._finished or not samples:
             return
         per_engine: dict[int, list[Request]] = {}
@@ -305,11 +321,16 @@ class Simulation:
             rid = self._next_rid
             self._next_rid += 1
             g = s.generated
-            req = Request(rid, s.prompt_len + g, s.max_len - g, s.target_len - g)
+            max_new, target = s.max_len - g, s.target_len - g
+            if cap is not None and cap < max_new:
+                max_new, target = cap, min(target, cap)
+                self._cap[rid] = cap
+            req = Request(rid, s.prompt_len + g, max_new, target)
             i = pick(loads)
             s.status = SampleStatus.RUNNING
             s.submits += 1
-            s.submit_version = self.version
+            # during a weight sync, new work starts only once the new weights are loaded
+            s.submit_version = self.version + 1 if self._updating else self.version
             self._inflight[rid] = (s, i)
             per_engine.setdefault(i, []).append(req)
             loads[i] += 1
@@ -321,9 +342,13 @@ class Simulation:
         """Credit a completion to its sample; return the sample if it came back unfinished."""
         s, _ = self._inflight.pop(c.rid)
         s.add_tokens(c.tokens, s.submit_version)
-        if c.reason == "abort":
+        capped = self._cap.pop(c.rid, None) is not None and s.generated < s.target_len
+        if c.reason == "abort" or capped:
             s.status = SampleStatus.PARTIAL
             self._n_partial += 1
+            if capped and c.reason != "abort":
+                self._emit(SampleCapped(s))
+                return None
             return s
         s.status = SampleStatus.DONE
         self._emit(SampleFinished(s))
@@ -362,6 +387,12 @@ class Simulation:
             for s in g.samples:
                 s.status = SampleStatus.TRAINED
         batch = tuple(groups)
+        if self._n_closed >= self.steps:
+            raise SchedulerError(
+                f"scheduler {self.scheduler.name!r} closed more batches than the {self.steps} "
+                "steps of the run (read ctx.total_steps)"
+            )
+        self._n_closed += 1
         if self.scheduler.mode == "colocated":
             self._closed.append(batch)
         else:
@@ -389,6 +420,8 @@ class Simulation:
             self._emit(RolloutStarted(nxt, self.version))
 
     def _update_weights(self, interrupt: bool) -> None:
+        if self.scheduler.mode == "colocated":
+            raise SchedulerError("UpdateWeights in colocated mode: the runtime syncs after training")
         if self._updating:
             raise SchedulerError("UpdateWeights while a weight update is in progress")
         self._updating = True

@@ -65,11 +65,16 @@ class Workload:
         x = self.lengths.ppf(q) * self.drift.scale(step)
         return float(cap_lengths(x, self.max_len).mean())
 
-    def generate(self, n_groups: int, step: int = 0) -> list[Group]:
-        """Draw `n_groups` new groups for training step `step` (drift uses the step)."""
+    def generate(self, n_groups: int, step: int = 0, group_size: int | None = None) -> list[Group]:
+        """Draw `n_groups` new groups for training step `step` (drift uses the step).
+
+        `group_size` overrides the workload's samples per prompt (over-provisioned responses).
+        """
         if n_groups <= 0:
             return []
-        rng, n = self._rng, self.group_size
+        rng, n = self._rng, self.group_size if group_size is None else group_size
+        if n < 1:
+            raise ValueError("group_size must be >= 1")
         u_prompt = rng.standard_normal(n_groups)
         u_sample = rng.standard_normal((n_groups, n))
         rho = self.prompt_share
@@ -96,3 +101,23 @@ class Workload:
         self._next_gid += n_groups
         self._next_uid = uid
         return groups
+
+    def regenerate(self, groups: list[Group], step: int, group_size: int) -> list[Group]:
+        """Re-run the prompts of `groups` from scratch: new groups (new ids, no tokens) with the
+        same prompt, pass rate, and the response lengths and rewards of their first `group_size`
+        samples (a proxy for "this prompt is long again"). Draws no random numbers."""
+        out = []
+        uid = self._next_uid
+        for j, g in enumerate(groups):
+            gid = self._next_gid + j
+            if group_size > g.size:
+                raise ValueError(f"cannot regenerate {group_size} samples from a group of {g.size}")
+            samples = [
+                Sample(uid + i, gid, i, g.prompt_len, s.target_len, s.max_len, s.reward)
+                for i, s in enumerate(g.samples[:group_size])
+            ]
+            uid += group_size
+            out.append(Group(gid, g.prompt_len, samples, step, g.pass_rate))
+        self._next_gid += len(groups)
+        self._next_uid = uid
+        return out
