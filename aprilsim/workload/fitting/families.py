@@ -32,9 +32,9 @@ class Summary:
     weights: Array
 
 
-def summarise(values: Array, counts: Array) -> Summary:
-    # lengths are ceil(X): the midpoint of (k-1, k] is a better stand-in for X than k itself
-    x = np.maximum(values.astype(float) - 0.5, 0.5)
+def summarise(x: Array, counts: Array) -> Summary:
+    """Summaries of stand-in values `x` (bin midpoints: for ceil(X) = k, k - 1/2) with counts."""
+    x = np.maximum(np.asarray(x, float), 0.5)
     w = counts / counts.sum()
     lx = np.log(x)
     m = float(w @ lx)
@@ -253,7 +253,7 @@ FAMILY_SPECS: dict[str, Family] = {
         (True, True, True),
         _gengamma_cdf_sf,
         _gengamma_starts,
-        ((-7.0, 10.0), (-5.0, 4.0), (-20.0, 25.0)),
+        ((-7.0, 8.0), (-7.0, 4.0), (-700.0, 50.0)),
     ),
     "lognormal_mixture2": mixture_family(2),
     "lognormal_mixture3": mixture_family(3),

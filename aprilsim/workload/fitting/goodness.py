@@ -34,7 +34,9 @@ def ks_statistic(cdf, data: CensoredHistogram) -> float:
     fn = _ecdf(data)
     v = data.values.astype(float)
     at = np.abs(fn - np.asarray(cdf(v), float))
-    before = np.abs(np.concatenate([[0.0], fn[:-1]]) - np.asarray(cdf(v - 1.0), float))
+    before = np.abs(
+        np.concatenate([[0.0], fn[:-1]]) - np.asarray(cdf(np.asarray(data.lower, float)), float)
+    )
     d = max(float(at.max()), float(before.max()))
     if data.max_len is not None and data.n_censored:
         d = max(d, abs(fn[-1] - float(cdf(np.array([data.max_len - 1.0]))[0])))
@@ -59,8 +61,9 @@ def ad_statistic(cdf, data: CensoredHistogram) -> float:
     if len(data.values) == 0:
         return 0.0
     fn = _ecdf(data)
-    v = data.values.astype(float)
-    f_before = np.asarray(cdf(v - 1.0), float)  # model P(L < v_i): where the i-th step starts
+    f_before = np.asarray(
+        cdf(np.asarray(data.lower, float)), float
+    )  # model P(L < v_i): where the i-th step starts
     end = float(cdf(np.array([data.max_len - 1.0]))[0]) if data.n_censored else 1.0
     f_next = np.concatenate([f_before[1:], [end]])
     eps = 0.5 / data.n

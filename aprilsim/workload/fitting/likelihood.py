@@ -30,7 +30,7 @@ class Grid:
 
     @classmethod
     def of(cls, data: CensoredHistogram) -> Grid:
-        pts = [data.values - 1.0, data.values.astype(float)]
+        pts = [np.asarray(data.lower, float), data.values.astype(float)]
         if data.max_len is not None:
             pts.append(np.array([data.max_len - 1.0]))
         x, inv = np.unique(np.concatenate(pts), return_inverse=True)
@@ -78,8 +78,10 @@ def maximise(
     starts: list[np.ndarray],
     grid: Grid | None = None,
     maxiter: int = 500,
+    n_best: int | None = None,
 ) -> Optimum:
-    """Maximise the likelihood from each start (L-BFGS-B on unconstrained parameters)."""
+    """Maximise the likelihood (L-BFGS-B on unconstrained parameters) from each start, or only
+    from the `n_best` starts with the highest likelihood (each run costs tens of evaluations)."""
     grid = grid or Grid.of(data)
     n = max(data.n, 1)
 
@@ -87,6 +89,8 @@ def maximise(
         ll = loglik(family, theta, data, grid)
         return -ll / n if np.isfinite(ll) else 1e10
 
+    if n_best is not None and len(starts) > n_best:
+        starts = sorted(starts, key=lambda t: nll(clip_theta(family, t)))[:n_best]
     best: Optimum | None = None
     for start in starts:
         x0 = clip_theta(family, start)

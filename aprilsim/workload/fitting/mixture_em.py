@@ -26,7 +26,7 @@ def em_lognormal_mixture(
     tol: float = 1e-9,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Run EM from the given start; returns (weights, mus, sigmas)."""
-    y = np.log(np.maximum(data.values - 0.5, 0.5))
+    y = np.log(data.midpoints)
     n = data.counts.astype(float)
     nc = float(data.n_censored)
     c = np.log(data.max_len - 1.0) if data.max_len is not None and nc > 0 else None

@@ -225,7 +225,11 @@ def _resolve(
             return find_column(columns, given, what)
         return detect_optional(rest, names)
 
-    return col, optional(group_column, GROUP_NAMES, "group"), optional(step_column, STEP_NAMES, "step")
+    return (
+        col,
+        optional(group_column, GROUP_NAMES, "group"),
+        optional(step_column, STEP_NAMES, "step"),
+    )
 
 
 def _flatten(rec: dict[str, Any]) -> dict[str, Any]:
@@ -253,8 +257,10 @@ def _read_delimited(path, fmt, column, group_column, step_column) -> LengthData:
     if len(header) == 1 and _Accumulator._number(header[0]) != "not a number" and not column:
         return _read_plain(path)
     col, grp, stp = _resolve(header, column, group_column, step_column)
-    ic, ig, is_ = header.index(col), (header.index(grp) if grp else None), (
-        header.index(stp) if stp else None
+    ic, ig, is_ = (
+        header.index(col),
+        (header.index(grp) if grp else None),
+        (header.index(stp) if stp else None),
     )
     acc = _Accumulator(grp is not None or stp is not None, grp is not None, stp is not None)
     width = max(i for i in (ic, ig, is_) if i is not None)
@@ -275,7 +281,9 @@ def _json_records(path: Path, fmt: str) -> Iterator[dict[str, Any] | None]:
             try:
                 data = json.load(f)
             except json.JSONDecodeError as e:
-                raise LengthDataError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+                raise LengthDataError(
+                    f"{path}: not valid JSON ({e.msg} at line {e.lineno})"
+                ) from None
         if isinstance(data, dict):
             data = [data]
         if not isinstance(data, list):
