@@ -18,6 +18,7 @@ Shapes follow SGLang 0.5.23 (``sglang/api/v1/api_types.py``, ``srt/entrypoints/h
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import uuid
@@ -39,7 +40,9 @@ class RidFactory:
     """
 
     def __init__(self, session: str | None = None) -> None:
-        self.session = (session or uuid.uuid4().hex)[:12].rjust(12, "0")
+        # A 12-hex-digit tag: random per factory, or derived from a caller's session name.
+        raw = uuid.uuid4().hex if session is None else hashlib.sha1(session.encode()).hexdigest()
+        self.session = raw[:12]
         self._counter = itertools.count()
 
     def __call__(self) -> str:
