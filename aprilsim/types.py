@@ -22,6 +22,9 @@ class SampleStatus(str, Enum):
     DISCARDED = "discarded"  # thrown away; its tokens count as waste
 
 
+_DONE, _TRAINED = SampleStatus.DONE, SampleStatus.TRAINED
+
+
 class FinishReason(str, Enum):
     STOP = "stop"
     LENGTH = "length"
@@ -73,7 +76,8 @@ class Sample:
 
     @property
     def finished(self) -> bool:
-        return self.status in (SampleStatus.DONE, SampleStatus.TRAINED)
+        st = self.status
+        return st is _DONE or st is _TRAINED
 
     @property
     def finish_reason(self) -> FinishReason:

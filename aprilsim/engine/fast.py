@@ -38,7 +38,6 @@ class FastEngine:
         self.waiting: deque[Request] = deque()
         self.running: dict[int, Request] = {}
         self._finish: list[tuple[int, int]] = []  # (iteration at which it ends, rid)
-        self._evict: list[tuple[int, int]] = []  # (base, -rid): fewest generated first
         self.it = 0  # decode iterations done (global counter)
         self.t = 0.0  # time of the current boundary
         self.kv = 0  # KV tokens held by running + prefilling requests
@@ -119,7 +118,6 @@ class FastEngine:
         self.batch = []
         self.waiting.clear()
         self._finish.clear()
-        self._evict.clear()
         self.kv = self.reserve = 0
         self.hold = False
         self.phase, self.n, self.t_event = IDLE, 0, INF
@@ -148,7 +146,6 @@ class FastEngine:
         r.base = r.gen - self.it
         self.running[r.rid] = r
         heapq.heappush(self._finish, (r.target_new - r.base, r.rid))
-        heapq.heappush(self._evict, (r.base, -r.rid))
 
     def _apply_decode(self, m: int) -> None:
         if m <= 0:
@@ -167,27 +164,28 @@ class FastEngine:
 
     def _pop_finished(self) -> list[Completion]:
         done = []
-        heap, it, running = self._finish, self.it, self.running
+        heap, it, running, t = self._finish, self.it, self.running, self.t
+        pop = heapq.heappop
         while heap and heap[0][0] <= it:
-            fi, rid = heapq.heappop(heap)
+            fi, rid = pop(heap)
             r = running.get(rid)
             if r is None or r.target_new - r.base != fi:
                 continue  # stale entry (retracted, re-admitted)
             del running[rid]
-            r.gen = r.target_new
-            self.kv -= r.input_len + r.gen
-            self.reserve -= r.max_new - r.gen
+            gen = r.gen = r.target_new
+            self.kv -= r.input_len + gen
+            self.reserve -= r.max_new - gen
             self.hold = False
-            done.append(Completion(rid, r.gen, "length" if r.gen == r.max_new else "stop", self.t))
+            done.append(Completion(rid, gen, "length" if gen == r.max_new else "stop", t))
         return done
 
     def _retract_until_fits(self) -> None:
-        while self.running and self.kv + len(self.running) > self.spec.kv_capacity:
-            base, neg = heapq.heappop(self._evict)
-            r = self.running.get(-neg)
-            if r is None or r.base != base:
-                continue
-            del self.running[r.rid]
+        """Evict the requests with the fewest generated tokens (latest rid on ties) until the
+        next iteration fits. O(n) per eviction: retractions are rare."""
+        running, cap = self.running, self.spec.kv_capacity
+        while running and self.kv + len(running) > cap:
+            r = min(running.values(), key=lambda x: (x.base, -x.rid))
+            del running[r.rid]
             r.gen = r.base + self.it
             self.kv -= r.input_len + r.gen
             self.reserve -= r.max_new - r.gen
@@ -198,26 +196,32 @@ class FastEngine:
 
     def _plan(self) -> None:
         """At a boundary: admit a prefill batch, else decode until the next event, else idle."""
-        if not self.hold and can_admit_head(
-            self.spec, self.waiting, len(self.running), self.kv, self.reserve
+        running = self.running
+        if (
+            self.waiting
+            and not self.hold
+            and can_admit_head(self.spec, self.waiting, len(running), self.kv, self.reserve)
         ):
             self.batch = select_prefill_batch(
-                self.spec, self.waiting, len(self.running), self.kv, self.reserve
+                self.spec, self.waiting, len(running), self.kv, self.reserve
             )
             tokens = self._batch_tokens()
             self.kv += tokens
             self.reserve += sum(r.max_new - r.gen for r in self.batch)
             self.prefill_tokens += tokens
-            self.kv_peak = max(self.kv_peak, self.kv)
+            if self.kv > self.kv_peak:
+                self.kv_peak = self.kv
             self.phase = PREFILL
             self.t_event = self.t + self.cost.prefill_time(tokens)
             return
-        if self.running:
-            self._retract_until_fits()
-            b = len(self.running)
+        if running:
+            if self.kv + len(running) > self.spec.kv_capacity:
+                self._retract_until_fits()
+            b = len(running)
             n_fin = self._next_finish_iter() - self.it
             n_kv = (self.spec.kv_capacity - self.kv) // b
-            self.n = max(1, min(n_fin, n_kv))
+            n = n_fin if n_fin < n_kv else n_kv
+            self.n = n if n > 1 else 1
             self.phase = DECODE
             self.t_event = self.t + self.cost.decode_span(self.n, b, self.kv)
             return

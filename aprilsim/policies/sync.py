@@ -25,6 +25,7 @@ class SyncScheduler:
 
     name: ClassVar[str] = "sync"
     mode: ClassVar[Mode] = "colocated"
+    sample_events: ClassVar[bool] = False  # only group completions matter
     _done: list[Group] = field(default_factory=list, repr=False)
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Action]:

@@ -61,9 +61,12 @@ class Workload:
 
     def expected_length(self, step: int = 0) -> float:
         """Mean capped response length at `step` (numerical; the workload mean of length bias)."""
-        q = (np.arange(4000) + 0.5) / 4000
-        x = self.lengths.ppf(q) * self.drift.scale(step)
-        return float(cap_lengths(x, self.max_len).mean())
+        scale = self.drift.scale(step)
+        cache = self.__dict__.setdefault("_mean_cache", {})
+        if scale not in cache:
+            q = (np.arange(4000) + 0.5) / 4000
+            cache[scale] = float(cap_lengths(self.lengths.ppf(q) * scale, self.max_len).mean())
+        return cache[scale]
 
     def generate(self, n_groups: int, step: int = 0, group_size: int | None = None) -> list[Group]:
         """Draw `n_groups` new groups for training step `step` (drift uses the step).
