@@ -54,6 +54,7 @@ from aprilsim.types import Group, Sample, SampleStatus
 from aprilsim.workload.generator import Workload
 
 INF = math.inf
+_DONE, _PARTIAL = SampleStatus.DONE, SampleStatus.PARTIAL
 EngineFactory = Callable[[EngineSpec, int], FastEngine]
 
 
@@ -90,7 +91,8 @@ class Simulation:
         self.now = 0.0
         self.version = 0
         self.ctx = Context(
-            source=self, batch_size=batch_size, max_len=workload.max_len, total_steps=steps
+            source=self, batch_size=batch_size, max_len=workload.max_len, total_steps=steps,
+            group_size=workload.group_size,
         )
         self.groups: dict[int, Group] = {}
         self._left: dict[int, int] = {}  # unfinished samples per group
@@ -116,6 +118,8 @@ class Simulation:
         self._step_resumed = 0
         self._finished = False
         self._n_partial = 0
+        # schedulers that ignore SampleFinished may say so (a speed-up on large clusters)
+        self._sample_events = bool(getattr(scheduler, "sample_events", True))
         self._cap: dict[int, int] = {}  # rid -> the max_new_tokens cap of its submission
         self._n_closed = 0  # batches closed so far
 
@@ -311,29 +315,37 @@ class Simulation:
         per_engine: dict[int, list[Request]] = {}
         loads = [e.load for e in self.engines]
         pick = self.router.pick
+        # during a weight sync, new work starts only once the new weights are loaded
+        inflight, version = self._inflight, self.version + 1 if self._updating else self.version
+        pending, partial_st, running = SampleStatus.PENDING, SampleStatus.PARTIAL, SampleStatus.RUNNING
+        rid = self._next_rid
         for s in samples:
-            if s.status not in (SampleStatus.PENDING, SampleStatus.PARTIAL):
-                raise SchedulerError(f"cannot submit sample {s.uid} in status {s.status.value}")
-            if s.status == SampleStatus.PARTIAL:
+            st = s.status
+            if st is partial_st:
                 self._n_partial -= 1
-            if s.generated:
-                self._step_resumed += s.generated
-            rid = self._next_rid
-            self._next_rid += 1
+            elif st is not pending:
+                raise SchedulerError(f"cannot submit sample {s.uid} in status {st.value}")
             g = s.generated
-            max_new, target = s.max_len - g, s.target_len - g
-            if cap is not None and cap < max_new:
-                max_new, target = cap, min(target, cap)
+            if g:
+                self._step_resumed += g
+            if cap is None or cap >= s.max_len - g:
+                req = Request(rid, s.prompt_len + g, s.max_len - g, s.target_len - g)
+            else:  # a token budget: stop this submission after `cap` tokens
+                req = Request(rid, s.prompt_len + g, cap, min(s.target_len - g, cap))
                 self._cap[rid] = cap
-            req = Request(rid, s.prompt_len + g, max_new, target)
             i = pick(loads)
-            s.status = SampleStatus.RUNNING
-            s.submits += 1
-            # during a weight sync, new work starts only once the new weights are loaded
-            s.submit_version = self.version + 1 if self._updating else self.version
-            self._inflight[rid] = (s, i)
-            per_engine.setdefault(i, []).append(req)
             loads[i] += 1
+            s.status = running
+            s.submits += 1
+            s.submit_version = version
+            inflight[rid] = (s, i)
+            rid += 1
+            reqs = per_engine.get(i)
+            if reqs is None:
+                per_engine[i] = [req]
+            else:
+                reqs.append(req)
+        self._next_rid = rid
         for i, reqs in per_engine.items():
             self.engines[i].submit(reqs, self.now)
             self._dirty.add(i)
@@ -342,20 +354,25 @@ class Simulation:
         """Credit a completion to its sample; return the sample if it came back unfinished."""
         s, _ = self._inflight.pop(c.rid)
         s.add_tokens(c.tokens, s.submit_version)
-        capped = self._cap.pop(c.rid, None) is not None and s.generated < s.target_len
-        if c.reason == "abort" or capped:
-            s.status = SampleStatus.PARTIAL
+        if c.reason == "abort":
+            s.status = _PARTIAL
             self._n_partial += 1
-            if capped and c.reason != "abort":
-                self._emit(SampleCapped(s))
-                return None
+            if self._cap:
+                self._cap.pop(c.rid, None)
             return s
-        s.status = SampleStatus.DONE
-        self._emit(SampleFinished(s))
-        left = self._left[s.group_id] - 1
-        self._left[s.group_id] = left
+        if self._cap and self._cap.pop(c.rid, None) is not None and s.generated < s.target_len:
+            s.status = _PARTIAL  # used its token budget unfinished
+            self._n_partial += 1
+            self._events.append(SampleCapped(s))
+            return None
+        s.status = _DONE
+        if self._sample_events:
+            self._events.append(SampleFinished(s))
+        gid = s.group_id
+        left = self._left[gid] - 1
+        self._left[gid] = left
         if left == 0:
-            self._emit(GroupFinished(self.groups[s.group_id]))
+            self._events.append(GroupFinished(self.groups[gid]))
         return None
 
     def _abort_all(self) -> None:
@@ -508,7 +525,8 @@ class Simulation:
             for c in e.abort_all(self.now):
                 s, _ = self._inflight.pop(c.rid)
                 s.add_tokens(c.tokens, s.submit_version)
-                s.status = SampleStatus.DONE if c.reason != "abort" else SampleStatus.PARTIAL
+                done = c.reason != "abort" and s.generated >= s.target_len
+                s.status = SampleStatus.DONE if done else SampleStatus.PARTIAL
         counts = {st.value: 0 for st in SampleStatus}
         tokens = {st.value: 0 for st in SampleStatus}
         for g in self.groups.values():
