@@ -1,10 +1,25 @@
 """`april`: active partial rollouts (arXiv 2509.18521; slime's --partial-rollout).
 
 Keep ceil(ratio * N) groups in flight; as soon as N groups are complete, abort the rest, keep the
-unfinished groups (finished samples keep their output) in a buffer and resume them first (FIFO) in
-the next step, their max_new_tokens reduced by what they already generated. Groups that complete
+unfinished groups (finished samples keep their output) in a buffer and resume them first in the
+next step, their max_new_tokens reduced by what they already generated. Groups that complete
 between the N-th one and the abort go to the buffer too (complete: they need no more work). With
 `recycle=False` everything left at the abort is discarded (slime without --partial-rollout).
+
+Options:
+
+- `resume_order`: which buffered groups resume first: "fifo" (slime's default), "most_progress"
+  (most generated tokens first) or "oldest_version" (oldest first segment first).
+- `max_staleness` = k: a buffered group whose oldest tokens are k versions old is force-completed
+  this step (submitted first, without token budget, and the batch waits for it)
+  (`stale_action="complete"`), or, once older than k, discarded and counted as waste
+  (`stale_action="discard"`). Either way no trained token is more than k versions old.
+- `token_budget` = B (Kimi k1.5's partial rollouts): a sample generates at most B tokens per step;
+  past that it is parked until the next step, and a fresh group replaces its group in flight.
+
+`april_ds` adds DAPO's dynamic-sampling filter (slime with --partial-rollout and
+--dynamic-sampling-filter-path): a finished group whose rewards are all equal is dropped (waste)
+and replaced by a fresh group.
 """
 
 from __future__ import annotations
@@ -25,10 +40,18 @@ from aprilsim.policies.base import (
     GroupFinished,
     Mode,
     RolloutStarted,
+    SampleCapped,
     SamplesReturned,
     Submit,
 )
 from aprilsim.types import Group
+
+RESUME_ORDERS = ("fifo", "most_progress", "oldest_version")
+
+
+def oldest_version(group: Group, default: int) -> int:
+    """The policy version of the oldest tokens a group carries (`default` if it has none)."""
+    return min((seg.version for s in group.samples for seg in s.segments), default=default)
 
 
 @dataclass
@@ -36,52 +59,152 @@ class AprilScheduler:
     """Over-provision, stop at N complete groups, recycle the partial ones."""
 
     name: ClassVar[str] = "april"
+    mode: ClassVar[Mode] = "colocated"
     ratio: float = 2.0
     recycle: bool = True
-    mode: ClassVar[Mode] = "colocated"
+    resume_order: str = "fifo"
+    max_staleness: int | None = None
+    stale_action: str = "complete"
+    token_budget: int | None = None
+    max_new_groups: float = 8.0  # with replacements: at most this x N fresh groups per step
     buffer: deque[Group] = field(default_factory=deque, repr=False)
     _active: dict[int, Group] = field(default_factory=dict, repr=False)
+    _parked: set[int] = field(default_factory=set, repr=False)
+    _forced: set[int] = field(default_factory=set, repr=False)
     _done: list[Group] = field(default_factory=list, repr=False)
     _closed: bool = field(default=False, repr=False)
+    _fresh: int = field(default=0, repr=False)
     _stats: dict[str, float] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.ratio < 1.0:
-            raise ValueError(f"april: over-provision ratio must be >= 1, got {self.ratio}")
+            raise ValueError(f"{self.name}: over-provision ratio must be >= 1, got {self.ratio}")
+        if self.resume_order not in RESUME_ORDERS:
+            raise ValueError(f"{self.name}: resume_order must be one of {RESUME_ORDERS}")
+        if self.stale_action not in ("complete", "discard"):
+            raise ValueError(f"{self.name}: stale_action must be 'complete' or 'discard'")
+        if self.max_staleness is not None and self.max_staleness < 1:
+            raise ValueError(f"{self.name}: max_staleness must be >= 1 (partials are 1 step old)")
+        if self.token_budget is not None and self.token_budget < 1:
+            raise ValueError(f"{self.name}: token_budget must be >= 1")
+        if self.max_new_groups < 1.0:
+            raise ValueError(f"{self.name}: max_new_groups must be >= 1")
 
+    # ------------------------------------------------------------------ hooks for subclasses
+    def accept(self, group: Group) -> bool:
+        """Whether a finished group may be trained (april_ds filters here)."""
+        return True
+
+    # ------------------------------------------------------------------ events
     def handle(self, event: Event, ctx: Context) -> Sequence[Action]:
         if isinstance(event, RolloutStarted):
             return self._start(ctx)
         if isinstance(event, GroupFinished):
             return self._group_finished(event.group, ctx)
+        if isinstance(event, SampleCapped):
+            return self._capped(event.sample.group_id, ctx)
         if isinstance(event, SamplesReturned):
             return self._returned()
         return ()
 
     def _start(self, ctx: Context) -> Sequence[Action]:
         self._done, self._closed, self._active = [], False, {}
+        self._parked, self._forced, self._fresh = set(), set(), 0
+        self._stats = {
+            k: 0.0
+            for k in ("filtered_groups", "capped_samples", "stale_discarded_groups", "short_batch")
+        }
+        actions: list[Action] = []
         target = math.ceil(self.ratio * ctx.batch_size)
-        groups: list[Group] = []
-        while self.buffer and len(groups) < target:
-            groups.append(self.buffer.popleft())
-        self._stats = {"resumed_groups": float(len(groups))}
-        groups += ctx.new_groups(target - len(groups))
-        self._active = {g.gid: g for g in groups}
-        actions: list[Action] = [Submit(tuple(s for g in groups for s in g.unfinished))]
-        for g in groups:
+        buffered = list(self.buffer)
+        self.buffer.clear()
+        if self.max_staleness is not None:
+            keep = []
+            for g in buffered:
+                age = ctx.version - oldest_version(g, ctx.version)
+                if self.stale_action == "discard" and age > self.max_staleness:
+                    actions.append(Discard(tuple(g.samples)))
+                    self._stats["stale_discarded_groups"] += 1
+                    continue
+                if self.stale_action == "complete" and age >= self.max_staleness:
+                    self._forced.add(g.gid)
+                keep.append(g)
+            buffered = keep
+        if self.resume_order == "most_progress":
+            buffered.sort(key=lambda g: -g.generated)
+        elif self.resume_order == "oldest_version":
+            buffered.sort(key=lambda g: oldest_version(g, ctx.version))
+        buffered.sort(key=lambda g: g.gid not in self._forced)  # stable: forced ones first
+        take = max(target, len(self._forced))
+        groups, rest = buffered[:take], buffered[take:]
+        self.buffer.extend(rest)
+        self._stats["resumed_groups"] = float(len(groups))
+        self._stats["forced_groups"] = float(len(self._forced))
+        forced = [g for g in groups if g.gid in self._forced]
+        free = [g for g in groups if g.gid not in self._forced]
+        fresh = ctx.new_groups(target - len(groups)) if len(groups) < target else []
+        self._fresh = len(fresh)
+        free += fresh
+        for g in (*forced, *free):
+            self._active[g.gid] = g
+        if forced:  # force-completed: run to the end, whatever the token budget
+            actions.append(Submit(tuple(s for g in forced for s in g.unfinished)))
+        actions.append(
+            Submit(tuple(s for g in free for s in g.unfinished), max_new_tokens=self.token_budget)
+        )
+        for g in (*forced, *free):
             if g.finished:  # completed last step after the batch closed: counts right away
                 actions += self._group_finished(g, ctx)
         return actions
 
     def _group_finished(self, group: Group, ctx: Context) -> Sequence[Action]:
-        if self._closed:
+        if self._closed or group.gid not in self._active:
             return ()  # finished after the N-th group: stays active, handled at the abort
         del self._active[group.gid]
+        if not self.accept(group):
+            self._forced.discard(group.gid)
+            self._stats["filtered_groups"] += 1
+            return [Discard(tuple(group.samples)), *self._replace(ctx)]
         self._done.append(group)
-        if len(self._done) < ctx.batch_size:
+        return self._maybe_close(ctx)
+
+    def _capped(self, gid: int, ctx: Context) -> Sequence[Action]:
+        """A sample used its token budget: its group cannot finish this step."""
+        self._stats["capped_samples"] += 1
+        if self._closed or gid not in self._active or gid in self._parked:
             return ()
+        self._parked.add(gid)
+        return self._replace(ctx)
+
+    def _replace(self, ctx: Context) -> list[Action]:
+        """Keep the in-flight level: one fresh group for one that left (filtered or parked)."""
+        live = len(self._active) - len(self._parked)
+        if self._fresh < self.max_new_groups * ctx.batch_size:
+            self._fresh += 1
+            (g,) = ctx.new_groups(1)
+            self._active[g.gid] = g
+            return [Submit(tuple(g.samples), max_new_tokens=self.token_budget)]
+        if live == 0:  # nothing left that can finish this step: train on what there is
+            return self._close(ctx, fallback=True)
+        return []
+
+    def _maybe_close(self, ctx: Context) -> list[Action]:
+        if len(self._done) < ctx.batch_size:
+            if len(self._active) == len(self._parked):  # replacements ran out: nothing can finish
+                return self._close(ctx, fallback=True)
+            return []
+        if any(gid in self._active for gid in self._forced):
+            return []  # the batch waits for the force-completed groups
+        return self._close(ctx)
+
+    def _close(self, ctx: Context, fallback: bool = False) -> list[Action]:
         self._closed = True
-        return [AbortAll(), CloseBatch(tuple(self._done))]
+        done = sorted(self._done, key=lambda g: g.gid not in self._forced)
+        batch, surplus = done[: ctx.batch_size], done[ctx.batch_size :]
+        for g in surplus:  # complete, but beyond N: kept for the next step like the partials
+            self._active[g.gid] = g
+        self._stats["short_batch"] = float(fallback)
+        return [AbortAll(), CloseBatch(tuple(batch))]
 
     def _returned(self) -> Sequence[Action]:
         """After the abort: everything still active is partial (or complete but surplus)."""
@@ -95,4 +218,17 @@ class AprilScheduler:
     def step_stats(self) -> dict[str, float]:
         out = dict(self._stats)
         out["buffered_groups"] = float(len(self.buffer))
+        out["parked_groups"] = float(len(self._parked))
+        out["fresh_groups"] = float(self._fresh)
         return out
+
+
+@dataclass
+class AprilDSScheduler(AprilScheduler):
+    """APRIL with DAPO's dynamic-sampling filter (slime: --partial-rollout + dynamic sampling)."""
+
+    name: ClassVar[str] = "april_ds"
+    std_threshold: float = 0.0
+
+    def accept(self, group: Group) -> bool:
+        return group.reward_std() > self.std_threshold

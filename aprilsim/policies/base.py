@@ -168,6 +168,7 @@ class Context:
     version: int = 0
     in_flight: int = 0  # samples submitted and not yet returned
     total_steps: int | None = None  # steps the runtime will train (None: unbounded)
+    group_size: int | None = None  # samples per prompt of the workload
     extra: dict = field(default_factory=dict)
 
     def new_groups(self, n: int, group_size: int | None = None) -> list[Group]:
@@ -186,7 +187,11 @@ class Context:
 
 @runtime_checkable
 class Scheduler(Protocol):
-    """Events in, actions out. `mode` says whether training blocks the engines (colocated)."""
+    """Events in, actions out. `mode` says whether training blocks the engines (colocated).
+
+    A scheduler may set a class attribute `sample_events = False` to skip SampleFinished events
+    (group completions still arrive); runtimes honour it to save work on large clusters.
+    """
 
     name: ClassVar[str]
     mode: Mode

@@ -12,9 +12,13 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from aprilsim.policies.april import AprilScheduler
+from aprilsim.policies.april import AprilDSScheduler, AprilScheduler
+from aprilsim.policies.async_one_step import AsyncOneStepScheduler
 from aprilsim.policies.base import Scheduler
+from aprilsim.policies.dynamic_sampling import DynamicSamplingScheduler
+from aprilsim.policies.fully_async import FullyAsyncScheduler
 from aprilsim.policies.sync import SyncScheduler
+from aprilsim.policies.tail_batching import TailBatchingScheduler
 
 REGISTRY: dict[str, type] = {}
 
@@ -27,7 +31,15 @@ def register(cls: type) -> type:
     return cls
 
 
-for _cls in (SyncScheduler, AprilScheduler):
+for _cls in (
+    SyncScheduler,
+    AprilScheduler,
+    AprilDSScheduler,
+    AsyncOneStepScheduler,
+    FullyAsyncScheduler,
+    DynamicSamplingScheduler,
+    TailBatchingScheduler,
+):
     register(_cls)
 
 
