@@ -43,7 +43,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     e.add_argument("--dtype", default="float32")
     e.add_argument("--min-step-seconds", type=float, default=0.0,
                    help="pad every step to at least this long (emulate a slower device)")
-    e.add_argument("--torch-threads", type=int, default=None)
+    e.add_argument("--torch-threads", type=int, default=1,
+                   help="torch intra-op threads (default 1: a tiny model gains nothing from more, "
+                        "and OpenMP spin-waits badly on a shared CPU); 0 leaves torch's default")
     e.add_argument("--weight-version", default="default")
     s = p.add_argument_group("server")
     s.add_argument("--incremental-streaming-output", action="store_true",

@@ -24,8 +24,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 pytest.importorskip("aiohttp")
+# In-process engines (LocalEngine tests): one intra-op thread; OpenMP spin-waits on a busy CPU.
+torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = Path(__file__).parent / "sglang_schema" / "api_types.py"
