@@ -83,6 +83,27 @@ def presets() -> None:
         click.echo(f"  {spec.source}")
 
 
+@main.command("schedulers")
+@click.argument("names", nargs=-1)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of text.")
+def schedulers_command(names, as_json) -> None:
+    """List the schedulers (or NAMES, e.g. my_pkg.my_mod:MyScheduler): mode, description, knobs."""
+    from aprilsim.policies.registry import REGISTRY, describe
+
+    try:
+        rows = [describe(n) for n in (names or sorted(REGISTRY))]
+    except ValueError as e:
+        fail(str(e))
+        return
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        click.echo(f"{r['name']} ({r['mode']}): {r['description']}")
+        for k in r["knobs"]:
+            click.echo(f"  {k['name']} = {json.dumps(k['default'])}  ({k['type']})")
+
+
 def _register_subcommands() -> None:
     """Sub-commands that live beside the code they drive."""
     try:

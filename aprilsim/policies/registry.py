@@ -101,3 +101,14 @@ def make_scheduler(name: str, settings: dict[str, Any] | None = None) -> Schedul
             f"schedulers.{name}: unknown knob(s) {sorted(unknown)}; known: {sorted(allowed)}"
         )
     return cls(**settings)
+
+
+def describe(name: str) -> dict[str, Any]:
+    """What `aprilsim schedulers` prints for one scheduler: name, mode, description, knobs."""
+    cls = resolve(name)
+    return {
+        "name": name,
+        "mode": getattr(cls, "mode", "colocated"),
+        "description": description(cls),
+        "knobs": [{"name": k.name, "default": k.default, "type": k.type} for k in knobs(cls)],
+    }
