@@ -86,7 +86,10 @@ def detect_format(path: Path) -> str:
 class _Accumulator:
     """Turns raw rows into validated lengths (plus group and step), counting what it rejects."""
 
-    def __init__(self, keep_rows: bool, want_group: bool, want_step: bool) -> None:
+    def __init__(
+        self, keep_rows: bool, want_group: bool, want_step: bool, round_values: bool = False
+    ) -> None:
+        self.round_values = round_values
         self.keep_rows = keep_rows
         self.want_group = want_group
         self.want_step = want_step
@@ -166,6 +169,8 @@ class _Accumulator:
         nan = ~np.isfinite(x)
         self.skip("NaN/inf", int(nan.sum()))
         x = np.where(nan, 1.0, x)
+        if self.round_values:
+            x = np.round(x)
         nonpos = ~nan & (x <= 0)
         self.skip("zero or negative", int(nonpos.sum()))
         frac = ~nan & ~nonpos & (x != np.round(x))
@@ -252,17 +257,17 @@ def _csv_rows(path: Path, delimiter: str) -> tuple[list[str], Iterator[list[str]
     raise LengthDataError(f"{path}: file is empty")
 
 
-def _read_delimited(path, fmt, column, group_column, step_column) -> LengthData:
+def _read_delimited(path, fmt, column, group_column, step_column, rnd) -> LengthData:
     header, rows = _csv_rows(path, "\t" if fmt == "tsv" else ",")
     if len(header) == 1 and _Accumulator._number(header[0]) != "not a number" and not column:
-        return _read_plain(path)
+        return _read_plain(path, rnd)
     col, grp, stp = _resolve(header, column, group_column, step_column)
     ic, ig, is_ = (
         header.index(col),
         (header.index(grp) if grp else None),
         (header.index(stp) if stp else None),
     )
-    acc = _Accumulator(grp is not None or stp is not None, grp is not None, stp is not None)
+    acc = _Accumulator(grp is not None or stp is not None, grp is not None, stp is not None, rnd)
     width = max(i for i in (ic, ig, is_) if i is not None)
     for row in rows:
         if not row or (len(row) == 1 and not row[0].strip()):
@@ -304,7 +309,7 @@ def _json_records(path: Path, fmt: str) -> Iterator[dict[str, Any] | None]:
             yield _flatten(rec) if isinstance(rec, dict) else None
 
 
-def _read_json(path, fmt, column, group_column, step_column) -> LengthData:
+def _read_json(path, fmt, column, group_column, step_column, rnd) -> LengthData:
     records = _json_records(path, fmt)
     first = None
     junk_before = 0
@@ -318,7 +323,7 @@ def _read_json(path, fmt, column, group_column, step_column) -> LengthData:
             raise LengthDataError(f"{path}: no JSON records found ({junk_before} unparsable lines)")
         raise LengthDataError(f"{path}: file is empty")
     col, grp, stp = _resolve(list(first), column, group_column, step_column)
-    acc = _Accumulator(grp is not None or stp is not None, grp is not None, stp is not None)
+    acc = _Accumulator(grp is not None or stp is not None, grp is not None, stp is not None, rnd)
     acc.rows += junk_before
     acc.skip("unparsable line", junk_before)
     for rec in _chain_first(first, records):
@@ -335,8 +340,8 @@ def _chain_first(first, rest):
     yield from rest
 
 
-def _read_plain(path: Path) -> LengthData:
-    acc = _Accumulator(False, False, False)
+def _read_plain(path: Path, rnd: bool = False) -> LengthData:
+    acc = _Accumulator(False, False, False, rnd)
     with _open_text(path) as f:
         for line in f:
             line = line.strip()
@@ -347,7 +352,7 @@ def _read_plain(path: Path) -> LengthData:
     return acc.result(str(path), "(one length per line)", None, None)
 
 
-def _read_parquet(path, column, group_column, step_column) -> LengthData:
+def _read_parquet(path, column, group_column, step_column, rnd) -> LengthData:
     try:
         import pyarrow.parquet as pq
     except ImportError:  # pragma: no cover - depends on the environment
@@ -370,7 +375,9 @@ def _read_parquet(path, column, group_column, step_column) -> LengthData:
             raise LengthDataError(f"{path}: not a readable Parquet file ({e})") from None
         names = list(pf.schema_arrow.names)
         col, grp, stp = _resolve(names, column, group_column, step_column)
-        acc = _Accumulator(grp is not None or stp is not None, grp is not None, stp is not None)
+        acc = _Accumulator(
+            grp is not None or stp is not None, grp is not None, stp is not None, rnd
+        )
         cols = [c for c in (col, grp, stp) if c]
         for batch in pf.iter_batches(batch_size=CHUNK, columns=list(dict.fromkeys(cols))):
             x, reasons = _arrow_floats(batch.column(col))
@@ -407,6 +414,7 @@ def read_lengths(
     group_column: str | None = None,
     step_column: str | None = None,
     fmt: str | None = None,
+    round_values: bool = False,
 ) -> LengthData:
     """Read response lengths from a log file.
 
@@ -417,6 +425,7 @@ def read_lengths(
     group_column, step_column: prompt id and training step; detected among exact common names
         when omitted, switched off with "none".
     fmt: force one of FORMATS.
+    round_values: round non-integer values (mean-length curves) instead of skipping them.
     """
     path = Path(path)
     if not path.exists():
@@ -430,11 +439,11 @@ def read_lengths(
         raise LengthDataError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     try:
         if fmt in ("csv", "tsv"):
-            return _read_delimited(path, fmt, column, group_column, step_column)
+            return _read_delimited(path, fmt, column, group_column, step_column, round_values)
         if fmt in ("jsonl", "json"):
-            return _read_json(path, fmt, column, group_column, step_column)
+            return _read_json(path, fmt, column, group_column, step_column, round_values)
         if fmt == "parquet":
-            return _read_parquet(path, column, group_column, step_column)
-        return _read_plain(path)
+            return _read_parquet(path, column, group_column, step_column, round_values)
+        return _read_plain(path, round_values)
     except (gzip.BadGzipFile, EOFError, UnicodeDecodeError, csv.Error) as e:
         raise LengthDataError(f"{path}: cannot read as {fmt} ({e})") from None
