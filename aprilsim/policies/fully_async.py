@@ -50,7 +50,7 @@ class FullyAsyncScheduler:
 
     name: ClassVar[str] = "fully_async"
     mode: ClassVar[Mode] = "disaggregated"
-    eta: int = 2
+    eta: int = 4
     inflight_ratio: float = 2.0
     interrupt: bool = True
     _live: dict[int, Group] = field(default_factory=dict, repr=False)
