@@ -47,6 +47,7 @@ class DynamicSamplingScheduler:
     _rounds: int = field(default=0, repr=False)
     _filtered: int = field(default=0, repr=False)
     _surplus: int = field(default=0, repr=False)
+    _n: int = field(default=0, repr=False)
 
     def __post_init__(self) -> None:
         if self.gen_batch_size is not None and self.gen_batch_size < 1:
@@ -80,7 +81,7 @@ class DynamicSamplingScheduler:
             actions.append(Discard(tuple(group.samples)))
         if self._pending:
             return actions
-        n = ctx.batch_size
+        n = self._n = ctx.batch_size
         if len(self._valid) >= n:
             batch, surplus = self._valid[:n], self._valid[n:]
             self._surplus = len(surplus)
@@ -103,4 +104,5 @@ class DynamicSamplingScheduler:
             "filtered_groups": float(self._filtered),
             "surplus_groups": float(self._surplus),
             "valid_groups": float(len(self._valid)),
+            "short_batch": float(self._pending == 0 and len(self._valid) < self._n),
         }

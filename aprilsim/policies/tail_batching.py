@@ -5,7 +5,8 @@ steps. A *short round* launches ceil(prompt_ratio * N) prompts with group_size +
 responses each, and ends as soon as N prompts have group_size finished responses: those are
 trained (the first group_size responses of each to finish), everything else is aborted and its
 tokens are wasted. The prompts left unfinished are the long ones: they are deferred to a queue,
-and when `long_round_size` of them have accumulated, a *long round* re-runs N of them from scratch
+and when `long_round_size` of them have accumulated, a *long round* re-runs up to N of them (fewer
+when long_round_size < N: a short batch) from scratch
 with exactly group_size responses each and waits for all of them (a synchronous step that is long
 for every engine at once, instead of a few long responses in every step).
 
@@ -56,6 +57,7 @@ class TailBatchingScheduler:
     _closed: bool = field(default=False, repr=False)
     _deferred_now: int = field(default=0, repr=False)
     _g: int = field(default=0, repr=False)  # the trained group size
+    _n: int = field(default=0, repr=False)
 
     def __post_init__(self) -> None:
         if self.prompt_ratio < 1.0:
@@ -80,7 +82,7 @@ class TailBatchingScheduler:
         self._round, self._kept, self._batch = {}, {}, []
         self._closed, self._deferred_now = False, 0
         n, size = ctx.batch_size, self._size(ctx)
-        self._g = size
+        self._g, self._n = size, n
         threshold = self.long_round_size or n
         self._long = len(self.deferred) >= threshold
         if self._long:
@@ -136,6 +138,7 @@ class TailBatchingScheduler:
     def step_stats(self) -> dict[str, float]:
         return {
             "long_round": float(self._long),
+            "short_batch": float(self._long and len(self._round) < self._n),
             "deferred_prompts": float(self._deferred_now),
             "deferred_queue": float(len(self.deferred)),
         }

@@ -1,0 +1,217 @@
+"""Each scheduler's mechanics, and the runtime's errors for schedulers that misbehave."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pytest
+from sched_helpers import run, small_scenario
+
+from aprilsim.config import ScenarioError
+from aprilsim.policies.base import (
+    CloseBatch,
+    GroupFinished,
+    RolloutStarted,
+    SchedulerError,
+    Submit,
+    UpdateWeights,
+)
+from aprilsim.policies.registry import make_scheduler
+from aprilsim.sim.runtime import SchedulerError as RuntimeSchedulerError
+
+
+def test_scheduler_error_is_one_class():
+    assert RuntimeSchedulerError is SchedulerError
+
+
+@pytest.mark.parametrize(
+    "name, knobs",
+    [
+        ("april", {"ratio": 0.5}),
+        ("april", {"resume_order": "lifo"}),
+        ("april", {"stale_action": "keep"}),
+        ("april", {"token_budget": 0}),
+        ("dynamic_sampling", {"on_cap": "retry"}),
+        ("dynamic_sampling", {"max_rounds": 0}),
+        ("fully_async", {"eta": -1}),
+        ("tail_batching", {"prompt_ratio": 0.9}),
+        ("async_one_step", {"eta": 1}),  # no such knob
+    ],
+)
+def test_bad_knobs_are_scenario_errors(name, knobs):
+    with pytest.raises(ScenarioError, match=f"schedulers.{name}"):
+        small_scenario(schedulers={name: knobs})
+
+
+def test_dynamic_sampling_round_cap_error_or_train():
+    # pass rates ~ Beta(0.02, 0.02): nearly every group is all-correct or all-wrong
+    sc = small_scenario(alpha=0.02, beta=0.02, steps=2)
+    with pytest.raises(SchedulerError, match="max_rounds=1"):
+        run(sc, "dynamic_sampling", {"max_rounds": 1})
+    r = run(sc, "dynamic_sampling", {"max_rounds": 1, "on_cap": "train"})
+    for rec, batch in zip(r.result.steps, r.spy.batches):
+        assert rec.scheduler["rounds"] == 1 and rec.scheduler["short_batch"] == 1.0
+        assert len(batch) < sc.batch_size and all(g.reward_std() > 0 for g in batch)
+        assert rec.wasted_tokens > 0
+
+
+def test_dynamic_sampling_keeps_n_and_drops_surplus():
+    sc = small_scenario(alpha=0.5, beta=0.5, steps=3)
+    r = run(sc, "dynamic_sampling", {"gen_batch_size": 10})
+    for rec in r.result.steps:
+        s = rec.scheduler
+        assert s["valid_groups"] == sc.batch_size + s["surplus_groups"]
+        assert s["filtered_groups"] + s["valid_groups"] == 10 * s["rounds"]
+        assert rec.discarded_samples == sc.group_size * (s["filtered_groups"] + s["surplus_groups"])
+
+
+def test_async_one_step_overlaps_training():
+    sc = small_scenario(steps=6)
+    sync, one = run(sc, "sync").result, run(sc, "async_one_step").result
+    assert one.total_time_s < sync.total_time_s  # generation hides the trainer's time
+    # every weight sync comes after the rollout in flight finished: version = step - 1 in steps >= 1
+    for rec in one.steps[1:]:
+        assert rec.staleness and set(rec.staleness) == {1}
+
+
+def test_fully_async_pauses_at_the_staleness_bound():
+    # a slow trainer: generation runs ahead and must pause at eta versions
+    sc = small_scenario(steps=6)
+    sc = sc.model_copy(update={"trainer": sc.trainer.model_copy(update={"base_s": 30.0})})
+    r = run(sc, "fully_async", {"eta": 1})
+    pauses = sum(rec.scheduler["staleness_pauses"] for rec in r.result.steps)
+    assert pauses >= 1
+    assert max(k for rec in r.result.steps for k in rec.staleness) <= 1
+    loose = run(sc, "fully_async", {"eta": 3}).result
+    assert max(k for rec in loose.steps for k in rec.staleness) > 1
+
+
+def test_fully_async_interrupt_resubmits_under_new_weights():
+    sc = small_scenario(steps=5)
+    r = run(sc, "fully_async", {"interrupt": True})
+    assert sum(rec.scheduler["interrupted_samples"] for rec in r.result.steps) > 0
+    multi = [s for b in r.spy.batches for g in b for s in g.samples if len(s.segments) > 1]
+    assert multi and all(
+        s.segments[i].version < s.segments[i + 1].version
+        for s in multi
+        for i in range(len(s.segments) - 1)
+    )
+    cont = run(sc, "fully_async", {"interrupt": False})
+    assert all(len(s.segments) == 1 for b in cont.spy.batches for g in b for s in g.samples)
+
+
+def test_tail_batching_keeps_first_to_finish_and_runs_long_rounds():
+    sc = small_scenario(steps=8)
+    r = run(sc, "tail_batching", {"prompt_ratio": 1.5, "long_round_size": 3})
+    kinds = [rec.scheduler["long_round"] for rec in r.result.steps]
+    assert 0.0 in kinds and 1.0 in kinds
+    short = [b for b, k in zip(r.spy.batches, kinds) if not k]
+    # short rounds train the first group_size of group_size + 2 responses: shorter than the rest
+    for batch in short:
+        for g in batch:
+            orig = r.sim.groups[g.gid]
+            assert orig.size == sc.group_size + 2
+            kept = {s.uid for s in g.samples}
+            others = [s for s in orig.samples if s.uid not in kept]
+            assert max(s.target_len for s in g.samples) <= max(s.target_len for s in others)
+    assert r.result.summary()["length_bias"] < run(sc, "sync").result.summary()["length_bias"]
+
+
+def test_april_token_budget_parks_and_resumes():
+    sc = small_scenario(steps=5)
+    r = run(sc, "april", {"token_budget": 500})
+    assert sum(rec.scheduler["capped_samples"] for rec in r.result.steps) > 0
+    long = [s for b in r.spy.batches for g in b for s in g.samples if s.target_len > 500]
+    assert long and all(len(s.segments) >= -(-s.target_len // 500) for s in long)
+
+
+def test_april_staleness_cap_forces_old_partials():
+    sc = small_scenario(steps=6)
+    free = run(sc, "april").result
+    capped = run(sc, "april", {"max_staleness": 1}).result
+    assert max(k for rec in free.steps for k in rec.staleness) > 1
+    assert max(k for rec in capped.steps for k in rec.staleness) == 1
+    assert sum(rec.scheduler["forced_groups"] for rec in capped.steps) > 0
+
+
+def test_resume_orders_differ():
+    sc = small_scenario(steps=5, batch=4)
+    hist = {
+        o: run(sc, "april", {"resume_order": o}).result.summary()["staleness_histogram"]
+        for o in ("fifo", "most_progress", "oldest_version")
+    }
+    assert len({str(h) for h in hist.values()}) > 1
+
+
+# ---------------------------------------------------------------- misbehaving schedulers
+@dataclass
+class _NeverCloses:
+    name: ClassVar[str] = "never_closes"
+    mode: ClassVar[str] = "colocated"
+
+    def handle(self, event, ctx):
+        if isinstance(event, RolloutStarted):
+            return [Submit(tuple(s for g in ctx.new_groups(1) for s in g.samples))]
+        return ()
+
+    def step_stats(self):
+        return {}
+
+
+@dataclass
+class _UpdatesWhenColocated(_NeverCloses):
+    name: ClassVar[str] = "bad_update"
+
+    def handle(self, event, ctx):
+        return [UpdateWeights()] if isinstance(event, GroupFinished) else super().handle(event, ctx)
+
+
+@dataclass
+class _NeverUpdates:
+    name: ClassVar[str] = "never_updates"
+    mode: ClassVar[str] = "disaggregated"
+    _done: list = None  # type: ignore[assignment]
+
+    def handle(self, event, ctx):
+        if isinstance(event, RolloutStarted):
+            self._done = []
+            return [Submit(tuple(s for g in ctx.new_groups(ctx.batch_size) for s in g.samples))]
+        if isinstance(event, GroupFinished):
+            self._done.append(event.group)
+            if len(self._done) == ctx.batch_size:
+                return [CloseBatch(tuple(self._done))]
+        return ()
+
+    def step_stats(self):
+        return {}
+
+
+@pytest.mark.parametrize(
+    "sched, match",
+    [
+        (_NeverCloses(), "stalled"),
+        (_UpdatesWhenColocated(), "colocated"),
+        (_NeverUpdates(), "stalled"),
+    ],
+)
+def test_misbehaving_scheduler_raises_scheduler_error(sched, match):
+    from aprilsim.sim.runtime import Simulation
+
+    sc = small_scenario(steps=2)
+    sim = Simulation(
+        workload=sc.workload_for(),
+        engine=sc.engine_spec(),
+        n_engines=2,
+        scheduler=sched,
+        batch_size=sc.batch_size,
+        steps=2,
+        trainer=sc.trainer_model(),
+    )
+    with pytest.raises(SchedulerError, match=match):
+        sim.run()
+
+
+def test_make_scheduler_rejects_unknown_knob():
+    with pytest.raises(ValueError, match="unknown knob"):
+        make_scheduler("tail_batching", {"speed": 2})
