@@ -1,0 +1,138 @@
+"""Compare every registered scheduler on a scenario: the table and figure of docs/schedulers.md.
+
+    python experiments/compare_schedulers.py                       # the default scenario
+    python experiments/compare_schedulers.py experiments/scenarios/dynamic_sampling.toml --tag ds
+
+Writes experiments/results/schedulers_<tag>.json and .md (a Markdown table), and, when matplotlib
+is installed, docs/img/schedulers_<tag>.png. Disaggregated schedulers (async_one_step,
+fully_async) get the trainer on GPUs of its own in addition to the scenario's engines; they are
+also run on half the engines ("same GPUs": the other half trains), which is the fair comparison
+with colocated schedulers when the cluster is fixed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))  # the example user scheduler
+
+from aprilsim.config import Scenario, load_scenario  # noqa: E402
+from aprilsim.policies.base import CloseBatch  # noqa: E402
+from aprilsim.policies.registry import REGISTRY, make_scheduler  # noqa: E402
+from aprilsim.sim.runtime import Simulation  # noqa: E402
+
+ORDER = ["sync", "april", "april_ds", "dynamic_sampling", "tail_batching", "async_one_step",
+         "fully_async"]
+USER = "my_scheduler:EarlyStopScheduler"
+COLUMNS = [
+    ("rollout tok/s", "rollout_throughput_tok_s", "{:,.0f}"),
+    ("step s", "mean_step_time_s", "{:.1f}"),
+    ("samples/s", "samples_per_s", "{:.2f}"),
+    ("informative samples/s", "informative_samples_per_s", "{:.2f}"),
+    ("busy", "engine_busy_fraction", "{:.0%}"),
+    ("off-policy", "offpolicy_token_fraction", "{:.0%}"),
+    ("max stale", "max_staleness", "{}"),
+    ("len bias", "length_bias", "{:+.1%}"),
+    ("wasted tok", "wasted_tokens", "{:,}"),
+]
+
+
+class _Capture:
+    """Forwards to a scheduler; counts trained samples of groups with reward variance."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.name, self.mode = inner, inner.name, inner.mode
+        self.informative = 0
+
+    def handle(self, event, ctx):
+        actions = self.inner.handle(event, ctx)
+        for a in actions:
+            if isinstance(a, CloseBatch):
+                self.informative += sum(g.size for g in a.groups if g.reward_std() > 0)
+        return actions
+
+    def step_stats(self):
+        return self.inner.step_stats()
+
+
+def simulate(sc: Scenario, name: str, steps: int | None) -> dict:
+    cap = _Capture(make_scheduler(name, sc.settings_for(name)))
+    run = Simulation(
+        workload=sc.workload_for(), engine=sc.engine_spec(), n_engines=sc.cluster.engines,
+        scheduler=cap, batch_size=sc.batch_size, steps=steps or sc.steps,
+        trainer=sc.trainer_model(), router=sc.cluster.router,
+    ).run()
+    row = run.summary()
+    row["informative_samples_per_s"] = cap.informative / run.total_time_s
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("scenario", nargs="?", default=None)
+    ap.add_argument("--tag", default="default")
+    ap.add_argument("--steps", type=int, default=None)
+    args = ap.parse_args()
+    sc = load_scenario(args.scenario)
+    names = [n for n in ORDER if n in REGISTRY] + sorted(set(REGISTRY) - set(ORDER)) + [USER]
+    rows = []
+    for name in names:
+        variants = [("", sc)]
+        if getattr(REGISTRY.get(name), "mode", "colocated") == "disaggregated":
+            half = sc.model_copy(
+                update={"cluster": sc.cluster.model_copy(
+                    update={"engines": max(1, sc.cluster.engines // 2)})}
+            )
+            variants = [(" (+trainer GPUs)", sc), (" (same GPUs)", half)]
+        for suffix, s in variants:
+            print(f"simulating {name}{suffix} ...", file=sys.stderr)
+            row = simulate(s, name, args.steps)
+            row["label"] = ("early_stop (user)" if name == USER else name) + suffix
+            rows.append(row)
+    base = rows[0]["informative_samples_per_s"]
+    out = ROOT / "experiments" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"schedulers_{args.tag}.json").write_text(json.dumps(rows, indent=2) + "\n")
+    head = "| scheduler | " + " | ".join(c[0] for c in COLUMNS) + " | informative vs sync |"
+    lines = [head, "|" + "---|" * (len(COLUMNS) + 2)]
+    for r in rows:
+        cells = [c[2].format(r[c[1]]) for c in COLUMNS]
+        lines.append(f"| {r['label']} | " + " | ".join(cells) + f" | {r['informative_samples_per_s'] / base:.2f}x |")
+    table = "\n".join(lines) + "\n"
+    (out / f"schedulers_{args.tag}.md").write_text(table)
+    print(f"scenario: {sc.name}, {args.steps or sc.steps} steps\n\n{table}")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no figure", file=sys.stderr)
+        return
+    fig, axes = plt.subplots(1, 3, figsize=(15, 0.45 * len(rows) + 1.5), sharey=True)
+    labels = [r["label"] for r in rows]
+    y = range(len(rows))
+    for ax, (title, key, scale) in zip(axes, [
+        ("informative trained samples / s", "informative_samples_per_s", 1.0),
+        ("rollout throughput (k tok/s)", "rollout_throughput_tok_s", 1e-3),
+        ("off-policy token share (%)", "offpolicy_token_fraction", 100.0),
+    ]):
+        ax.barh(list(y), [r[key] * scale for r in rows], color="#4c72b0")
+        ax.set_title(title)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0].set_yticks(list(y), labels)
+    axes[0].invert_yaxis()
+    fig.suptitle(f"aprilsim: schedulers on '{sc.name}' ({args.steps or sc.steps} steps)")
+    fig.tight_layout()
+    img = ROOT / "docs" / "img"
+    img.mkdir(parents=True, exist_ok=True)
+    fig.savefig(img / f"schedulers_{args.tag}.png", dpi=110)
+    print(f"wrote docs/img/schedulers_{args.tag}.png", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
