@@ -178,7 +178,7 @@ class LengthFitter:
         starts = self._starts(name, data, done)
         # gengamma near its lognormal limit (huge a) is slow and flat: cap its iterations
         maxiter = 150 if name == "gengamma" else 500
-        opt = maximise(fam, data, starts, grid, maxiter=maxiter, n_best=3)
+        opt = maximise(fam, data, starts, grid, maxiter=maxiter, n_best=2)
         model = fam.to_model(opt.theta)
         return self._scored(name, model, fam.n_params, opt.loglik, data, opt.converged, opt.theta)
 
@@ -191,7 +191,11 @@ class LengthFitter:
         starts = list(fam.starts(summ))
         if name == "gengamma":
             # gamma (c = 1) and Weibull (a = 1) are nested: starting there guarantees gengamma
-            # is at least as likely as both
+            # is at least as likely as both (fitted here if they were not asked for)
+            done = dict(done)
+            for nested in ("gamma", "weibull", "lognormal"):
+                if nested not in done:
+                    done[nested] = self._fit_one(nested, data, Grid.of(data), done)
             if "gamma" in done:
                 p = done["gamma"].model.params  # type: ignore[attr-defined]
                 starts.append(np.log([p["shape"], 1.0, p["scale"]]))
@@ -297,7 +301,7 @@ class LengthFitter:
             theta = best.theta
 
             def refit(d: CensoredHistogram) -> LengthModel:
-                return fam.to_model(maximise(fam, d, [theta], maxiter=200).theta)
+                return fam.to_model(maximise(fam, d, [theta], maxiter=40).theta)
 
             point = stats(best.model)
         return bootstrap_ci(data, refit, stats, point, self.n_bootstrap, rng, self.confidence)
