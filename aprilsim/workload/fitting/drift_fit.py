@@ -49,7 +49,7 @@ class DriftFitter:
     fit), `r2_`, `steps_`, `means_`, `extrapolate_to_`, `is_curve_` (one row per step).
     """
 
-    def __init__(self, max_knots: int = 64, linear_r2: float = 0.95, tolerance: float = 0.2):
+    def __init__(self, max_knots: int = 128, linear_r2: float = 0.95, tolerance: float = 0.2):
         self.max_knots = max_knots
         self.linear_r2 = linear_r2
         self.tolerance = tolerance

@@ -35,7 +35,9 @@ def _density_panel(ax, rep: FitReport) -> None:
     h = f.histogram_
     lo, hi = max(float(h.values[0]) - 1, 0.5), float(h.values[-1]) + 1
     edges = np.unique(np.round(np.geomspace(lo, hi, 60)))
-    counts, _ = np.histogram(h.values, bins=edges, weights=h.counts)
+    exact = h.values < f.max_len_ if f.max_len_ is not None else np.ones(len(h.values), bool)
+    # capped responses are drawn as a note at the cap, not as a density bar
+    counts, _ = np.histogram(h.values[exact], bins=edges, weights=h.counts[exact])
     dens = counts / (np.diff(edges) * h.n)
     ax.stairs(dens, edges, fill=True, alpha=0.35, color="0.5", label="data")
     x = np.geomspace(lo, hi, 400)
