@@ -146,3 +146,15 @@ def test_plot_writes_all_panels(tmp_path):
 
     img = image.imread(tmp_path / "f.png")
     assert img.shape[1] > 3.5 * img.shape[0]  # four panels side by side
+
+
+def test_fitted_models_are_frozen_and_sample_like_rvs():
+    import dataclasses
+
+    x = cap_lengths(GAMMA.rvs(2000, np.random.default_rng(6)), 10**7)
+    f = LengthFitter(families=["gamma", "lognormal_mixture2", "empirical"], n_bootstrap=0).fit(x)
+    for r in f.results_:
+        m = r.model
+        np.testing.assert_array_equal(m.sample(50, 3), m.rvs(50, np.random.default_rng(3)))
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            m.family = "other"

@@ -105,6 +105,10 @@ class Parametric:
     def rvs(self, size: int, random_state: np.random.Generator) -> np.ndarray:
         return self.ppf(random_state.random(size))
 
+    def sample(self, size: int, random_state: int | np.random.Generator | None = None) -> np.ndarray:
+        """`size` uncapped lengths from a seed or Generator (the fitting API's name for `rvs`)."""
+        return self.rvs(size, np.random.default_rng(random_state))
+
     def scaled(self, factor: float) -> Parametric:
         """The same shape with every length multiplied by `factor` (used for drift)."""
         p = dict(self.params)
@@ -201,6 +205,10 @@ class LognormalMixture:
     def rvs(self, size: int, random_state: np.random.Generator) -> np.ndarray:
         return self.ppf(random_state.random(size))
 
+    def sample(self, size: int, random_state: int | np.random.Generator | None = None) -> np.ndarray:
+        """`size` uncapped lengths from a seed or Generator (the fitting API's name for `rvs`)."""
+        return self.rvs(size, np.random.default_rng(random_state))
+
     def scaled(self, factor: float) -> LognormalMixture:
         shift = float(np.log(factor))
         return LognormalMixture(self.weights, tuple(m + shift for m in self.mus), self.sigmas)
@@ -259,6 +267,10 @@ class Empirical:
 
     def rvs(self, size: int, random_state: np.random.Generator) -> np.ndarray:
         return self.ppf(random_state.random(size))
+
+    def sample(self, size: int, random_state: int | np.random.Generator | None = None) -> np.ndarray:
+        """`size` uncapped lengths from a seed or Generator (the fitting API's name for `rvs`)."""
+        return self.rvs(size, np.random.default_rng(random_state))
 
     def scaled(self, factor: float) -> Empirical:
         return Empirical(tuple(v * factor for v in self.values))
