@@ -76,7 +76,7 @@ class FastEngine:
         if self.phase == IDLE:
             self.t = max(self.t, now)
             self._plan()
-        elif self.t == now:  # a plan that starts right now: re-plan with the newcomer
+        elif self.t >= now:  # the plan has not started (now, or after a pause): re-plan
             self._unplan()
             self._plan()
         elif self.phase == DECODE and not self.hold:
@@ -86,7 +86,9 @@ class FastEngine:
         """Carry out the event due at `t_event`; return the requests that finished there."""
         done: list[Completion] = []
         if self.phase == PREFILL:
-            dur = self.cost.prefill_time(self._batch_tokens())
+            tokens = self._batch_tokens()
+            self.prefill_tokens += tokens
+            dur = self.cost.prefill_time(tokens)
             self.t += dur
             self.busy_time += dur
             for r in self.batch:
@@ -107,7 +109,7 @@ class FastEngine:
         if self.phase == DECODE:
             m = self._iterations_within(now - self.t)
             self._apply_decode(m)
-        if self.phase != IDLE:
+        if self.phase != IDLE and now > self.t:
             self.busy_time += now - self.t
         self.t = max(self.t, now)
         for r in self.running.values():
@@ -130,8 +132,9 @@ class FastEngine:
             out += self.advance()
         if self.phase == DECODE:
             self._apply_decode(self._iterations_within(now - self.t))
-        elif self.phase == PREFILL:
-            self.busy_time += now - self.t
+        if self.phase != IDLE and now > self.t:
+            self.busy_time += now - self.t  # the interrupted iteration or prefill: busy, lost
+        if self.phase == PREFILL:
             self._unplan()
         self.phase = IDLE
         self.t = max(self.t, until)
@@ -208,7 +211,6 @@ class FastEngine:
             tokens = self._batch_tokens()
             self.kv += tokens
             self.reserve += sum(r.max_new - r.gen for r in self.batch)
-            self.prefill_tokens += tokens
             if self.kv > self.kv_peak:
                 self.kv_peak = self.kv
             self.phase = PREFILL
@@ -241,7 +243,6 @@ class FastEngine:
         if self.phase == PREFILL:
             self.kv -= self._batch_tokens()
             self.reserve -= sum(r.max_new - r.gen for r in self.batch)
-            self.prefill_tokens -= self._batch_tokens()
             self.waiting.extendleft(reversed(self.batch))
             self.batch = []
         self.phase, self.n, self.t_event = IDLE, 0, INF

@@ -67,7 +67,7 @@ class ReferenceEngine:
         if self.phase == IDLE:
             self.t = max(self.t, now)
             self._plan()
-        elif self.t == now:
+        elif self.t >= now:
             self._unplan()
             self._plan()
         # otherwise: considered at the end of the current iteration or prefill, which is >= now
@@ -77,6 +77,7 @@ class ReferenceEngine:
         if self.phase == PREFILL:
             dur = self.t_event - self.t
             self.busy_time += dur
+            self.prefill_tokens += sum(r.input_len + r.gen for r in self.batch)
             self.t = self.t_event
             self.running.extend(self.batch)
             self.batch = []
@@ -105,7 +106,7 @@ class ReferenceEngine:
         out: list[Completion] = []
         while self.t_event <= now:
             out += self.advance()
-        if self.phase != IDLE:
+        if self.phase != IDLE and now > self.t:
             self.busy_time += now - self.t
         self.t = max(self.t, now)
         for r in [*self.running, *self.batch, *self.waiting]:
@@ -120,12 +121,10 @@ class ReferenceEngine:
         out: list[Completion] = []
         while self.t_event <= now:
             out += self.advance()
+        if self.phase != IDLE and now > self.t:
+            self.busy_time += now - self.t  # the interrupted iteration or prefill: busy, lost
         if self.phase == PREFILL:
-            self.busy_time += now - self.t
             self._unplan()
-        elif self.phase == DECODE:
-            # the iteration in progress is lost: only completed iterations count
-            pass
         self.phase = IDLE
         self.t = max(self.t, until)
         self._plan()
@@ -137,7 +136,6 @@ class ReferenceEngine:
         if not self.hold and can_admit_head(self.spec, self.waiting, len(self.running), kv, reserve):
             self.batch = select_prefill_batch(self.spec, self.waiting, len(self.running), kv, reserve)
             tokens = sum(r.input_len + r.gen for r in self.batch)
-            self.prefill_tokens += tokens
             self.kv_peak = max(self.kv_peak, kv + tokens)
             self.phase = PREFILL
             self.t_event = self.t + self.cost.prefill_time(tokens)
@@ -157,7 +155,6 @@ class ReferenceEngine:
 
     def _unplan(self) -> None:
         if self.phase == PREFILL:
-            self.prefill_tokens -= sum(r.input_len + r.gen for r in self.batch)
             self.waiting.extendleft(reversed(self.batch))
             self.batch = []
         self.phase, self.t_event = IDLE, INF
