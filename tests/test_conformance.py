@@ -83,7 +83,7 @@ def test_every_step_trains_finished_groups(case, rewards):
     uids = set()
     for rec, batch in zip(r.result.steps, r.spy.batches):
         # fewer than N only as a documented fallback, which the step record says
-        assert len(batch) == n or (rec.scheduler.get("short_batch") == 1.0 and len(batch) < n)
+        assert len(batch) == n or (rec.scheduler_stats.get("short_batch") == 1.0 and len(batch) < n)
         for g in batch:
             assert g.size == gsize
             for s in g.samples:
@@ -156,7 +156,7 @@ def test_promises(case, rewards):
         for batch in r.spy.batches:
             for g in batch:
                 assert g.reward_std() > 0, "a trained group without reward variance"
-        filtered = sum(s.scheduler.get("filtered_groups", 0) for s in r.result.steps)
+        filtered = sum(s.scheduler_stats.get("filtered_groups", 0) for s in r.result.steps)
         if rewards == "u_shaped":
             assert filtered > 0 and summary["wasted_tokens"] > 0
 
@@ -173,8 +173,8 @@ def test_scheduler_metrics_in_step_records(case):
         "async_one_step": {"update_waits_for_rollout"},
     }.get(name, set())
     for s in r.result.steps:
-        assert keys <= set(s.scheduler)
-        assert all(isinstance(v, float) for v in s.scheduler.values())
+        assert keys <= set(s.scheduler_stats)
+        assert all(isinstance(v, float) for v in s.scheduler_stats.values())
     if name == "dynamic_sampling":
-        assert all(s.scheduler["rounds"] >= 1 for s in r.result.steps)
-        assert any(s.scheduler["rounds"] > 1 for s in r.result.steps)
+        assert all(s.scheduler_stats["rounds"] >= 1 for s in r.result.steps)
+        assert any(s.scheduler_stats["rounds"] > 1 for s in r.result.steps)

@@ -51,7 +51,7 @@ def test_dynamic_sampling_round_cap_error_or_train():
         run(sc, "dynamic_sampling", {"max_rounds": 1})
     r = run(sc, "dynamic_sampling", {"max_rounds": 1, "on_cap": "train"})
     for rec, batch in zip(r.result.steps, r.spy.batches):
-        assert rec.scheduler["rounds"] == 1 and rec.scheduler["short_batch"] == 1.0
+        assert rec.scheduler_stats["rounds"] == 1 and rec.scheduler_stats["short_batch"] == 1.0
         assert len(batch) < sc.batch_size and all(g.reward_std() > 0 for g in batch)
         assert rec.wasted_tokens > 0
 
@@ -60,7 +60,7 @@ def test_dynamic_sampling_keeps_n_and_drops_surplus():
     sc = small_scenario(alpha=0.5, beta=0.5, steps=3)
     r = run(sc, "dynamic_sampling", {"gen_batch_size": 10})
     for rec in r.result.steps:
-        s = rec.scheduler
+        s = rec.scheduler_stats
         assert s["valid_groups"] == sc.batch_size + s["surplus_groups"]
         assert s["filtered_groups"] + s["valid_groups"] == 10 * s["rounds"]
         assert rec.discarded_samples == sc.group_size * (s["filtered_groups"] + s["surplus_groups"])
@@ -80,7 +80,7 @@ def test_fully_async_pauses_at_the_staleness_bound():
     sc = small_scenario(steps=6)
     sc = sc.model_copy(update={"trainer": sc.trainer.model_copy(update={"base_s": 30.0})})
     r = run(sc, "fully_async", {"eta": 1})
-    pauses = sum(rec.scheduler["staleness_pauses"] for rec in r.result.steps)
+    pauses = sum(rec.scheduler_stats["staleness_pauses"] for rec in r.result.steps)
     assert pauses >= 1
     assert max(k for rec in r.result.steps for k in rec.staleness) <= 1
     loose = run(sc, "fully_async", {"eta": 3}).result
@@ -90,7 +90,7 @@ def test_fully_async_pauses_at_the_staleness_bound():
 def test_fully_async_interrupt_resubmits_under_new_weights():
     sc = small_scenario(steps=5)
     r = run(sc, "fully_async", {"interrupt": True})
-    assert sum(rec.scheduler["interrupted_samples"] for rec in r.result.steps) > 0
+    assert sum(rec.scheduler_stats["interrupted_samples"] for rec in r.result.steps) > 0
     multi = [s for b in r.spy.batches for g in b for s in g.samples if len(s.segments) > 1]
     assert multi and all(
         s.segments[i].version < s.segments[i + 1].version
@@ -104,7 +104,7 @@ def test_fully_async_interrupt_resubmits_under_new_weights():
 def test_tail_batching_keeps_first_to_finish_and_runs_long_rounds():
     sc = small_scenario(steps=8)
     r = run(sc, "tail_batching", {"prompt_ratio": 1.5, "long_round_size": 3})
-    kinds = [rec.scheduler["long_round"] for rec in r.result.steps]
+    kinds = [rec.scheduler_stats["long_round"] for rec in r.result.steps]
     assert 0.0 in kinds and 1.0 in kinds
     short = [b for b, k in zip(r.spy.batches, kinds) if not k]
     # short rounds train the first group_size of group_size + 2 responses: shorter than the rest
@@ -121,7 +121,7 @@ def test_tail_batching_keeps_first_to_finish_and_runs_long_rounds():
 def test_april_token_budget_parks_and_resumes():
     sc = small_scenario(steps=5)
     r = run(sc, "april", {"token_budget": 500})
-    assert sum(rec.scheduler["capped_samples"] for rec in r.result.steps) > 0
+    assert sum(rec.scheduler_stats["capped_samples"] for rec in r.result.steps) > 0
     long = [s for b in r.spy.batches for g in b for s in g.samples if s.target_len > 500]
     assert long and all(len(s.segments) >= -(-s.target_len // 500) for s in long)
 
@@ -132,7 +132,7 @@ def test_april_staleness_cap_forces_old_partials():
     capped = run(sc, "april", {"max_staleness": 1}).result
     assert max(k for rec in free.steps for k in rec.staleness) > 1
     assert max(k for rec in capped.steps for k in rec.staleness) == 1
-    assert sum(rec.scheduler["forced_groups"] for rec in capped.steps) > 0
+    assert sum(rec.scheduler_stats["forced_groups"] for rec in capped.steps) > 0
 
 
 def test_resume_orders_differ():

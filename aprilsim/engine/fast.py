@@ -91,8 +91,11 @@ class FastEngine:
             dur = self.cost.prefill_time(tokens)
             self.t += dur
             self.busy_time += dur
-            for r in self.batch:
-                self._start_running(r)
+            running, finish, it, push = self.running, self._finish, self.it, heapq.heappush
+            for r in self.batch:  # join the running batch: gen == base + it from now on
+                r.base = base = r.gen - it
+                running[r.rid] = r
+                push(finish, (r.target_new - base, r.rid))
             self.batch = []
         elif self.phase == DECODE:
             self._apply_decode(self.n)
@@ -144,11 +147,6 @@ class FastEngine:
     # ---------------------------------------------------------------- internals
     def _batch_tokens(self) -> int:
         return sum(r.input_len + r.gen for r in self.batch)
-
-    def _start_running(self, r: Request) -> None:
-        r.base = r.gen - self.it
-        self.running[r.rid] = r
-        heapq.heappush(self._finish, (r.target_new - r.base, r.rid))
 
     def _apply_decode(self, m: int) -> None:
         if m <= 0:

@@ -33,7 +33,7 @@ class StepRecord:
     partial_samples: int = 0  # unfinished samples carried to later steps (buffer)
     retractions: int = 0
     kv_peak_tokens: int = 0
-    scheduler: dict[str, float] = field(default_factory=dict)
+    scheduler_stats: dict[str, float] = field(default_factory=dict)  # what the scheduler adds
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -60,6 +60,7 @@ class AprilScheduler:
 
     name: ClassVar[str] = "april"
     mode: ClassVar[Mode] = "colocated"
+    sample_events: ClassVar[bool] = False  # group completions (and SampleCapped) suffice
     ratio: float = 2.0
     recycle: bool = True
     resume_order: str = "fifo"

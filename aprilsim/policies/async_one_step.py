@@ -35,6 +35,7 @@ class AsyncOneStepScheduler:
 
     name: ClassVar[str] = "async_one_step"
     mode: ClassVar[Mode] = "disaggregated"
+    sample_events: ClassVar[bool] = False  # only group completions matter
     _done: list[Group] = field(default_factory=list, repr=False)
     _step: int = field(default=-1, repr=False)  # the rollout step open, -1: none
     _deferred: bool = field(default=False, repr=False)  # open, waiting for its weights

@@ -38,6 +38,7 @@ class DynamicSamplingScheduler:
 
     name: ClassVar[str] = "dynamic_sampling"
     mode: ClassVar[Mode] = "colocated"
+    sample_events: ClassVar[bool] = False  # only group completions matter
     gen_batch_size: int | None = None  # groups per round; None: N
     std_threshold: float = 0.0
     max_rounds: int = 10

@@ -50,6 +50,7 @@ class FullyAsyncScheduler:
 
     name: ClassVar[str] = "fully_async"
     mode: ClassVar[Mode] = "disaggregated"
+    sample_events: ClassVar[bool] = False  # only group completions matter
     eta: int = 4
     inflight_ratio: float = 2.0
     interrupt: bool = True

@@ -226,7 +226,7 @@ class Simulation:
         rec.wasted_tokens = self._step_waste
         rec.discarded_samples = self._step_discarded
         rec.resumed_tokens = self._step_resumed
-        rec.scheduler = dict(self.scheduler.step_stats())
+        rec.scheduler_stats = dict(self.scheduler.step_stats())
         self._fill_trained(rec, groups, trainer_version=self.version)
         rec.partial_samples = self._n_partial
         self.records.append(rec)
@@ -428,7 +428,7 @@ class Simulation:
         rec.wasted_tokens = self._step_waste
         rec.discarded_samples = self._step_discarded
         rec.resumed_tokens = self._step_resumed
-        rec.scheduler = dict(self.scheduler.step_stats())
+        rec.scheduler_stats = dict(self.scheduler.step_stats())
         rec.partial_samples = self._n_partial
         self.records.append(rec)
         nxt = rec.step + 1
@@ -510,13 +510,22 @@ class Simulation:
                 yield env.timeout(te - env.now) | self._wake
                 continue
             heapq.heappop(heap)
-            armed[i] = INF
             if te > self.now:
                 self.now = te
-            self._dirty.add(i)
-            for c in engines[i].advance():
+            e = engines[i]
+            for c in e.advance():
                 self._complete(c)
-            self._drain()
+            if self._events:
+                armed[i] = INF
+                self._dirty.add(i)
+                self._drain()
+            else:  # the common case: nothing for the scheduler, only this engine moved on
+                nxt = e.t_event
+                armed[i] = nxt
+                if nxt < INF:
+                    heapq.heappush(heap, (nxt, i))
+                if not self._inflight:
+                    self._check_ready()
 
     # ------------------------------------------------------------------ end of run
     def _final_drain(self) -> dict[str, int]:
