@@ -22,7 +22,7 @@ from collections import deque
 
 from aprilsim.engine.admission import can_admit_head, select_prefill_batch
 from aprilsim.engine.cost import EngineSpec
-from aprilsim.engine.request import Completion, Request
+from aprilsim.engine.request import Completion, Request, check_requests
 
 INF = math.inf
 IDLE, PREFILL, DECODE = 0, 1, 2
@@ -67,11 +67,7 @@ class FastEngine:
 
     def submit(self, reqs: list[Request], now: float) -> None:
         """Queue requests arriving at `now`; they are considered at the first boundary >= now."""
-        for req in reqs:
-            if req.target_new < 1 or req.target_new > req.max_new:
-                raise ValueError(f"request {req.rid}: need 1 <= target_new <= max_new")
-            if req.input_len + req.max_new > self.spec.kv_capacity:
-                raise ValueError(f"request {req.rid} can never fit in the KV cache")
+        check_requests(reqs, self.spec.kv_capacity)
         self.waiting.extend(reqs)
         if self.phase == IDLE:
             self.t = max(self.t, now)

@@ -32,3 +32,12 @@ class Completion:
     tokens: int
     reason: str
     time: float
+
+
+def check_requests(reqs: list[Request], kv_capacity: int) -> None:
+    """Reject requests no engine could serve (what a runtime must never submit)."""
+    for r in reqs:
+        if r.target_new < 1 or r.target_new > r.max_new:
+            raise ValueError(f"request {r.rid}: need 1 <= target_new <= max_new")
+        if r.input_len + r.max_new > kv_capacity:
+            raise ValueError(f"request {r.rid} can never fit in the KV cache")

@@ -214,8 +214,8 @@ class Simulation:
             e.kv_peak = e.kv
         self._step_waste = self._step_discarded = self._step_resumed = 0
 
-    def _end_rollout(self, groups: tuple[Group, ...]) -> StepRecord:
-        """Close the rollout phase of the current step (colocated: engines are drained)."""
+    def _close_record(self) -> StepRecord:
+        """Fill the rollout-phase figures of the current step from the engines' counters."""
         rec = self._cur
         assert rec is not None
         rec.rollout_time_s = self.now - rec.rollout_start_s
@@ -227,9 +227,14 @@ class Simulation:
         rec.discarded_samples = self._step_discarded
         rec.resumed_tokens = self._step_resumed
         rec.scheduler_stats = dict(self.scheduler.step_stats())
-        self._fill_trained(rec, groups, trainer_version=self.version)
         rec.partial_samples = self._n_partial
         self.records.append(rec)
+        return rec
+
+    def _end_rollout(self, groups: tuple[Group, ...]) -> StepRecord:
+        """Colocated: the batch is closed and the engines are drained; train on it now."""
+        rec = self._close_record()
+        self._fill_trained(rec, groups, trainer_version=self.version)
         return rec
 
     def _trained_record(self, k: int, groups: tuple[Group, ...]) -> StepRecord:
@@ -418,19 +423,8 @@ class Simulation:
             self._batches.put(batch)
 
     def _end_rollout_disaggregated(self, batch: tuple[Group, ...]) -> None:
-        rec = self._cur
-        assert rec is not None
-        rec.rollout_time_s = self.now - rec.rollout_start_s
-        rec.generated_tokens = sum(e.tokens for e in self.engines) - self._gen0
-        rec.busy_time_s = sum(e.busy_time for e in self.engines) - self._busy0
-        rec.retractions = sum(e.retractions for e in self.engines) - self._retr0
-        rec.kv_peak_tokens = max(e.kv_peak for e in self.engines)
-        rec.wasted_tokens = self._step_waste
-        rec.discarded_samples = self._step_discarded
-        rec.resumed_tokens = self._step_resumed
-        rec.scheduler_stats = dict(self.scheduler.step_stats())
-        rec.partial_samples = self._n_partial
-        self.records.append(rec)
+        """Disaggregated: the batch queues for the trainer; the next rollout starts at once."""
+        rec = self._close_record()
         nxt = rec.step + 1
         if nxt < self.steps:
             self._begin_rollout(nxt)
