@@ -530,14 +530,14 @@ class Simulation:
                 s.add_tokens(c.tokens, s.submit_version)
                 done = c.reason != "abort" and s.generated >= s.target_len
                 s.status = SampleStatus.DONE if done else SampleStatus.PARTIAL
-        counts = {st.value: 0 for st in SampleStatus}
-        tokens = {st.value: 0 for st in SampleStatus}
+        counts = dict.fromkeys(SampleStatus, 0)
+        tokens = dict.fromkeys(SampleStatus, 0)
         for g in self.groups.values():
             for s in g.samples:
-                counts[s.status.value] += 1
-                tokens[s.status.value] += s.generated
-        out = {f"samples_{k}": v for k, v in counts.items()}
-        out.update({f"tokens_{k}": v for k, v in tokens.items()})
+                counts[s.status] += 1
+                tokens[s.status] += s.generated
+        out = {f"samples_{k.value}": v for k, v in counts.items()}
+        out.update({f"tokens_{k.value}": v for k, v in tokens.items()})
         out["samples_created"] = sum(counts.values())
         out["engine_tokens"] = sum(e.tokens for e in self.engines)
         return out
