@@ -25,7 +25,7 @@ def main() -> None:
     """Simulate, compare and tune rollout schedulers (APRIL and friends) for RL on LLMs."""
 
 
-@main.command()
+@main.command(short_help="Simulate schedulers on a scenario and compare them.")
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--scheduler", "-s", "schedulers", multiple=True, help="Scheduler to run (repeatable); a registered name or module:Class. Default: the scenario's `compare` list.")
 @click.option("--steps", type=click.IntRange(min=1), help="Training steps (overrides the scenario).")
@@ -43,10 +43,17 @@ def simulate(scenario, schedulers, steps, seed, as_json, steps_out) -> None:
         sc = load_scenario(scenario)
         names = list(schedulers) or list(sc.compare)
         rows, records = [], []
+        live = sys.stderr.isatty()
         for name in names:
-            if not as_json:
+            progress = None
+            if live:
+                def progress(done, total, name=name):
+                    click.echo(f"\r\033[Ksimulating {name}: step {done}/{total}", err=True, nl=False)
+            elif not as_json:
                 click.echo(f"simulating {name} ...", err=True)
-            run = run_sim(sc, name, seed=seed, steps=steps)
+            run = run_sim(sc, name, seed=seed, steps=steps, progress=progress)
+            if live:
+                click.echo("\r\033[K", err=True, nl=False)
             rows.append(run.summary())
             records += [{"scheduler": name, **r.to_dict()} for r in run.steps]
     except (ScenarioError, SchedulerError, ValueError) as e:
@@ -62,7 +69,7 @@ def simulate(scenario, schedulers, steps, seed, as_json, steps_out) -> None:
         click.echo(format_table(rows))
 
 
-@main.command()
+@main.command(short_help="Print the default scenario (a template).")
 def scenario() -> None:
     """Print the embedded default scenario (a starting point for your own)."""
     from aprilsim.config import default_scenario_text
@@ -70,7 +77,7 @@ def scenario() -> None:
     click.echo(default_scenario_text(), nl=False)
 
 
-@main.command()
+@main.command(short_help="List engine presets and where their numbers come from.")
 def presets() -> None:
     """List the engine presets with their cost coefficients and where the numbers come from."""
     from aprilsim.engine.cost import PRESETS
@@ -83,7 +90,7 @@ def presets() -> None:
         click.echo(f"  {spec.source}")
 
 
-@main.command("schedulers")
+@main.command("schedulers", short_help="List the schedulers with their knobs.")
 @click.argument("names", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of text.")
 def schedulers_command(names, as_json) -> None:

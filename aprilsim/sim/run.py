@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from aprilsim.config import Scenario
 from aprilsim.engine.fast import FastEngine
 from aprilsim.metrics.records import RunResult
@@ -16,11 +18,12 @@ def simulate(
     seed: int | None = None,
     steps: int | None = None,
     engine_factory: EngineFactory = FastEngine,
+    progress: Callable[[int, int], None] | None = None,
 ) -> RunResult:
     """Run `scheduler` (a registered name or `module:Class`) on `scenario`.
 
     Every scheduler of a comparison sees the same workload stream (same seed), so differences come
-    from scheduling alone.
+    from scheduling alone. `progress(done, total)` is called after each training step.
     """
     sim = Simulation(
         workload=scenario.workload_for(seed),
@@ -32,5 +35,6 @@ def simulate(
         trainer=scenario.trainer_model(),
         router=scenario.cluster.router,
         engine_factory=engine_factory,
+        progress=progress,
     )
     return sim.run()

@@ -76,6 +76,7 @@ class Simulation:
         trainer: TrainerModel | None = None,
         router: str | Router = "round_robin",
         engine_factory: EngineFactory = FastEngine,
+        progress: Callable[[int, int], None] | None = None,
     ) -> None:
         if n_engines < 1 or batch_size < 1 or steps < 1:
             raise ValueError("n_engines, batch_size and steps must be >= 1")
@@ -122,6 +123,7 @@ class Simulation:
         self._sample_events = bool(getattr(scheduler, "sample_events", True))
         self._cap: dict[int, int] = {}  # rid -> the max_new_tokens cap of its submission
         self._n_closed = 0  # batches closed so far
+        self._progress = progress  # called with (steps done, steps) after each training step
 
     # ------------------------------------------------------------------ GroupSource
     def new_groups(self, n: int, step: int, group_size: int | None = None) -> list[Group]:
@@ -178,6 +180,8 @@ class Simulation:
             self._sync_clock()
             self.version += 1
             rec.step_time_s = self.now - rec.rollout_start_s
+            if self._progress is not None:
+                self._progress(k + 1, self.steps)
 
     def _disaggregated(self):
         self._begin_rollout(0)
@@ -199,6 +203,8 @@ class Simulation:
             self._sync_clock()
             rec.step_time_s = self.now - last_end
             last_end = self.now
+            if self._progress is not None:
+                self._progress(k + 1, self.steps)
 
     def _sync_clock(self) -> None:
         self.now = max(self.now, self.env.now)

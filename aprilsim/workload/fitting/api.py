@@ -6,7 +6,7 @@ from Python: `fit_log(path, max_len=2000).write_model("m.toml")`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +40,7 @@ def fit_log(
     drift_from: str | Path | None = None,
     drift_column: str | None = None,
     random_state: int | None = 0,
+    progress: Callable[[str], None] | None = None,
 ) -> FitReport:
     """Fit a length model to a log file (or to `LengthData`) the way `aprilsim fit` does.
 
@@ -63,6 +64,7 @@ def fit_log(
         criterion=criterion,
         n_bootstrap=n_bootstrap,
         random_state=random_state,
+        progress=progress,
     ).fit(data)
     model = fitter.model_
     split = None

@@ -29,10 +29,13 @@ def bootstrap_ci(
     n_boot: int,
     rng: np.random.Generator,
     confidence: float = 0.95,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, dict[str, float]]:
     """Percentile intervals of `stats(refit(resample))`, next to the full-data `point` values."""
     draws: dict[str, list[float]] = {k: [] for k in point}
-    for _ in range(n_boot):
+    for i in range(n_boot):
+        if on_progress is not None and i % 10 == 0:
+            on_progress(i, n_boot)
         try:
             s = stats(refit(resample(data, rng)))
         except (ValueError, FloatingPointError):

@@ -36,6 +36,15 @@ def _jsonable(x):
     return x
 
 
+def _status_line():
+    """A one-line status on the terminal, rewritten in place (progress of long fits)."""
+
+    def show(message: str) -> None:
+        click.echo(f"\r\033[K{message}", err=True, nl=False)
+
+    return show
+
+
 def _families(value: str | None) -> tuple[str, ...]:
     if not value:
         return ALL_FAMILIES
@@ -50,7 +59,11 @@ def _families(value: str | None) -> tuple[str, ...]:
     return names
 
 
-@click.command("fit", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(
+    "fit",
+    short_help="Fit length distributions to generation logs.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option("--column", help="Length column (default: detected among common names).")
 @click.option("--group-column", help="Prompt id column, for the prompt split ('none': off).")
@@ -120,7 +133,10 @@ def fit_command(
             n_bootstrap=n_bootstrap,
             drift_from=drift_from,
             random_state=seed,
+            progress=_status_line() if sys.stderr.isatty() else None,
         )
+        if sys.stderr.isatty():
+            click.echo("\r\033[K", err=True, nl=False)
         if out:
             report.write_model(out)
         if plot:

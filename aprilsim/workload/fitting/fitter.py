@@ -7,7 +7,7 @@ model the simulator uses, `cap_`, `bootstrap_`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +97,8 @@ class LengthFitter:
     max_bins: with more distinct lengths than this, neighbouring long lengths are merged into
         geometric bins (interval-censored, still an exact likelihood of the binned data); this is
         what keeps a fit of 10^6 lengths to seconds. Every family sees the same bins.
+    progress: optional callable receiving a short status line as the fit goes (family being
+        fitted, bootstrap resamples done); the CLI shows it on a terminal.
     """
 
     def __init__(
@@ -110,6 +112,7 @@ class LengthFitter:
         empirical_points: int = 2000,
         max_bins: int = 2048,
         random_state: int | None = 0,
+        progress: Callable[[str], None] | None = None,
     ) -> None:
         self.families = tuple(families)
         self.max_len = max_len
@@ -120,6 +123,11 @@ class LengthFitter:
         self.empirical_points = empirical_points
         self.max_bins = max_bins
         self.random_state = random_state
+        self.progress = progress
+
+    def _say(self, message: str) -> None:
+        if self.progress is not None:
+            self.progress(message)
 
     def _check_params(self) -> None:
         unknown = [f for f in self.families if f not in ALL_FAMILIES]
@@ -151,7 +159,8 @@ class LengthFitter:
         self.failed_: dict[str, str] = {}
         fits: dict[str, FamilyFit] = {}
         order = [f for f in ALL_FAMILIES if f in self.families]
-        for name in order:
+        for k, name in enumerate(order):
+            self._say(f"fitting {name} ({k + 1}/{len(order)})")
             try:
                 fits[name] = self._fit_one(name, data, grid, fits)
             except (ValueError, FloatingPointError, np.linalg.LinAlgError) as e:
@@ -304,7 +313,12 @@ class LengthFitter:
                 return fam.to_model(maximise(fam, d, [theta], maxiter=40).theta)
 
             point = stats(best.model)
-        return bootstrap_ci(data, refit, stats, point, self.n_bootstrap, rng, self.confidence)
+        def tick(done: int, total: int) -> None:
+            self._say(f"bootstrap of {best.family}: {done}/{total} resamples")
+
+        return bootstrap_ci(
+            data, refit, stats, point, self.n_bootstrap, rng, self.confidence, on_progress=tick
+        )
 
     # ------------------------------------------------------------------ using the fit
     def _check_fitted(self) -> None:
