@@ -155,3 +155,47 @@ def test_metrics_are_consistent():
     assert s["generated_tokens"] == s["trained_tokens"]
     assert s["mean_step_time_s"] > s["mean_rollout_time_s"]
     assert s["staleness_histogram"] == {"0": s["trained_tokens"]}
+
+
+def test_per_engine_busy_fractions_average_to_the_total():
+    s = simulate(scenario(seed=4, engines=3), "april").summary()
+    per = s["engine_busy_fraction_by_engine"]
+    assert len(per) == 3 and all(0 < b <= 1 for b in per)
+    assert abs(sum(per) / 3 - s["engine_busy_fraction"]) < 1e-12
+
+
+def test_routers():
+    """Round robin cycles; least loaded fills the emptiest engine first (ties: lowest index)."""
+    from aprilsim.engine.router import LeastLoaded, RoundRobin, make_router
+
+    rr = RoundRobin()
+    assert [rr.pick([0, 0, 0]) for _ in range(5)] == [0, 1, 2, 0, 1]
+    ll = LeastLoaded()
+    loads = [3, 1, 1]
+    picks = []
+    for _ in range(4):
+        i = ll.pick(loads)
+        loads[i] += 1
+        picks.append(i)
+    assert picks == [1, 2, 1, 2] and loads == [3, 3, 3]
+    sc = scenario_from_dict(
+        {**_BASE, "cluster": {"engines": 3, "router": "least_loaded"}, "schedulers": {}}
+    )
+    assert simulate(sc, "sync").summary()["trained_samples"] == sc.steps * sc.batch_size * sc.group_size
+    try:
+        make_router("random")
+    except ValueError as e:
+        assert "least_loaded" in str(e)
+    else:
+        raise AssertionError("unknown router accepted")
+
+
+_BASE = {
+    "seed": 1,
+    "steps": 2,
+    "batch_size": 6,
+    "group_size": 4,
+    "max_response_len": 3000,
+    "lengths": {"family": "lognormal", "mu": 6.3, "sigma": 1.0},
+    "prompts": {"family": "lognormal", "mu": 4.5, "sigma": 0.5, "max_len": 512},
+}

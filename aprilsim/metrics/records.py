@@ -18,6 +18,7 @@ class StepRecord:
     train_time_s: float = 0.0
     generated_tokens: int = 0  # during the rollout phase, aborted segments included
     busy_time_s: float = 0.0  # summed over engines, during the rollout phase
+    busy_by_engine_s: list[float] = field(default_factory=list)  # the same, engine by engine
     trained_samples: int = 0
     trained_groups: int = 0
     trained_tokens: int = 0  # response tokens of the batch
@@ -69,6 +70,7 @@ def summarize(run: RunResult) -> dict[str, Any]:
     for s in st:
         hist.update(s.staleness)
     busy = sum(s.busy_time_s for s in st)
+    per_engine = [sum(b) for b in zip(*(s.busy_by_engine_s for s in st))] if st else []
     workload_mean = _mean([s.workload_mean_length for s in st])
     mean_len = trained / samples if samples else 0.0
     ideal = run.n_engines * run.peak_tokens_per_s * roll
@@ -81,6 +83,7 @@ def summarize(run: RunResult) -> dict[str, Any]:
         "mean_step_time_s": _mean([s.step_time_s for s in st]),
         "total_time_s": run.total_time_s,
         "engine_busy_fraction": busy / (run.n_engines * roll) if roll else 0.0,
+        "engine_busy_fraction_by_engine": [b / roll if roll else 0.0 for b in per_engine],
         "engine_idle_time_s": run.n_engines * roll - busy,
         "efficiency_vs_ideal": gen / ideal if ideal else 0.0,
         "generated_tokens": gen,

@@ -214,7 +214,7 @@ class Simulation:
         self.ctx.step = step
         self._cur = StepRecord(step=step, rollout_start_s=self.now, rollout_time_s=0.0)
         self._gen0 = sum(e.tokens for e in self.engines)
-        self._busy0 = sum(e.busy_time for e in self.engines)
+        self._busy0 = [e.busy_time for e in self.engines]
         self._retr0 = sum(e.retractions for e in self.engines)
         for e in self.engines:
             e.kv_peak = e.kv
@@ -226,7 +226,8 @@ class Simulation:
         assert rec is not None
         rec.rollout_time_s = self.now - rec.rollout_start_s
         rec.generated_tokens = sum(e.tokens for e in self.engines) - self._gen0
-        rec.busy_time_s = sum(e.busy_time for e in self.engines) - self._busy0
+        rec.busy_by_engine_s = [e.busy_time - b0 for e, b0 in zip(self.engines, self._busy0)]
+        rec.busy_time_s = sum(rec.busy_by_engine_s)
         rec.retractions = sum(e.retractions for e in self.engines) - self._retr0
         rec.kv_peak_tokens = max(e.kv_peak for e in self.engines)
         rec.wasted_tokens = self._step_waste
