@@ -93,8 +93,18 @@ class FastEngine:
                 running[r.rid] = r
                 push(finish, (r.target_new - base, r.rid))
             self.batch = []
-        elif self.phase == DECODE:
-            self._apply_decode(self.n)
+        elif self.phase == DECODE:  # _apply_decode(self.n), with the span already known
+            m, b = self.n, len(self.running)
+            self.busy_time += self.t_event - self.t
+            self.t = self.t_event
+            self.it += m
+            self.iterations += m
+            mb = m * b
+            self.kv += mb
+            self.reserve -= mb
+            self.tokens += mb
+            if self.kv > self.kv_peak:
+                self.kv_peak = self.kv
             done = self._pop_finished()
         self.phase = IDLE
         self._plan()

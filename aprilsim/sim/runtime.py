@@ -97,7 +97,7 @@ class Simulation:
         )
         self.groups: dict[int, Group] = {}
         self._left: dict[int, int] = {}  # unfinished samples per group
-        self._inflight: dict[int, tuple[Sample, int]] = {}  # rid -> (sample, engine index)
+        self._inflight: dict[int, Sample] = {}  # request id -> the sample it generates
         self._next_rid = 0
         self._events: deque[Event] = deque()
         self._draining = False
@@ -350,7 +350,7 @@ class Simulation:
             s.status = running
             s.submits += 1
             s.submit_version = version
-            inflight[rid] = (s, i)
+            inflight[rid] = s
             rid += 1
             reqs = per_engine.get(i)
             if reqs is None:
@@ -364,7 +364,7 @@ class Simulation:
 
     def _complete(self, c: Completion) -> Sample | None:
         """Credit a completion to its sample; return the sample if it came back unfinished."""
-        s, _ = self._inflight.pop(c.rid)
+        s = self._inflight.pop(c.rid)
         s.add_tokens(c.tokens, s.submit_version)
         if c.reason == "abort":
             s.status = _PARTIAL
@@ -533,7 +533,7 @@ class Simulation:
         """Stop the engines at the end; count where every sample is (the conservation ledger)."""
         for e in self.engines:
             for c in e.abort_all(self.now):
-                s, _ = self._inflight.pop(c.rid)
+                s = self._inflight.pop(c.rid)
                 s.add_tokens(c.tokens, s.submit_version)
                 done = c.reason != "abort" and s.generated >= s.target_len
                 s.status = SampleStatus.DONE if done else SampleStatus.PARTIAL
