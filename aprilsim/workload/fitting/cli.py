@@ -120,6 +120,10 @@ def fit_command(
     try:
         from aprilsim.workload.fitting.api import fit_log
 
+        if plot:  # fail before a long fit, not after it
+            from aprilsim.workload.fitting.plots import _pyplot
+
+            _pyplot()
         fams = _families(families)
         report = fit_log(
             path,
