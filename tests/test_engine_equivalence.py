@@ -91,7 +91,7 @@ def test_fast_engine_matches_reference(case):
         assert math.isclose(a[3], b[3], rel_tol=1e-9, abs_tol=1e-9), (a, b)
     assert ef.tokens == er.tokens
     assert ef.retractions == er.retractions
-    assert ef.kv_peak == er.kv_peak
+    assert ef.kv_peak == er.kv_peak <= spec.kv_capacity
     assert ef.prefill_tokens == er.prefill_tokens
     assert math.isclose(ef.busy_time, er.busy_time, rel_tol=1e-9, abs_tol=1e-9)
 

@@ -99,6 +99,7 @@ def test_samples_and_tokens_are_conserved_per_step(seed, name, ratio, recycle, t
     assert end["engine_tokens"] == sum(v for k, v in end.items() if k.startswith("tokens_"))
     if name == "april" and recycle:
         assert end["samples_discarded"] == 0
+    assert all(r.kv_peak_tokens <= sc.engine_spec().kv_capacity for r in run.steps)
     for g in sim.groups.values():
         for s in g.samples:
             assert s.generated <= s.target_len <= sc.max_response_len
