@@ -113,10 +113,8 @@ def schedulers_command(names, as_json) -> None:
 
 def _register_subcommands() -> None:
     """Sub-commands that live beside the code they drive."""
-    try:
-        from aprilsim.workload.fitting.cli import fit_command
-    except ImportError:  # the fitting package is optional while it is being written
-        return
+    from aprilsim.workload.fitting.cli import fit_command
+
     main.add_command(fit_command, "fit")
 
 
