@@ -38,10 +38,6 @@ class CostModel:
     def prefill_time(self, tokens: int) -> float:
         return self.p0 + self.p1 * tokens + self.p2 * tokens * tokens
 
-    def peak_tokens_per_s(self, max_running: int, kv_capacity: int) -> float:
-        """Best decode throughput over batch sizes B <= max_running with tiny KV (ideal bound)."""
-        return max_running / self.decode_time(max_running, 0.0)
-
 
 @dataclass(frozen=True)
 class EngineSpec:

@@ -61,10 +61,6 @@ class FastEngine:
         """Requests on this engine (running, prefilling and queued): what a router balances."""
         return len(self.running) + len(self.batch) + len(self.waiting)
 
-    @property
-    def idle(self) -> bool:
-        return self.phase == IDLE and not self.waiting
-
     def submit(self, reqs: list[Request], now: float) -> None:
         """Queue requests arriving at `now`; they are considered at the first boundary >= now."""
         check_requests(reqs, self.spec.kv_capacity)

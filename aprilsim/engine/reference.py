@@ -55,10 +55,6 @@ class ReferenceEngine:
     def load(self) -> int:
         return len(self.running) + len(self.batch) + len(self.waiting)
 
-    @property
-    def idle(self) -> bool:
-        return self.phase == IDLE and not self.waiting
-
     def submit(self, reqs: list[Request], now: float) -> None:
         check_requests(reqs, self.spec.kv_capacity)
         self.waiting.extend(reqs)
