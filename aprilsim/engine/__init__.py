@@ -2,6 +2,7 @@
 
 from aprilsim.engine.cost import PRESETS, CostModel, EngineSpec
 from aprilsim.engine.fast import FastEngine
+from aprilsim.engine.protocol import SimEngine
 from aprilsim.engine.request import Completion, Request
 
-__all__ = ["PRESETS", "Completion", "CostModel", "EngineSpec", "FastEngine", "Request"]
+__all__ = ["PRESETS", "Completion", "CostModel", "EngineSpec", "FastEngine", "Request", "SimEngine"]

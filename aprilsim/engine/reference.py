@@ -55,6 +55,25 @@ class ReferenceEngine:
     def load(self) -> int:
         return len(self.running) + len(self.batch) + len(self.waiting)
 
+    @property
+    def peak_kv(self) -> int:
+        """Most KV tokens held since the last `reset_peak`."""
+        return self.kv_peak
+
+    def is_idle(self) -> bool:
+        """True when nothing is queued, prefilling or decoding."""
+        return self.phase == IDLE and self.load == 0
+
+    def reset_peak(self) -> None:
+        """Start a new peak-KV window at the KV currently held."""
+        self.kv_peak = self.kv
+
+    def block_until(self, t: float) -> None:
+        """Start nothing before `t`; only valid on an idle engine (after `abort_all`)."""
+        if not self.is_idle():
+            raise RuntimeError("block_until on a busy engine")
+        self.t = max(self.t, t)
+
     def submit(self, reqs: list[Request], now: float) -> None:
         check_requests(reqs, self.spec.kv_capacity)
         self.waiting.extend(reqs)

@@ -25,6 +25,7 @@ import simpy
 
 from aprilsim.engine.cost import EngineSpec
 from aprilsim.engine.fast import FastEngine
+from aprilsim.engine.protocol import SimEngine
 from aprilsim.engine.request import Completion, Request
 from aprilsim.engine.router import Router, make_router
 from aprilsim.metrics.records import RunResult, StepRecord
@@ -55,7 +56,7 @@ from aprilsim.workload.generator import Workload
 
 INF = math.inf
 _DONE, _PARTIAL = SampleStatus.DONE, SampleStatus.PARTIAL
-EngineFactory = Callable[[EngineSpec, int], FastEngine]
+EngineFactory = Callable[[EngineSpec, int], SimEngine]
 
 
 __all__ = ["EngineFactory", "SchedulerError", "Simulation"]
@@ -217,7 +218,7 @@ class Simulation:
         self._busy0 = [e.busy_time for e in self.engines]
         self._retr0 = sum(e.retractions for e in self.engines)
         for e in self.engines:
-            e.kv_peak = e.kv
+            e.reset_peak()
         self._step_waste = self._step_discarded = self._step_resumed = 0
 
     def _close_record(self) -> StepRecord:
@@ -229,7 +230,7 @@ class Simulation:
         rec.busy_by_engine_s = [e.busy_time - b0 for e, b0 in zip(self.engines, self._busy0)]
         rec.busy_time_s = sum(rec.busy_by_engine_s)
         rec.retractions = sum(e.retractions for e in self.engines) - self._retr0
-        rec.kv_peak_tokens = max(e.kv_peak for e in self.engines)
+        rec.kv_peak_tokens = max(e.peak_kv for e in self.engines)
         rec.wasted_tokens = self._step_waste
         rec.discarded_samples = self._step_discarded
         rec.resumed_tokens = self._step_resumed
@@ -390,7 +391,7 @@ class Simulation:
     def _abort_all(self) -> None:
         returned: list[Sample] = []
         for i, e in enumerate(self.engines):
-            if e.load == 0 and e.phase == 0:
+            if e.is_idle():
                 continue
             for c in e.abort_all(self.now):
                 s = self._complete(c)
@@ -448,7 +449,7 @@ class Simulation:
         for i, e in enumerate(self.engines):
             comps = e.abort_all(self.now) if interrupt else e.pause(self.now, until)
             if interrupt:
-                e.t = max(e.t, until)
+                e.block_until(until)
             for c in comps:
                 s = self._complete(c)
                 if s is not None:

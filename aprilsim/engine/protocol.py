@@ -1,0 +1,60 @@
+"""The simulated-engine contract: what the runtime may ask of an engine, and nothing more.
+
+Both `FastEngine` (event jumping) and `ReferenceEngine` (one iteration at a time, the oracle in
+tests) implement it; the runtime (`aprilsim.sim`) is typed against it and never reads or writes an
+engine's internals.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from aprilsim.engine.request import Completion, Request
+
+
+@runtime_checkable
+class SimEngine(Protocol):
+    """One simulated SGLang server. `t_event` is the time of its next event (inf when idle)."""
+
+    t_event: float
+    busy_time: float
+    tokens: int
+    retractions: int
+
+    @property
+    def load(self) -> int:
+        """Requests on the engine (running, prefilling, queued): what a router balances."""
+        ...
+
+    @property
+    def peak_kv(self) -> int:
+        """Most KV tokens held since the last `reset_peak`."""
+        ...
+
+    def is_idle(self) -> bool:
+        """True when nothing is queued, prefilling or decoding."""
+        ...
+
+    def reset_peak(self) -> None:
+        """Start a new peak-KV window at the KV currently held (a new step)."""
+        ...
+
+    def submit(self, reqs: list[Request], now: float) -> None:
+        """Queue requests arriving at `now`."""
+        ...
+
+    def advance(self) -> list[Completion]:
+        """Carry out the event due at `t_event`; return the requests that finished there."""
+        ...
+
+    def abort_all(self, now: float) -> list[Completion]:
+        """Stop everything at `now`: finished work completes, the rest returns partial."""
+        ...
+
+    def pause(self, now: float, until: float) -> list[Completion]:
+        """Stop generating from `now` to `until` (a weight update); work resumes after."""
+        ...
+
+    def block_until(self, t: float) -> None:
+        """Start nothing before time `t` (an interrupting weight update flushed the engine)."""
+        ...
