@@ -12,6 +12,7 @@ Two sweeps around the default show what the gain depends on:
 
 * the length-to-cap mix: the lognormal median of response lengths, as a share of the cap, at the
   default's sigma (so the truncated share rises with it);
+* one knob at a time, tables only: the over-provision ratio, and `workload.prompt_share`;
 * the decode cost balance a : (b*B + c*K) (docs/simulator.md): the fixed per-iteration cost `a`
   against the batch term `b*B` and the KV term `c*K`, at a reference point B = one engine's share
   of a full sync batch and K = B x (mean prompt + half the mean capped response), the mean KV a
@@ -47,6 +48,10 @@ OLD_LENGTHS = {"family": "lognormal_mixture", "weights": [0.7, 0.3], "mus": [7.3
                "sigmas": [0.6, 0.7]}
 MEDIAN_SHARES = [0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7]
 COST_FACTORS = [0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0]
+# One knob at a time on the default (tables only): the over-provision ratio (2 in the paper) and the
+# share of log-length variance between prompts (an estimate in the default).
+KNOBS = {"schedulers.april.ratio": [1.25, 1.5, 2.0, 3.0],
+         "workload.prompt_share": [0.0, 0.3, 0.6, 0.8]}
 
 
 # ---------------------------------------------------------------------------------- measuring
@@ -124,6 +129,18 @@ def with_lengths(data: dict[str, Any], lengths: dict[str, Any]) -> dict[str, Any
     return out
 
 
+def with_key(data: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
+    out = json.loads(json.dumps(data))
+    *parents, leaf = dotted.split(".")
+    node = out
+    for k in parents:
+        if node.get(k) is None:
+            node[k] = {}
+        node = node[k]
+    node[leaf] = value
+    return out
+
+
 def median_share(sc: Scenario) -> float:
     lm, _ = sc.length_model()
     return float(lm.ppf(np.array([0.5]))[0]) / sc.max_response_len
@@ -164,6 +181,10 @@ def write_md(res: dict[str, Any], path: Path) -> None:
               "| scaled | factor | a : (bB + cK) | gain |", "|---|---|---|---|"]
     for r in res["cost_sweep"]:
         lines.append(f"| {r['coef']} | {r['factor']:g} | {r['balance']:.3f} | {_pct(r)} |")
+    lines += ["", "## One knob at a time (default scenario)", "",
+              "| knob | value | gain |", "|---|---|---|"]
+    for r in res["knob_sweep"]:
+        lines.append(f"| `{r['knob']}` | {r['value']:g} | {_pct(r)} |")
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -197,6 +218,10 @@ def figure(res: dict[str, Any], path: Path) -> bool:
     ax1.errorbar([res["old_median_share"]], [100 * o["gain_mean"]], yerr=[100 * o["gain_std"]],
                  marker="s", ms=7, color="0.3", capsize=3, ls="none",
                  label="old default (mixture)")
+    for r in ms:
+        ax1.annotate(f"{r['sync_truncated']:.1%} capped", (r["median_share"], 100 * r["gain_mean"]),
+                     textcoords="offset points", xytext=(6, 6), fontsize=7, color="0.35")
+    ax1.set_xlim(0, 0.8)
     ax1.set_xlabel("median response length / cap (cap = 16,384 tokens)")
     ax1.set_ylabel(f"APRIL rollout-throughput gain over sync (%)\n"
                    f"mean ± sd over {res['seeds']} seeds, warm-up excluded")
@@ -212,8 +237,10 @@ def figure(res: dict[str, Any], path: Path) -> bool:
                  yerr=[100 * d["gain_std"]], marker="*", ms=14, color="#c44e52", capsize=3,
                  ls="none", label="new default")
     ax2.set_xscale("log")
-    ax2.set_ylabel("APRIL gain over sync (%)")
-    ax2.set_xlabel("decode cost balance a : (b·B + c·K) at a full sync batch (log)")
+    ax2.set_ylabel("APRIL rollout-throughput gain over sync (%)")
+    b = res["default_balance"]
+    ax2.set_xlabel(f"decode cost balance a : (b·B + c·K) (log scale)\nat B = {b['B']:.0f} requests, "
+                   f"K = {b['K'] / 1e3:.0f}k KV tokens per engine (a full sync batch)")
     ax2.set_title("Engine regime (default lengths)")
     ax2.legend(fontsize=8, loc="upper left")
     fig.suptitle("aprilsim: APRIL (ratio 2, recycling) vs sync on the default scenario "
@@ -257,7 +284,7 @@ def main() -> None:
         res["old_median_share"] = median_share(old_sc)
         print(f"old default lengths: {_pct(res['old_default'])}  [{time.time() - t0:.0f} s]",
               file=sys.stderr)
-        res["median_sweep"], res["cost_sweep"] = [], []
+        res["median_sweep"], res["cost_sweep"], res["knob_sweep"] = [], [], []
         if not args.no_sweeps:
             sigma = res["default_sigma"]
             if math.isnan(sigma):
@@ -281,6 +308,13 @@ def main() -> None:
                     res["cost_sweep"].append(r)
                     print(f"{coef} x{f:g}: balance {r['balance']:.3f}, {_pct(r)}  "
                           f"[{time.time() - t0:.0f} s]", file=sys.stderr)
+            for key, values in KNOBS.items():
+                for v in values:
+                    d = with_key(data, key, v)
+                    r = run(d)
+                    r.update(knob=key, value=v)
+                    res["knob_sweep"].append(r)
+                    print(f"{key} = {v:g}: {_pct(r)}  [{time.time() - t0:.0f} s]", file=sys.stderr)
     res["runtime_s"] = time.time() - t0
 
     out = ROOT / "experiments" / "results"
