@@ -25,7 +25,6 @@ matplotlib).
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import math
 import sys
@@ -56,21 +55,13 @@ KNOBS = {"schedulers.april.ratio": [1.25, 1.5, 2.0, 3.0],
 
 # ---------------------------------------------------------------------------------- measuring
 def _warmup(sc: Scenario, override: int | None) -> int:
-    if override is not None:
-        return override
-    return int(getattr(sc, "warmup_steps", 1))  # the scenario key, once it exists
+    return sc.warmup_steps if override is None else override
 
 
 def _throughput(run: RunResult, warmup: int) -> tuple[float, float]:
     """Rollout throughput (tok/s) and truncated share with the first `warmup` steps left out."""
-    if "warmup" in inspect.signature(summarize).parameters:
-        row = summarize(run, warmup=warmup)
-        return row["rollout_throughput_tok_s"], row["truncated_fraction"]
-    st = run.steps[warmup:]
-    roll = sum(s.rollout_time_s for s in st)
-    samples = sum(s.trained_samples for s in st)
-    return (sum(s.generated_tokens for s in st) / roll,
-            sum(s.truncated_samples for s in st) / samples if samples else 0.0)
+    row = summarize(run, warmup=warmup)
+    return row["rollout_throughput_tok_s"], row["truncated_fraction"]
 
 
 def _pair(job: tuple[dict[str, Any], int, int | None, int | None]) -> dict[str, float]:
@@ -258,7 +249,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--steps", type=int, default=None, help="default: the scenario's")
     ap.add_argument("--warmup", type=int, default=None,
-                    help="steps left out at the start (default: the scenario's, else 1)")
+                    help="steps left out at the start (default: the scenario's warmup_steps)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--no-sweeps", action="store_true", help="the default's gain only")
     args = ap.parse_args()
