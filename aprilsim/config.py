@@ -87,6 +87,27 @@ class WorkloadSection(_Strict):
     drift: dict[str, Any] | None = None
 
 
+class LaunchSection(_Strict):
+    """How the run is launched, beyond what the simulator models.
+
+    The simulator reads none of these keys. They keep the launch settings of an imported slime or
+    verl config (`aprilsim scenario --from-slime`) so that `--to-slime` writes them back unchanged;
+    `None` means "not set, use the framework's default".
+    """
+
+    colocate: bool | None = None  # slime --colocate: training and rollout share the GPUs
+    trainer_nodes: int | None = Field(default=None, ge=1)  # slime --actor-num-nodes
+    trainer_gpus_per_node: int | None = Field(default=None, ge=1)  # --actor-num-gpus-per-node
+    rollout_gpus: int | None = Field(default=None, ge=0)  # slime --rollout-num-gpus
+    gpus_per_engine: int | None = Field(default=None, ge=1)  # --rollout-num-gpus-per-engine
+    temperature: float | None = Field(default=None, gt=0)  # --rollout-temperature
+    global_batch_size: int | None = Field(default=None, ge=1)  # samples per optimizer step
+    mem_fraction_static: float | None = Field(default=None, gt=0, le=1)  # SGLang
+    chunked_prefill_size: int | None = None  # SGLang; -1 disables chunking
+    dynamic_sampling_filter: str | None = None  # slime --dynamic-sampling-filter-path
+    buffer_filter: str | None = None  # slime --buffer-filter-path
+
+
 class Scenario(_Strict):
     """The whole experiment. `lengths` is a length-model dict or {from = "model.toml"}."""
 
@@ -103,6 +124,7 @@ class Scenario(_Strict):
     prompts: dict[str, Any] = {"family": "lognormal", "mu": 5.3, "sigma": 0.5, "max_len": 2048}
     workload: WorkloadSection = WorkloadSection()
     schedulers: dict[str, dict[str, Any]] = {}
+    launch: LaunchSection = LaunchSection()
     base_dir: str = "."
 
     # ------------------------------------------------------------------ builders
