@@ -152,6 +152,35 @@ def schedulers_command(names, as_json) -> None:
             click.echo(f"  {k['name']} = {json.dumps(k['default'])}  ({k['type']})")
 
 
+@main.group(short_help="Figures from simulation outputs (needs matplotlib).")
+def plot() -> None:
+    """Figures from the files `aprilsim simulate` writes (needs matplotlib: aprilsim[plot])."""
+
+
+@plot.command("steps", short_help="Per-step curves of a --steps-out file, one line per scheduler.")
+@click.argument("steps_file", metavar="STEPS.jsonl", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("steps.png"), show_default=True, help="Figure file (PNG, PDF or SVG by suffix).")
+def plot_steps_command(steps_file, out) -> None:
+    """Rollout time, throughput, buffer size and off-policy share per step, for each scheduler.
+
+    STEPS.jsonl is what `aprilsim simulate --steps-out STEPS.jsonl` writes.
+    """
+    try:
+        from aprilsim.report.steps_plot import plot_steps, read_steps
+    except ImportError as e:  # pragma: no cover
+        fail(f"plotting needs matplotlib: pip install 'aprilsim[plot]' ({e})")
+        return
+    try:
+        plot_steps(read_steps(steps_file), out)
+    except ImportError:
+        fail("plotting needs matplotlib: pip install 'aprilsim[plot]'")
+        return
+    except (ValueError, OSError) as e:
+        fail(str(e))
+        return
+    click.echo(f"wrote {out}")
+
+
 def _register_subcommands() -> None:
     """Sub-commands that live beside the code they drive."""
     from aprilsim.workload.fitting.cli import fit_command
