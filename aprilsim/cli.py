@@ -181,6 +181,29 @@ def plot_steps_command(steps_file, out) -> None:
     click.echo(f"wrote {out}")
 
 
+@plot.command("timeline", short_help="Per-engine request timeline of a trace (PNG or HTML).")
+@click.argument("trace_file", metavar="TRACE.jsonl", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("timeline.png"), show_default=True, help="PNG/PDF/SVG (matplotlib) or HTML (plotly, self-contained) by suffix.")
+def plot_timeline_command(trace_file, out) -> None:
+    """Requests per engine coloured by policy version, aborts/retractions/resumes, batch and KV
+    curves, training and weight-sync bands. TRACE.jsonl is a per-request trace
+    (aprilsim.metrics.trace)."""
+    from aprilsim.metrics.trace import Trace
+    from aprilsim.report.timeline import write_timeline
+
+    try:
+        trace = Trace.read(trace_file)
+        write_timeline(trace, out)
+    except ImportError as e:
+        extra = "interactive" if out.suffix.lower() in (".html", ".htm") else "plot"
+        fail(f"this figure needs {e.name}: pip install 'aprilsim[{extra}]'")
+        return
+    except (ValueError, KeyError, TypeError, OSError) as e:
+        fail(f"{trace_file}: {e}")
+        return
+    click.echo(f"wrote {out}")
+
+
 def _register_subcommands() -> None:
     """Sub-commands that live beside the code they drive."""
     from aprilsim.workload.fitting.cli import fit_command
