@@ -129,6 +129,7 @@ class Scenario(_Strict):
 
     # ------------------------------------------------------------------ builders
     def engine_spec(self) -> EngineSpec:
+        """The engine of one replica: the cluster's preset with the scenario's overrides."""
         c = self.cluster
         spec = PRESETS[c.preset]
         over: dict[str, Any] = {
@@ -142,6 +143,7 @@ class Scenario(_Strict):
         return replace(spec, **over) if over else spec
 
     def trainer_model(self) -> TrainerModel:
+        """The training and weight-sync time model of `[trainer]`."""
         return TrainerModel(**self.trainer.model_dump())
 
     def length_model(self) -> tuple[LengthModel, dict[str, Any]]:
@@ -165,6 +167,7 @@ class Scenario(_Strict):
             raise ScenarioError(f"lengths: {e}") from None
 
     def workload_for(self, seed: int | None = None) -> Workload:
+        """The group generator: lengths, prompts, rewards and drift (seed: the scenario's)."""
         lengths, extra = self.length_model()
         p = dict(self.prompts)
         max_prompt = int(p.pop("max_len", 2048))
@@ -198,6 +201,7 @@ class Scenario(_Strict):
         )
 
     def settings_for(self, scheduler: str) -> dict[str, Any]:
+        """The knobs of `[schedulers.NAME]` for `scheduler` (empty: its defaults)."""
         return dict(self.schedulers.get(scheduler, {}))
 
     def check(self) -> Scenario:
@@ -268,4 +272,5 @@ def load_scenario(path: str | Path | None = None) -> Scenario:
 
 
 def default_scenario_text() -> str:
+    """The embedded default scenario (the APRIL paper's setup), as TOML text with its comments."""
     return resources.files("aprilsim").joinpath("scenarios/default.toml").read_text()
