@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import re
 import shutil
 import subprocess
@@ -77,7 +78,7 @@ def test_mkdocs_build_strict(tmp_path):
     exe = shutil.which("mkdocs") or str(Path(sys.executable).parent / "mkdocs")
     r = subprocess.run([exe, "build", "--strict", "-q", "-d", str(tmp_path / "site")], cwd=ROOT,
                        capture_output=True, text=True, timeout=300,
-                       env={"NO_MKDOCS_2_WARNING": "1", "PATH": str(Path(sys.executable).parent)})
+                       env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert r.returncode == 0, r.stdout + r.stderr
     api = (tmp_path / "site" / "api" / "index.html").read_text()
     assert "from_slime" in api and "write_timeline" in api
