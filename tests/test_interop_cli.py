@@ -47,5 +47,7 @@ def test_from_verl_and_bad_input():
     assert tomllib.loads(r.stdout)["compare"] == ["sync", "dynamic_sampling"]
     bad = CliRunner().invoke(main, ["scenario", "--from-slime", "--rollout-batch-size many"])
     assert bad.exit_code == 2 and "--rollout-batch-size" in bad.stderr
+    typo = CliRunner().invoke(main, ["scenario", "--from-slime", "no-such-script.sh"])
+    assert typo.exit_code == 2 and "no slime flags found" in typo.stderr
     both = CliRunner().invoke(main, ["scenario", "--from-slime", "x", "--to-slime", "y"])
     assert both.exit_code == 2

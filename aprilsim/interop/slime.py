@@ -23,6 +23,8 @@ Everything else (model architecture, optimizer, data paths, logging...) is liste
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Sequence
 from typing import Any
 
 from aprilsim.config import Scenario
@@ -84,6 +86,8 @@ def _convert(flag: str, values: list[str], typ: type) -> Any:
 def from_slime(text: str) -> ImportResult:
     """Map a slime launch script or argument string to a scenario dict (see the module table)."""
     entry, flags, unresolved = parse_flags(text)
+    if not flags:
+        raise ValueError("no slime flags found (give a launch script or its --flags as one string)")
     data = base_scenario()
     data["name"] = "slime-import"
     res = ImportResult(data=data)
@@ -250,18 +254,12 @@ def _export_scheduler(sc: Scenario, name: str, add: Any, notes: list[str]) -> No
         add("--dynamic-sampling-filter-path", ds_filter)
 
 
-def format_flags(argv: list[str], notes: list[str] = ()) -> str:
+def format_flags(argv: list[str], notes: Sequence[str] = ()) -> str:
     """One flag and its values per line (pastes into a bash array); notes as `#` comments."""
     lines = [f"# {n}" for n in notes]
     for tok in argv:
         if tok.startswith("--") or not lines or lines[-1].startswith("#"):
             lines.append(tok)
         else:
-            lines[-1] += " " + _quote(tok)
+            lines[-1] += " " + shlex.quote(tok)
     return "\n".join(lines) + "\n"
-
-
-def _quote(tok: str) -> str:
-    import shlex
-
-    return shlex.quote(tok)

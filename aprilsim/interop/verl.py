@@ -97,6 +97,8 @@ def _is_set(v: Any) -> bool:
 def from_verl(text: str) -> ImportResult:
     """Map a verl config (YAML text or hydra overrides) to a scenario dict (see the module table)."""
     settings = read_settings(text)
+    if not settings:
+        raise ValueError("no verl settings found (give a YAML config or key=value overrides)")
     data = base_scenario()
     data["name"] = "verl-import"
     res = ImportResult(data=data)
