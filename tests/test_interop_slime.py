@@ -154,3 +154,24 @@ def test_default_scenario_exports_the_april_launch():
 def test_scenario_toml_writer_round_trips():
     data = from_slime(_read("april-dapo-run-qwen3-4B-dapo-partial.sh")).data
     assert tomllib.loads(dumps(data, header="x\ny")) == data
+
+
+def test_script_variables_and_arithmetic_are_substituted():
+    script = """#!/bin/bash
+NUM_GPUS=${NUM_GPUS:-8}   # from the environment, else 8
+export TP=2
+BS=16
+ROLLOUT_ARGS=(
+   --rollout-batch-size ${BS}
+   --over-sampling-batch-size $((BS * 3))   # 3x
+   --partial-rollout
+)
+python3 train.py --colocate --actor-num-gpus-per-node $NUM_GPUS \\
+   --rollout-num-gpus-per-engine ${TP} ${ROLLOUT_ARGS[@]} --prompt-data ${DATA_DIR}/x.jsonl
+"""
+    res = from_slime(script)
+    assert res.mapped["--rollout-batch-size"] == 16
+    assert res.mapped["--over-sampling-batch-size"] == 48
+    assert res.data["cluster"]["engines"] == 4
+    assert res.data["schedulers"] == {"april": {"ratio": 3.0, "recycle": True}}
+    assert res.unmapped == ["--prompt-data"]

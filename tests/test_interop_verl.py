@@ -55,3 +55,19 @@ def test_one_step_off_policy():
     res = from_verl("rollout:\n  nnodes: 1\n  n_gpus_per_node: 4\ndata:\n  train_batch_size: 32\n")
     assert res.data["compare"] == ["sync", "async_one_step"]
     assert res.data["cluster"]["engines"] == 2
+
+
+def test_verl_launch_script_with_shell_arithmetic_matches_its_yaml():
+    """verl's own DAPO e2e script (variables, $((...)), hydra overrides) maps like its YAML."""
+    script = from_verl((DATA / "verl-run_dapo.sh").read_text())
+    yaml_form = from_verl((DATA / "verl-dapo-e2e.yaml").read_text())
+    assert script.mapped == yaml_form.mapped
+    assert script.data == yaml_form.data
+    assert set(script.unmapped) == set(yaml_form.unmapped)  # paths under ${HOME} included
+
+
+def test_unresolved_values_of_mapped_keys_are_listed():
+    res = from_verl("python3 -m verl.trainer.main_ppo data.train_batch_size=${BS} "
+                    "actor_rollout_ref.rollout.n=8")
+    assert res.mapped == {"actor_rollout_ref.rollout.n": 8}
+    assert res.unmapped == ["data.train_batch_size (value '${BS}' not resolved)"]

@@ -103,7 +103,12 @@ def from_verl(text: str) -> ImportResult:
     data["name"] = "verl-import"
     res = ImportResult(data=data)
     for key, value in settings.items():
+        if key not in _DIRECT and key not in _CLUSTER and key not in _SCHEDULER:
+            res.unmapped.append(key)
+            continue
         if not _is_set(value):
+            if value is not None:  # "???" or an unresolved ${...}: say so, never drop it
+                res.unmapped.append(f"{key} (value {value!r} not resolved)")
             continue
         if key in _DIRECT:
             path, typ = _DIRECT[key]
@@ -116,10 +121,8 @@ def from_verl(text: str) -> ImportResult:
             for p in path[:-1]:
                 d = d.setdefault(p, {})
             d[path[-1]] = v
-        elif key in _CLUSTER or key in _SCHEDULER:
-            res.mapped[key] = value
         else:
-            res.unmapped.append(key)
+            res.mapped[key] = value
     _cluster(res)
     _scheduler(res)
     if _R + "gpu_memory_utilization" in res.mapped:
