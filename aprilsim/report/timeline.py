@@ -133,7 +133,7 @@ def timeline_figure(trace: Trace):
         s = curves[e]
         if s:
             ts = [x.t for x in s]
-            under.step(ts, [x.running for x in s], where="post", color="#08519c", lw=1.2)
+            under.step(ts, [x.running for x in s], where="post", color="#08519c", lw=2.4)
             kv = under.twinx()
             kv.step(ts, [x.kv_tokens / 1000 for x in s], where="post", color="#a63603", lw=1.2)
             kv.set_ylabel("KV (k tokens)", color="#a63603")
