@@ -71,3 +71,8 @@ def test_unresolved_values_of_mapped_keys_are_listed():
                     "actor_rollout_ref.rollout.n=8")
     assert res.mapped == {"actor_rollout_ref.rollout.n": 8}
     assert res.unmapped == ["data.train_batch_size (value '${BS}' not resolved)"]
+
+
+def test_a_one_step_config_keeps_one_summarised_step():
+    res = from_verl((DATA / "verl-dapo-e2e.yaml").read_text())  # trainer.total_training_steps: 1
+    assert res.data["steps"] == 1 and res.data.get("warmup_steps", 0) == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import random
 
 import pytest
@@ -127,3 +128,29 @@ def test_cli_plot_timeline(tmp_path):
     bad.write_text('{"kind": "request"}\n')
     r = CliRunner().invoke(main, ["plot", "timeline", str(bad), "-o", str(out)])
     assert r.exit_code == 2 and "meta" in r.stderr
+
+
+def test_a_simulated_trace_without_engine_samples(tmp_path):
+    """What the simulator records today: requests and phases; the curve rows are left out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.collections import LineCollection
+
+    from aprilsim.config import load_scenario
+    from aprilsim.report.timeline import timeline_figure
+    from aprilsim.sim.run import simulate
+
+    sc = load_scenario()
+    tr = Trace(scheduler="april", n_engines=sc.cluster.engines)
+    simulate(sc, "april", steps=2, trace=tr)
+    tr.engine_samples.clear()
+    fig = timeline_figure(tr)
+    assert len(fig.axes) == 1 + sc.cluster.engines  # the phase strip and one lane per engine
+    n_bars = sum(len(c.get_segments()) for ax in fig.axes[1:] for c in ax.collections
+                 if isinstance(c, LineCollection))
+    assert n_bars == len(tr.requests) > 0
+    if importlib.util.find_spec("plotly") is not None:
+        from aprilsim.report.timeline import timeline_plotly
+
+        assert len(timeline_plotly(tr).layout.annotations) == sc.cluster.engines  # subplot titles

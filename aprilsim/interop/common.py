@@ -49,6 +49,20 @@ class ImportResult:
         return scenario_from_dict(self.data)
 
 
+def fit_warmup(res: ImportResult) -> None:
+    """Keep at least one summarised step when an import sets fewer steps than the warm-up."""
+    data = res.data
+    field = Scenario.model_fields.get("warmup_steps")
+    default = field.default if field is not None else 0
+    steps, warmup = int(data.get("steps", 1)), int(data.get("warmup_steps", default))
+    if field is None:
+        return
+    if warmup >= steps:
+        data["warmup_steps"] = max(0, steps - 1)
+        res.notes.append(f"warmup_steps: {warmup} -> {data['warmup_steps']} so that one of the "
+                         f"{steps} steps is summarised")
+
+
 def base_scenario() -> dict[str, Any]:
     """The default scenario as a plain dict: what an import starts from and overrides.
 

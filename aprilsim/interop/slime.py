@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aprilsim.config import Scenario
-from aprilsim.interop.common import ImportResult, base_scenario
+from aprilsim.interop.common import ImportResult, base_scenario, fit_warmup
 from aprilsim.interop.shell import flag_values as _flag_values
 from aprilsim.interop.shell import parse_command
 
@@ -104,6 +104,7 @@ def from_slime(text: str) -> ImportResult:
     res.unmapped += [f"${{{name}[@]}} (array not defined in the script)" for name in unresolved]
     _cluster(res, flags)
     _scheduler(res, entry)
+    fit_warmup(res)
     if "--buffer-filter-path" in res.mapped:
         res.notes.append("--buffer-filter-path: a custom buffer filter is kept for export; the "
                          "simulator resumes partial groups in FIFO order (slime's default pop_first)")

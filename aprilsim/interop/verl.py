@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from aprilsim.interop.common import ImportResult, base_scenario
+from aprilsim.interop.common import ImportResult, base_scenario, fit_warmup
 from aprilsim.interop.shell import parse_command
 
 _R = "actor_rollout_ref.rollout."
@@ -125,6 +125,7 @@ def from_verl(text: str) -> ImportResult:
             res.mapped[key] = value
     _cluster(res)
     _scheduler(res)
+    fit_warmup(res)
     if _R + "gpu_memory_utilization" in res.mapped:
         res.notes.append("gpu_memory_utilization: the KV pool it leaves depends on the GPU and the "
                          "model, so cluster.kv_capacity comes from the preset")

@@ -3,7 +3,7 @@
 Per engine, a lane of horizontal bars, one per request submission (submit to end), coloured by the
 policy version its tokens were generated under, with aborts (x), retractions (down triangle) and
 resumed partial samples (right triangle, at submit) marked; under each lane the running batch size
-and the KV tokens held. Trainer and weight-sync phases are shaded across all lanes and drawn on a
+and the KV tokens held (left out when the trace has no engine samples). Trainer and weight-sync phases are shaded across all lanes and drawn on a
 strip at the top. One glance shows the long-tail bubble of a synchronous rollout and how APRIL
 fills it.
 
@@ -97,8 +97,9 @@ def timeline_figure(trace: Trace):
     from matplotlib.patches import Patch
 
     n = trace.n_engines
-    heights = [0.35] + [2.4, 1.0] * n
-    fig, axes = plt.subplots(1 + 2 * n, 1, sharex=True, figsize=(12, 1.6 + 3.1 * n),
+    k = 2 if trace.engine_samples else 1  # axes per engine: the lane, and the curves if any
+    heights = [0.35] + ([2.4, 1.0] if k == 2 else [2.4]) * n
+    fig, axes = plt.subplots(1 + k * n, 1, sharex=True, figsize=(12, 1.6 + (3.1 if k == 2 else 2.2) * n),
                              gridspec_kw={"height_ratios": heights}, layout="constrained")
     strip = axes[0]
     bands = [p for p in trace.phases if p.phase in ("train", "sync")]
@@ -113,7 +114,7 @@ def timeline_figure(trace: Trace):
 
     curves = engine_curves(trace)
     for e, (reqs, rows) in enumerate(engine_lanes(trace)):
-        lane, under = axes[1 + 2 * e], axes[2 + 2 * e]
+        lane = axes[1 + k * e]
         n_rows = max(rows, default=0) + 1
         segs = [[(r.submit_s, row), (r.end_s, row)] for r, row in zip(reqs, rows)]
         lw = max(0.4, min(4.0, 160.0 / n_rows))
@@ -130,7 +131,9 @@ def timeline_figure(trace: Trace):
                 lane.scatter(*zip(*pts), marker=marker, s=14, color=color, zorder=3, linewidths=1)
         lane.set_ylim(-1, n_rows)
         lane.set_ylabel(f"engine {e}\nrequest slot")
-        s = curves[e]
+        if k == 1:
+            continue
+        under, s = axes[2 + 2 * e], curves[e]
         if s:
             ts = [x.t for x in s]
             under.step(ts, [x.running for x in s], where="post", color="#08519c", lw=2.4)
@@ -179,11 +182,13 @@ def timeline_plotly(trace: Trace):
     from plotly.subplots import make_subplots
 
     n = trace.n_engines
-    heights = [2.4, 1.0] * n
-    titles = [t for e in range(n) for t in (f"engine {e}: requests", f"engine {e}: batch and KV")]
-    fig = make_subplots(rows=2 * n, cols=1, shared_xaxes=True, vertical_spacing=0.02,
+    k = 2 if trace.engine_samples else 1  # rows per engine: the lane, and the curves if any
+    heights = ([2.4, 1.0] if k == 2 else [2.4]) * n
+    titles = [t for e in range(n)
+              for t in (f"engine {e}: requests", f"engine {e}: batch and KV")[:k]]
+    fig = make_subplots(rows=k * n, cols=1, shared_xaxes=True, vertical_spacing=0.02,
                         row_heights=heights, subplot_titles=titles,
-                        specs=[[{"secondary_y": i % 2 == 1}] for i in range(2 * n)])
+                        specs=[[{"secondary_y": k == 2 and i % 2 == 1}] for i in range(k * n)])
     seen: set[int] = set()
     curves = engine_curves(trace)
     for e, (reqs, rows) in enumerate(engine_lanes(trace)):
@@ -203,7 +208,7 @@ def timeline_plotly(trace: Trace):
             fig.add_scattergl(x=xs, y=ys, text=text, hoverinfo="text+x", mode="lines",
                               line={"color": version_color(v), "width": 3},
                               name=f"version {v}", legendgroup=f"v{v}",
-                              showlegend=v not in seen, row=2 * e + 1, col=1)
+                              showlegend=v not in seen, row=k * e + 1, col=1)
             seen.add(v)
         for pick, where, symbol, color, label in (
             (lambda r: r.reason == "abort", "end", "x", "#d62728", "abort"),
@@ -216,8 +221,9 @@ def timeline_plotly(trace: Trace):
                 fig.add_scattergl(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="markers",
                                   marker={"symbol": symbol, "color": color, "size": 7},
                                   name=label, legendgroup=label, showlegend=e == 0,
-                                  row=2 * e + 1, col=1)
-        s = curves[e]
+                                  row=k * e + 1, col=1)
+        fig.update_yaxes(title_text="request slot", row=k * e + 1, col=1)
+        s = curves[e] if k == 2 else []
         if s:
             ts = [x.t for x in s]
             fig.add_scatter(x=ts, y=[x.running for x in s], line_shape="hv", name="running",
@@ -226,18 +232,17 @@ def timeline_plotly(trace: Trace):
             fig.add_scatter(x=ts, y=[x.kv_tokens for x in s], line_shape="hv", name="KV tokens",
                             line={"color": "#a63603"}, legendgroup="kv", showlegend=e == 0,
                             row=2 * e + 2, col=1, secondary_y=True)
-        fig.update_yaxes(title_text="request slot", row=2 * e + 1, col=1)
-        fig.update_yaxes(title_text="running (req)", row=2 * e + 2, col=1, secondary_y=False)
-        fig.update_yaxes(title_text="KV (tokens)", row=2 * e + 2, col=1, secondary_y=True)
+            fig.update_yaxes(title_text="running (req)", row=2 * e + 2, col=1, secondary_y=False)
+            fig.update_yaxes(title_text="KV (tokens)", row=2 * e + 2, col=1, secondary_y=True)
     for p in trace.phases:
         if p.phase in ("train", "sync"):
             # one shape across all lanes (x axes are shared), not one per subplot
             fig.add_shape(type="rect", xref="x", yref="paper", x0=p.start_s, x1=p.end_s, y0=0,
                           y1=1, fillcolor=PHASE_COLORS[p.phase], opacity=0.15, line_width=0,
                           layer="below")
-    fig.update_xaxes(title_text=_time_label(trace), row=2 * n, col=1)
+    fig.update_xaxes(title_text=_time_label(trace), row=k * n, col=1)
     fig.update_layout(title=_title(trace) + " - shaded: grey training, orange weight sync",
-                      height=320 * n + 150, template="plotly_white",
+                      height=(320 if k == 2 else 230) * n + 150, template="plotly_white",
                       legend={"orientation": "h", "y": 1.02, "yanchor": "bottom"})
     return fig
 
