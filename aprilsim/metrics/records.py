@@ -38,6 +38,7 @@ class StepRecord:
     scheduler_stats: dict[str, float] = field(default_factory=dict)  # what the scheduler adds
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (one line of `simulate --steps-out`); staleness keys as strings."""
         d = asdict(self)
         d["staleness"] = {str(k): v for k, v in sorted(self.staleness.items())}
         return d
@@ -45,6 +46,8 @@ class StepRecord:
 
 @dataclass
 class RunResult:
+    """One scheduler's simulated run: its step records and what the summary needs besides."""
+
     scheduler: str
     steps: list[StepRecord]
     n_engines: int
