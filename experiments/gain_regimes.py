@@ -18,7 +18,7 @@ Two sweeps around the default show what the gain depends on:
   of a full sync batch and K = B x (mean prompt + half the mean capped response), the mean KV a
   request holds while it decodes. We scale `a` alone, and then `c` alone, each by 1/8 ... 8.
 
-Writes experiments/results/gain_regimes.json and .md, and docs/figures/gain_regimes.png (needs
+Writes experiments/results/gain_regimes.json and .md, and docs/img/gain_regimes.png (needs
 matplotlib).
 """
 
@@ -313,8 +313,8 @@ def main() -> None:
     (out / "gain_regimes.json").write_text(json.dumps(res, indent=2) + "\n")
     write_md(res, out / "gain_regimes.md")
     print((out / "gain_regimes.md").read_text())
-    if not args.no_sweeps and figure(res, ROOT / "docs" / "figures" / "gain_regimes.png"):
-        print("wrote docs/figures/gain_regimes.png", file=sys.stderr)
+    if not args.no_sweeps and figure(res, ROOT / "docs" / "img" / "gain_regimes.png"):
+        print("wrote docs/img/gain_regimes.png", file=sys.stderr)
 
 
 if __name__ == "__main__":
