@@ -64,9 +64,16 @@ class ReferenceEngine:
         """True when nothing is queued, prefilling or decoding."""
         return self.phase == IDLE and self.load == 0
 
-    def reset_peak(self) -> None:
-        """Start a new peak-KV window at the KV currently held."""
-        self.kv_peak = self.kv
+    def reset_peak(self, now: float) -> None:
+        """Start a new peak-KV window at the KV held at `now`."""
+        self.kv_peak = self.progress_at(now)[2]
+
+    def progress_at(self, now: float) -> tuple[int, float, int]:
+        """(tokens, busy seconds, KV tokens) as of `now` (iterations are counted when they end)."""
+        busy = self.busy_time
+        if self.phase != IDLE and now > self.t:
+            busy += min(now, self.t_event) - self.t
+        return self.tokens, busy, self.kv
 
     def block_until(self, t: float) -> None:
         """Start nothing before `t`; only valid on an idle engine (after `abort_all`)."""
