@@ -66,6 +66,11 @@ class FastEngine:
         """Most KV tokens held since the last `reset_peak`."""
         return self.kv_peak
 
+    @property
+    def n_running(self) -> int:
+        """Requests decoding or prefilling (the running batch; queued requests excluded)."""
+        return len(self.running) + len(self.batch)
+
     def is_idle(self) -> bool:
         """True when nothing is queued, prefilling or decoding."""
         return self.phase == IDLE and self.load == 0

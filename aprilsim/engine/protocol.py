@@ -27,6 +27,11 @@ class SimEngine(Protocol):
         ...
 
     @property
+    def n_running(self) -> int:
+        """Requests decoding or prefilling (the running batch; queued requests excluded)."""
+        ...
+
+    @property
     def peak_kv(self) -> int:
         """Most KV tokens held since the last `reset_peak`."""
         ...

@@ -29,7 +29,7 @@ from aprilsim.engine.protocol import SimEngine
 from aprilsim.engine.request import Completion, Request
 from aprilsim.engine.router import Router, make_router
 from aprilsim.metrics.records import RunResult, StepRecord
-from aprilsim.metrics.trace import PhaseSpan, RequestSpan, Trace
+from aprilsim.metrics.trace import EngineSample, PhaseSpan, RequestSpan, Trace
 from aprilsim.policies.base import (
     AbortAll,
     Action,
@@ -491,8 +491,19 @@ class Simulation:
         """A simpy timeout firing at absolute simulated time t (env.now may lag self.now)."""
         return self.env.timeout(max(0.0, t - self.env.now))
 
+    def _sample_engine(self, i: int) -> None:
+        """Trace the running batch and KV of engine i now (only when tracing)."""
+        e = self.engines[i]
+        assert self.trace is not None
+        self.trace.engine_samples.append(
+            EngineSample(i, self.now, e.n_running, e.progress_at(self.now)[2])
+        )
+
     def _rearm(self) -> None:
         """Push the new next-event time of every engine whose plan changed."""
+        if self.trace is not None:
+            for i in self._dirty:
+                self._sample_engine(i)
         for i in self._dirty:
             te = self.engines[i].t_event
             if te != self._armed[i]:
@@ -525,6 +536,8 @@ class Simulation:
             e = engines[i]
             for c in e.advance():
                 self._complete(c)
+            if self.trace is not None:
+                self._sample_engine(i)
             if self._events:
                 armed[i] = INF
                 self._dirty.add(i)
