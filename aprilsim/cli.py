@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from aprilsim import __version__
+from aprilsim.cli_errors import OneLineGroup
 
 EXIT_USAGE = 2
 
@@ -19,7 +20,7 @@ def fail(message: str) -> None:
     sys.exit(EXIT_USAGE)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="aprilsim")
 def main() -> None:
     """Simulate, compare and tune rollout schedulers (APRIL and friends) for RL on LLMs."""
