@@ -66,10 +66,12 @@ def loglik_and_grad(
     lp, lc = interval_logprob(cdf, sf, grid)
     ll = float(data.counts @ lp) + data.n_censored * lc
     # d log(F(hi) - F(lo)) = (dF(hi) - dF(lo)) / p on both branches of interval_logprob
+    # where a probability is clamped at TINY the objective is flat: no gradient there
     p = np.exp(lp)
-    g = data.counts / np.maximum(p, TINY) @ (dcdf[grid.hi] - dcdf[grid.lo])
-    if grid.cens is not None and data.n_censored:
-        g = g - data.n_censored * dcdf[grid.cens] / max(sf[grid.cens], TINY)
+    weight = np.where(p > TINY, data.counts / np.maximum(p, TINY), 0.0)
+    g = weight @ (dcdf[grid.hi] - dcdf[grid.lo])
+    if grid.cens is not None and data.n_censored and sf[grid.cens] > TINY:
+        g = g - data.n_censored * dcdf[grid.cens] / sf[grid.cens]
     if not np.isfinite(ll) or not np.all(np.isfinite(g)):
         return -np.inf, np.zeros_like(theta)
     return ll, g
