@@ -55,7 +55,15 @@ def time_cli(path: Path, n_boot: int) -> tuple[float, float, dict]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     res = subprocess.run(
-        [sys.executable, "-c", "from aprilsim.cli import main; main()", "fit", str(path), "--json", *extra],
+        [
+            sys.executable,
+            "-c",
+            "from aprilsim.cli import main; main()",
+            "fit",
+            str(path),
+            "--json",
+            *extra,
+        ],
         capture_output=True,
         text=True,
         check=True,

@@ -32,7 +32,9 @@ def lengths_file(tmp_path, x, name="l.csv"):
 def test_usage_errors_are_one_line_for_every_command(command):
     code, out, err = cli(command, "--no-such-option")
     assert code == 2
-    assert err.strip().splitlines() == [f"aprilsim {command}: error: No such option '--no-such-option'."]
+    assert err.strip().splitlines() == [
+        f"aprilsim {command}: error: No such option '--no-such-option'."
+    ]
     code, out, _ = cli(command, "--help")  # help stays whole
     assert code == 0 and out.startswith(f"Usage: aprilsim {command}") and len(out.splitlines()) > 3
 
@@ -50,7 +52,9 @@ def test_option_range_errors_are_one_line(tmp_path):
 # ---------------------------------------------------------------- item 11
 @pytest.fixture
 def small(tmp_path):
-    return lengths_file(tmp_path, np.ceil(np.random.default_rng(0).lognormal(5, 0.6, 400)).astype(int))
+    return lengths_file(
+        tmp_path, np.ceil(np.random.default_rng(0).lognormal(5, 0.6, 400)).astype(int)
+    )
 
 
 @pytest.fixture
@@ -72,7 +76,9 @@ def no_fit(monkeypatch):
         (["--out", "."], "is a directory"),
     ],
 )
-def test_output_paths_are_checked_before_the_fit(tmp_path, small, no_fit, monkeypatch, args, message):
+def test_output_paths_are_checked_before_the_fit(
+    tmp_path, small, no_fit, monkeypatch, args, message
+):
     monkeypatch.chdir(tmp_path)
     code, out, err = cli("fit", str(small), "--bootstrap", "0", *args)
     if message is None:  # valid paths: the fit is reached (and stopped by the fixture)
@@ -89,7 +95,18 @@ def test_output_paths_may_not_overwrite_the_input(small, no_fit):
 
 def test_what_was_written_is_what_is_printed(tmp_path, small, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    code, out, err = cli("fit", str(small), "--bootstrap", "0", "--families", "gamma", "--plot", "fitplot", "--out", "m.toml")
+    code, out, err = cli(
+        "fit",
+        str(small),
+        "--bootstrap",
+        "0",
+        "--families",
+        "gamma",
+        "--plot",
+        "fitplot",
+        "--out",
+        "m.toml",
+    )
     assert code == 0, err
     assert (tmp_path / "fitplot.png").is_file() and not (tmp_path / "fitplot").exists()
     assert "wrote fitplot.png" in out.splitlines() and "wrote m.toml" in out.splitlines()
@@ -102,13 +119,17 @@ def test_observed_capped_share_and_p99_beside_the_model(tmp_path):
     x = cap_lengths(truth.rvs(30000, np.random.default_rng(2)), 8000)
     p = lengths_file(tmp_path, x)
     # a single lognormal misfits the two-bump tail: its p99 interval misses the data's p99
-    code, out, err = cli("fit", str(p), "--max-len", "8000", "--families", "lognormal", "--bootstrap", "30")
+    code, out, err = cli(
+        "fit", str(p), "--max-len", "8000", "--families", "lognormal", "--bootstrap", "30"
+    )
     assert code == 0, err
     line = [ln for ln in out.splitlines() if ln.strip().startswith("p50")][0]
     share = np.mean(x >= 8000)
     assert f"(data {100 * share:.2f} %" in line or f"(data {100 * share:.2g} %" in line
     assert "p99" in line and "OUTSIDE the interval" in line.split("p99")[1].split(";")[0]
-    code, out, _ = cli("fit", str(p), "--max-len", "8000", "--families", "lognormal", "--bootstrap", "30", "--json")
+    code, out, _ = cli(
+        "fit", str(p), "--max-len", "8000", "--families", "lognormal", "--bootstrap", "30", "--json"
+    )
     d = json.loads(out)
     assert d["data_outside_interval"]["p99"] is True
     assert d["observed_capped_share"] == pytest.approx(share)
@@ -117,7 +138,16 @@ def test_observed_capped_share_and_p99_beside_the_model(tmp_path):
 def test_small_shares_are_not_printed_as_zero(tmp_path):
     x = np.ceil(np.random.default_rng(3).lognormal(5, 0.6, 20000)).astype(int)
     x[:6] = 5000  # 0.03 % at the cap
-    code, out, _ = cli("fit", str(lengths_file(tmp_path, x)), "--max-len", "5000", "--families", "lognormal", "--bootstrap", "0")
+    code, out, _ = cli(
+        "fit",
+        str(lengths_file(tmp_path, x)),
+        "--max-len",
+        "5000",
+        "--families",
+        "lognormal",
+        "--bootstrap",
+        "0",
+    )
     assert code == 0
     assert "(0.03 %) at or above it" in out and "(data 0.03 %)" in out and "0.00 %" not in out
 
@@ -125,7 +155,9 @@ def test_small_shares_are_not_printed_as_zero(tmp_path):
 # ---------------------------------------------------------------- item 13
 def test_binning_line_states_the_real_exact_limit(tmp_path):
     x = np.ceil(np.random.default_rng(4).lognormal(7, 1.0, 200_000)).astype(int)
-    code, out, _ = cli("fit", str(lengths_file(tmp_path, x)), "--families", "lognormal", "--bootstrap", "0")
+    code, out, _ = cli(
+        "fit", str(lengths_file(tmp_path, x)), "--families", "lognormal", "--bootstrap", "0"
+    )
     assert code == 0
     line = [ln for ln in out.splitlines() if "bins" in ln][0]
     limit = int(line.split("lengths up to ")[1].split(" kept exact")[0].replace(",", ""))
@@ -138,17 +170,28 @@ def test_binning_line_states_the_real_exact_limit(tmp_path):
 
 # ---------------------------------------------------------------- item 14
 def test_few_lengths_warn(tmp_path):
-    code, out, err = cli("fit", str(lengths_file(tmp_path, [5, 9, 12, 40, 33, 7, 18, 21])), "--bootstrap", "0")
+    code, out, err = cli(
+        "fit", str(lengths_file(tmp_path, [5, 9, 12, 40, 33, 7, 18, 21])), "--bootstrap", "0"
+    )
     assert code == 0
     assert "aprilsim fit: warning: only 8 lengths" in err
-    code, out, err = cli("fit", str(lengths_file(tmp_path, np.arange(1, 200))), "--bootstrap", "0", "--families", "gamma")
+    code, out, err = cli(
+        "fit",
+        str(lengths_file(tmp_path, np.arange(1, 200))),
+        "--bootstrap",
+        "0",
+        "--families",
+        "gamma",
+    )
     assert "warning" not in err
 
 
 def test_a_detected_cap_is_explained(tmp_path):
     x = np.ceil(np.random.default_rng(5).gamma(2.0, 300, 20000)).astype(int)
     x = np.minimum(x, 1500)
-    code, out, _ = cli("fit", str(lengths_file(tmp_path, x)), "--families", "gamma", "--bootstrap", "0")
+    code, out, _ = cli(
+        "fit", str(lengths_file(tmp_path, x)), "--families", "gamma", "--bootstrap", "0"
+    )
     assert code == 0
     line = [ln for ln in out.splitlines() if ln.startswith("cap ")][0]
     n_cap = int((x == 1500).sum())

@@ -31,20 +31,56 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 BAD_CELLS = [
-    "0", "-5", "nan", "inf", "-inf", "1e300", "18446744073709551615", "1" + "0" * 400,
-    "12.5", "8.0", "1,234", "", "abc", "\x1b[31mred\x07", "\x00", " 7 ", "1_000", "٣", "+9",
+    "0",
+    "-5",
+    "nan",
+    "inf",
+    "-inf",
+    "1e300",
+    "18446744073709551615",
+    "1" + "0" * 400,
+    "12.5",
+    "8.0",
+    "1,234",
+    "",
+    "abc",
+    "\x1b[31mred\x07",
+    "\x00",
+    " 7 ",
+    "1_000",
+    "٣",
+    "+9",
 ]
 FAST_FAMILIES = ["lognormal", "gamma", "weibull", "loglogistic", "empirical"]
-FORMATS = ["csv", "semicolon", "tsv", "jsonl", "jsonl_nested", "json", "json_numbers", "plain", "parquet"]
+FORMATS = [
+    "csv",
+    "semicolon",
+    "tsv",
+    "jsonl",
+    "jsonl_nested",
+    "json",
+    "json_numbers",
+    "plain",
+    "parquet",
+]
 SUFFIX = {
-    "csv": ".csv", "semicolon": ".csv", "tsv": ".tsv", "jsonl": ".jsonl", "jsonl_nested": ".jsonl",
-    "json": ".json", "json_numbers": ".json", "plain": ".txt", "parquet": ".parquet",
+    "csv": ".csv",
+    "semicolon": ".csv",
+    "tsv": ".tsv",
+    "jsonl": ".jsonl",
+    "jsonl_nested": ".jsonl",
+    "json": ".json",
+    "json_numbers": ".json",
+    "plain": ".txt",
+    "parquet": ".parquet",
 }
 EXAMPLES_PER_CASE = 4
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 valid = st.integers(1, 3000).map(str)
-cell = st.one_of(valid, valid, valid, valid, valid, valid, valid, st.sampled_from(BAD_CELLS), st.text(max_size=6))
+cell = st.one_of(
+    valid, valid, valid, valid, valid, valid, valid, st.sampled_from(BAD_CELLS), st.text(max_size=6)
+)
 TRANSFORMS = ["none", "bom", "utf16", "gzip", "gzip_truncated", "cut"]
 
 
@@ -69,16 +105,22 @@ def build(fmt: str, cells: list[str]) -> bytes:
         lines = [json.dumps({"meta": {"usage": {"tokens": as_json_value(c)}}}) for c in cells]
         return ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass")
     if fmt == "json":
-        return json.dumps([{"output_len": as_json_value(c)} for c in cells]).encode("utf-8", "surrogatepass")
+        return json.dumps([{"output_len": as_json_value(c)} for c in cells]).encode(
+            "utf-8", "surrogatepass"
+        )
     if fmt == "json_numbers":
         return json.dumps([as_json_value(c) for c in cells]).encode("utf-8", "surrogatepass")
     if fmt == "plain":
-        return ("\n".join(c.replace("\n", " ") for c in cells) + "\n").encode("utf-8", "surrogatepass")
+        return ("\n".join(c.replace("\n", " ") for c in cells) + "\n").encode(
+            "utf-8", "surrogatepass"
+        )
     buf = io.BytesIO()  # parquet: a string column (parsed per cell) or an integer one
     if all(re.fullmatch(r"\d{1,15}", c) for c in cells):
         col = pa.array([int(c) for c in cells], pa.int64())
     else:
-        col = pa.array([c.encode("utf-8", "surrogatepass").decode("utf-8", "replace") for c in cells])
+        col = pa.array(
+            [c.encode("utf-8", "surrogatepass").decode("utf-8", "replace") for c in cells]
+        )
     pq.write_table(pa.table({"num_output_tokens": col}), buf)
     return buf.getvalue()
 
@@ -101,7 +143,12 @@ def inputs(draw, fmt: str, transform: str):
     if transform.startswith("gzip") and draw(st.booleans()):
         suffix += ".gz"
     args = ["--bootstrap", str(draw(st.sampled_from([0, 0, 2])))]
-    args += ["--families", ",".join(draw(st.lists(st.sampled_from(FAST_FAMILIES), min_size=1, max_size=3, unique=True)))]
+    args += [
+        "--families",
+        ",".join(
+            draw(st.lists(st.sampled_from(FAST_FAMILIES), min_size=1, max_size=3, unique=True))
+        ),
+    ]
     if draw(st.booleans()):
         args += ["--max-len", str(draw(st.integers(2, 4000)))]
     if draw(st.booleans()):
@@ -159,11 +206,15 @@ def test_fit_never_crashes_hangs_or_hides_dropped_rows(tmp_path_factory):
         else:
             first = out.splitlines()[0]
             counts = first.split("; skipped ")[1] if "; skipped " in first else ""
-            n_skipped = sum(int(v.replace(",", "")) for v in re.findall(r"([\d,]+) [a-zA-Z/]", counts))
+            n_skipped = sum(
+                int(v.replace(",", "")) for v in re.findall(r"([\d,]+) [a-zA-Z/]", counts)
+            )
         if n_skipped:
             event("rows skipped, exit 0")
             seen["rows skipped, exit 0"] += 1
-            assert re.search(rf"aprilsim fit: (warning: )?skipped {n_skipped:,} of [\d,]+ rows", err), err
+            assert re.search(
+                rf"aprilsim fit: (warning: )?skipped {n_skipped:,} of [\d,]+ rows", err
+            ), err
 
     try:
         for fmt in FORMATS:  # every format under every transform, by construction

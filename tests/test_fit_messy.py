@@ -77,7 +77,9 @@ def test_more_dropped_rows_warn_with_share_and_main_reason(tmp_path):
     code, _, err = run(str(junk_file(tmp_path, 0.05)), "--bootstrap", "0", "--families", "gamma")
     assert code == 0
     line = [ln for ln in err.splitlines() if "skipped" in ln][0]
-    assert "warning" in line and "5.0 % of rows" in line and "mostly not a number, e.g. 'n/a'" in line
+    assert (
+        "warning" in line and "5.0 % of rows" in line and "mostly not a number, e.g. 'n/a'" in line
+    )
 
 
 def test_too_many_dropped_rows_refuse_the_file_unless_the_threshold_is_raised(tmp_path):
@@ -100,7 +102,9 @@ def test_fields_longer_than_the_csv_module_default_are_read(tmp_path):
 
 # ---------------------------------------------------------------- item 4
 def test_standard_input_as_dash():
-    code, out, err = run("-", "--bootstrap", "0", "--families", "gamma", input="\n".join(map(str, LENGTHS)))
+    code, out, err = run(
+        "-", "--bootstrap", "0", "--families", "gamma", input="\n".join(map(str, LENGTHS))
+    )
     assert code == 0, err
     assert out.startswith("<stdin>: column '(one length per line)', 12 lengths")
 
@@ -108,9 +112,22 @@ def test_standard_input_as_dash():
 def test_pipes_are_read_not_reported_empty(tmp_path):
     text = "\n".join(str(v) for v in range(100, 601)) + "\n"
     res = subprocess.run(
-        [sys.executable, "-m", "aprilsim", "fit", "/dev/stdin", "--bootstrap", "0", "--json",
-         "--families", "gamma"],
-        input=text, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "aprilsim",
+            "fit",
+            "/dev/stdin",
+            "--bootstrap",
+            "0",
+            "--json",
+            "--families",
+            "gamma",
+        ],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["n"] == 501
@@ -149,7 +166,10 @@ def test_utf8_bom_keeps_the_first_record(tmp_path):
 @pytest.mark.parametrize("sep", [";", "|", "\t"])
 def test_delimiter_is_detected(tmp_path, sep):
     p = tmp_path / "a.csv"
-    p.write_text(f"prompt_id{sep}response_length\n" + "".join(f"p{i}{sep}{v}\n" for i, v in enumerate(LENGTHS)))
+    p.write_text(
+        f"prompt_id{sep}response_length\n"
+        + "".join(f"p{i}{sep}{v}\n" for i, v in enumerate(LENGTHS))
+    )
     d = read_lengths(p)
     assert d.column == "response_length" and d.n_skipped == 0 and d.n == len(LENGTHS)
 
@@ -179,7 +199,12 @@ def test_json_array_of_bare_numbers(tmp_path):
 
 def test_dotted_column_reaches_nested_fields(tmp_path):
     p = tmp_path / "a.jsonl"
-    p.write_text("".join(json.dumps({"meta": {"usage": {"completion_tokens": v}, "id": 1}}) + "\n" for v in LENGTHS))
+    p.write_text(
+        "".join(
+            json.dumps({"meta": {"usage": {"completion_tokens": v}, "id": 1}}) + "\n"
+            for v in LENGTHS
+        )
+    )
     d = read_lengths(p, column="meta.usage.completion_tokens")
     np.testing.assert_array_equal(d.histogram.expand(), np.sort(LENGTHS))
     assert read_lengths(p).column == "meta.usage.completion_tokens"  # detected by name, too
@@ -194,7 +219,9 @@ def test_parquet_decimal_and_dictionary_columns(tmp_path):
     pq.write_table(
         pa.table(
             {
-                "response_length": pa.array([decimal.Decimal(v) for v in LENGTHS], pa.decimal128(12, 2)),
+                "response_length": pa.array(
+                    [decimal.Decimal(v) for v in LENGTHS], pa.decimal128(12, 2)
+                ),
                 "completion_tokens": pa.array(LENGTHS).dictionary_encode(),
             }
         ),
@@ -213,7 +240,9 @@ def test_huge_json_integers_and_deep_nesting_are_bad_rows(tmp_path):
     lines += ['{"response_length": 1' + "0" * 400 + "}", '{"response_length": 1' + "0" * 5000 + "}"]
     lines += ["[" * 100_000 + "]" * 100_000]
     p.write_text("\n".join(lines) + "\n")
-    code, out, err = run(str(p), "--bootstrap", "0", "--json", "--families", "gamma", "--max-skipped", "1")
+    code, out, err = run(
+        str(p), "--bootstrap", "0", "--json", "--families", "gamma", "--max-skipped", "1"
+    )
     assert code == 0, err
     assert json.loads(out)["rows_skipped"] == {"too large": 2, "unparsable line": 1}
 
@@ -236,6 +265,8 @@ def test_raw_bytes_from_the_file_are_escaped_in_messages(tmp_path):
     assert "\\x1b[41mRED\\x07" in line
     q = tmp_path / "h.csv"  # a usable file whose column name holds escapes: the table is safe too
     q.write_text("\x1b[31mresponse_length\x07\n" + "\n".join(map(str, LENGTHS)))
-    code, out, err = run(str(q), "--bootstrap", "0", "--families", "gamma", "--column", "\x1b[31mresponse_length\x07")
+    code, out, err = run(
+        str(q), "--bootstrap", "0", "--families", "gamma", "--column", "\x1b[31mresponse_length\x07"
+    )
     assert code == 0, err
     assert "\x1b" not in out + err and "\\x1b[31mresponse_length\\x07" in out

@@ -41,11 +41,16 @@ def test_mixture_gradient_matches_finite_differences(k, binned):
     fam = FAMILY_SPECS[f"lognormal_mixture{k}"]
     grid = Grid.of(data)
     # plausible parameters: no bin probability underflows (there the objective is clamped flat)
-    theta = np.concatenate([rng.normal(0, 0.5, k - 1), rng.uniform(4, 7, k), np.log(rng.uniform(0.6, 1.5, k))])
+    theta = np.concatenate(
+        [rng.normal(0, 0.5, k - 1), rng.uniform(4, 7, k), np.log(rng.uniform(0.6, 1.5, k))]
+    )
     ll, g = loglik_and_grad(fam, theta, data, grid)
     assert ll == pytest.approx(loglik(fam, theta, data, grid), rel=1e-12)
     h = 1e-6
-    num = [(loglik(fam, theta + e, data, grid) - loglik(fam, theta - e, data, grid)) / (2 * h) for e in np.eye(len(theta)) * h]
+    num = [
+        (loglik(fam, theta + e, data, grid) - loglik(fam, theta - e, data, grid)) / (2 * h)
+        for e in np.eye(len(theta)) * h
+    ]
     np.testing.assert_allclose(g, num, rtol=1e-5, atol=1e-3 * np.abs(g).max())
 
 
@@ -61,7 +66,9 @@ def counting(monkeypatch, name: str) -> dict[str, int]:
         return inner
 
     monkeypatch.setitem(
-        FAMILY_SPECS, name, dataclasses.replace(fam, cdf_sf=wrap(fam.cdf_sf), cdf_sf_grad=wrap(fam.cdf_sf_grad))
+        FAMILY_SPECS,
+        name,
+        dataclasses.replace(fam, cdf_sf=wrap(fam.cdf_sf), cdf_sf_grad=wrap(fam.cdf_sf_grad)),
     )
     return calls
 
@@ -72,7 +79,9 @@ def bootstrap_evaluations(monkeypatch, use_gradient: bool) -> tuple[float, dict]
     calls = counting(monkeypatch, "lognormal_mixture3")
     original = fitter_module.maximise
     monkeypatch.setattr(
-        fitter_module, "maximise", lambda *a, **kw: original(*a, **{**kw, "use_gradient": use_gradient})
+        fitter_module,
+        "maximise",
+        lambda *a, **kw: original(*a, **{**kw, "use_gradient": use_gradient}),
     )
     f.n_bootstrap = 20
     bs = f._bootstrap(f.data_)
@@ -98,8 +107,19 @@ def test_the_analytic_gradient_gives_the_finite_difference_intervals(monkeypatch
 
 def test_benchmark_times_the_default_command_on_a_3_mixture_sample():
     res = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "fit_speed.py"), "--json", "--n", "30000", "--bootstrap", "20"],
-        capture_output=True, text=True, timeout=300, check=True,
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "fit_speed.py"),
+            "--json",
+            "--n",
+            "30000",
+            "--bootstrap",
+            "20",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
     )
     out = json.loads(res.stdout)
     assert out["best"] == "lognormal_mixture3" and out["delta_bic_runner_up"] > 10

@@ -83,9 +83,7 @@ def iter_records(source, fmt: str) -> Iterator[dict[str, Any] | None]:
         if isinstance(data, dict):
             data = [data]
         if not isinstance(data, list):
-            raise LengthDataError(
-                f"{source.name}: JSON must be a list of records or of numbers"
-            )
+            raise LengthDataError(f"{source.name}: JSON must be a list of records or of numbers")
         for item in data:
             yield as_record(item)
         return
