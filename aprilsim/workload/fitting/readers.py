@@ -2,9 +2,11 @@
 
 Files are streamed in chunks: only the histogram of lengths is kept unless a group or step column
 is read, so memory is bounded by the number of distinct lengths. Rows that cannot be used are
-skipped and counted by reason (missing, not a number, NaN/inf, zero or negative, non-integer), and
-the counts travel with the data so the CLI can report them. A file with no usable rows raises
-`LengthDataError` with one line of explanation.
+skipped and counted by reason (missing, not a number, NaN/inf, zero or negative, non-integer, too
+large, ...) with the first rejected cell of each reason, and the counts travel with the data so
+the CLI can report them. Where the bytes come from (pipes, gzip, encodings) is `sources.py`; one
+cell to a number is `numbers.py`; JSON records and dotted paths are `json_records.py`. Anything
+unreadable raises `LengthDataError` with one line of explanation.
 """
 
 from __future__ import annotations
@@ -259,7 +261,8 @@ def _resolve(
     )
 
 
-def _csv_rows(source: Source, fmt: str) -> tuple[list[str], Iterator[list[str]], str]:
+def _csv_rows(source: Source, fmt: str) -> tuple[list[str], Iterator[list[str]]]:
+    """The header (first non-blank line) and a reader over the rows, with the sniffed delimiter."""
     f = source.open_text()
     first = ""
     for line in f:
@@ -270,11 +273,11 @@ def _csv_rows(source: Source, fmt: str) -> tuple[list[str], Iterator[list[str]],
         raise LengthDataError(f"{source.name}: file is empty")
     delimiter = "\t" if fmt == "tsv" else sniff_delimiter(first)
     header = next(csv.reader([first], delimiter=delimiter))
-    return [h.strip() for h in header], csv.reader(f, delimiter=delimiter), delimiter
+    return [h.strip() for h in header], csv.reader(f, delimiter=delimiter)
 
 
 def _read_delimited(source, fmt, column, group_column, step_column, rnd) -> LengthData:
-    header, rows, _ = _csv_rows(source, fmt)
+    header, rows = _csv_rows(source, fmt)
     if len(header) == 1 and _Accumulator._number(header[0]) != "not a number" and not column:
         return _read_plain(source, rnd)
     col, grp, stp = _resolve(header, column, group_column, step_column)
