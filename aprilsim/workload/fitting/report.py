@@ -49,6 +49,7 @@ class FitReport:
             "step_column": d.step_column,
             "rows_read": d.rows_read,
             "rows_skipped": d.skipped,
+            "rows_skipped_examples": d.skip_examples,
         }
         if self.fitter is not None:
             out.update(self.fitter.to_dict())
