@@ -1,18 +1,29 @@
-"""Click commands whose usage errors are one line on stderr and exit code 2.
+"""How every aprilsim command reports bad input: one line on stderr, exit code 2.
 
-Click prints a usage error as three lines (usage, a "Try --help" hint, the error). The docs promise
-one: `aprilsim fit: error: Invalid value for '--max-len': 0 is not in the range x>=2.` Commands and
-groups built with these classes (`cls=OneLineGroup`) re-raise any ClickException from parsing or
-invoking as one that shows a single line; `--help` and a bare group call still print full help.
+Kept apart from `aprilsim.cli` so that command modules (plots, fit, sweep, run) can use it without
+importing the command group that imports them.
+
+`fail` is for a command's own checks. Click's usage errors would otherwise print three lines
+(usage, a "Try --help" hint, the error): commands and groups built with `OneLineCommand` /
+`OneLineGroup` (`cls=OneLineGroup`) re-raise any ClickException from parsing or invoking as one
+that shows a single line (`aprilsim fit: error: Invalid value for '--max-len': 0 is not in the
+range x>=2.`); `--help` and a bare group call still print the full help.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
 
 EXIT_USAGE = 2
+
+
+def fail(message: str) -> None:
+    """One line on stderr, exit code 2: never a traceback for bad input."""
+    click.echo(f"aprilsim: error: {message}", err=True)
+    sys.exit(EXIT_USAGE)
 
 
 class OneLineError(click.ClickException):
