@@ -9,12 +9,12 @@ from pathlib import Path
 import click
 
 from aprilsim._version import __version__
-from aprilsim.cli_errors import EXIT_USAGE, fail
+from aprilsim.cli_errors import EXIT_USAGE, OneLineGroup, fail
 
 __all__ = ["EXIT_USAGE", "fail", "main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="aprilsim")
 def main() -> None:
     """Simulate, compare and tune rollout schedulers (APRIL and friends) for RL on LLMs."""

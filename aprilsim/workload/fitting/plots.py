@@ -116,8 +116,30 @@ def _drift_panel(ax, rep: FitReport) -> None:
     ax.legend(fontsize=7)
 
 
-def plot_report(rep: FitReport, path: str | Path, title: str | None = None) -> None:
-    """Write the fit figure to `path` (format from the suffix, e.g. .png or .pdf)."""
+def plot_target(path: str | Path) -> Path:
+    """The file a figure saved to `path` really lands in: matplotlib appends `.png` to a name
+    without a suffix. An unsupported suffix is a one-line error (before any fitting)."""
+    plt = _pyplot()
+    path = Path(path)
+    fmt = path.suffix[1:].lower()
+    if not fmt:
+        return path.with_name(path.name + ".png")
+    fig = plt.figure()
+    try:
+        known = fig.canvas.get_supported_filetypes()
+    finally:
+        plt.close(fig)
+    if fmt not in known:
+        raise LengthDataError(
+            f"--plot {path}: unknown figure format {fmt!r}; use one of {', '.join(sorted(known))}"
+        )
+    return path
+
+
+def plot_report(rep: FitReport, path: str | Path, title: str | None = None) -> Path:
+    """Write the fit figure to `path` (format from the suffix, e.g. .png or .pdf; none: .png)
+    and return the path written."""
+    path = plot_target(path)
     plt = _pyplot()
     panels = []
     if rep.fitter is not None:
@@ -135,3 +157,4 @@ def plot_report(rep: FitReport, path: str | Path, title: str | None = None) -> N
         raise LengthDataError(f"cannot write plot {path}: {e}") from None
     finally:
         plt.close(fig)
+    return path
