@@ -338,6 +338,7 @@ class BatchEngine:
         t0 = time.perf_counter()
         admitted = self._admit()
         retracted: list[str] = []
+        prefill_tokens = sum(r.length for r in admitted)
         if admitted:
             out = self._prefill(admitted)
             batch = len(admitted)
@@ -360,7 +361,7 @@ class BatchEngine:
         if out.kind != "idle":
             self.iterations.append(IterationRecord(
                 seq=self.steps, t=time.time(), phase=out.kind, batch_size=batch,
-                prefill_tokens=sum(r.length for r in admitted) if admitted else 0,
+                prefill_tokens=prefill_tokens,
                 kv_tokens=self.used_tokens, kv_budget=self.kv_budget, running=len(self.running),
                 waiting=len(self.waiting), new_token_ratio=self.new_token_ratio,
                 retracted=len(retracted), duration_s=compute, padded_s=out.seconds))
