@@ -471,12 +471,68 @@ class BatchEngine:
         pos = torch.tensor([r.length - 1 for r in batch], device=self.device)
         slots = torch.tensor([r.slot for r in batch], device=self.device)
         logits = self.model.decode(ids, pos, slots, self.pool)
+        fast = self._sample_plain_rows(batch, logits)
         for i, r in enumerate(batch):
             try:
-                self._sample_and_append(r, logits[i], out)
+                if i in fast:
+                    tok, lp = fast[i]
+                    self._record_logprob(r, tok, lp)
+                    self._append(r, tok, out)
+                else:
+                    self._sample_and_append(r, logits[i], out)
             except Exception as exc:  # this request alone fails
                 self._fail_in_step(r, exc, out)
         return out
+
+    def _is_plain(self, r: EngineRequest) -> bool:
+        """No penalty, bias, filter or min_new_tokens block: batchable sampling."""
+        s = r.spec
+        assert s is not None
+        return (not s.needs_penalties and not s.logit_bias and s.top_p >= 1.0 and s.min_p <= 0.0
+                and (s.greedy or s.top_k >= self.vocab_size)
+                and (s.ignore_eos or len(r.output_ids) >= s.min_new_tokens))
+
+    def _sample_plain_rows(self, batch: list[EngineRequest],
+                           logits: torch.Tensor) -> dict[int, tuple[int, torch.Tensor]]:
+        """Sample the plain rows of a decode batch with batched tensor ops (the hot path).
+
+        Same distribution as :func:`sample_next`: greedy rows take the argmax, the others draw
+        from ``softmax(logits / temperature)`` (with their own generator if seeded).
+        """
+        rows = [i for i, r in enumerate(batch) if self._is_plain(r)]
+        if not rows:
+            return {}
+        try:
+            sub = logits[rows].float()
+            temps = torch.tensor([batch[i].spec.temperature for i in rows],  # type: ignore[union-attr]
+                                 device=sub.device)[:, None]
+            lps = torch.log_softmax(sub / temps, dim=-1)
+            greedy = sub.argmax(-1).tolist()
+            shared = [j for j, i in enumerate(rows)
+                      if not batch[i].spec.greedy and batch[i].generator is None]  # type: ignore[union-attr]
+            drawn: dict[int, int] = {}
+            if shared:
+                picks = torch.multinomial(lps[shared].exp(), 1, generator=self.generator)
+                drawn = dict(zip(shared, picks.squeeze(1).tolist()))
+        except Exception:  # fall back to the per-request path, which isolates failures
+            return {}
+        out: dict[int, tuple[int, torch.Tensor]] = {}
+        for j, i in enumerate(rows):
+            r = batch[i]
+            if r.spec.greedy:  # type: ignore[union-attr]
+                tok = greedy[j]
+            elif j in drawn:
+                tok = drawn[j]
+            else:
+                tok = int(torch.multinomial(lps[j].exp(), 1, generator=r.generator))
+            out[i] = (tok, lps[j])
+        return out
+
+    def _record_logprob(self, r: EngineRequest, tok: int, lp: torch.Tensor) -> None:
+        if r.return_logprob:
+            r.output_logprobs.append(float(lp[tok]))
+            if r.top_logprobs_num:
+                r.output_top_logprobs.append(_top(lp, r.top_logprobs_num))
 
     def _fail_in_step(self, r: EngineRequest, exc: Exception, out: StepOutput) -> None:
         log.error("request %s failed in the engine step:\n%s", r.rid,
@@ -495,10 +551,7 @@ class BatchEngine:
         adj = adjust_logits(logits, s, r.prompt_ids, r.output_ids, blocked)
         gen = r.generator if r.generator is not None else self.generator
         tok, lp = sample_next(adj, s, gen)
-        if r.return_logprob:
-            r.output_logprobs.append(float(lp[tok]))
-            if r.top_logprobs_num:
-                r.output_top_logprobs.append(_top(lp, r.top_logprobs_num))
+        self._record_logprob(r, tok, lp)
         self._append(r, tok, out)
 
     def _append(self, r: EngineRequest, tok: int, out: StepOutput) -> None:
