@@ -147,7 +147,15 @@ class EngineRunner:
     async def load_weights(self, path: str) -> None:
         """Load a checkpoint directory (TinyDecoder.save) into the served model."""
         def load() -> None:
-            self.engine.load_weights(TinyDecoder.load(path))
+            model = TinyDecoder.load(path)
+            if "weights" in self.released:  # weights are off the device: update the host copy
+                if model.cfg != self.engine.model.cfg:
+                    raise ValueError(f"checkpoint config {model.cfg} does not match the served "
+                                     f"model {self.engine.model.cfg}")
+                self._weights_backup = {k: v.detach().clone()
+                                        for k, v in model.state_dict().items()}
+            else:
+                self.engine.load_weights(model)
 
         await self.exclusive(load)
 

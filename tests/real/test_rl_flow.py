@@ -183,6 +183,27 @@ def test_release_and_resume_memory_occupation(control_server):
     assert status == 400 and "gpu_magic" in err["error"]["message"]
 
 
+def test_weights_updated_while_released_are_the_ones_resumed(control_server, tmp_path):
+    """Colocated training: release, write new weights, resume: the new weights serve."""
+    url = control_server.url
+    TinyDecoder.random(SERVED, seed=11).save(tmp_path / "w11")
+    body = {"input_ids": [7, 8, 9], "return_logprob": True,
+            "sampling_params": {"max_new_tokens": 3, "temperature": 0, "ignore_eos": True}}
+    assert call(url, "/release_memory_occupation", {"tags": ["weights"]})[0] == 200
+    status, r = call(url, "/update_weights_from_disk", {"model_path": str(tmp_path / "w11"),
+                                                        "weight_version": "w11"})
+    assert status == 200 and r["success"]
+    assert call(url, "/resume_memory_occupation", {})[0] == 200
+    out = call(url, "/generate", body)[1]
+    model = TinyDecoder.random(SERVED, seed=11)
+    ids = [7, 8, 9] + out["output_ids"]
+    lp = torch.log_softmax(model.forward_full(torch.tensor(ids)), dim=-1)
+    want = [float(lp[2 + i, t]) for i, t in enumerate(out["output_ids"])]
+    assert [x[0] for x in out["meta_info"]["output_token_logprobs"]] == pytest.approx(want,
+                                                                                      abs=1e-4)
+    assert out["meta_info"]["weight_version"] == "w11"
+
+
 def test_update_weights_from_disk_failures_keep_serving(control_server, tmp_path):
     url = control_server.url
     status, body = call(url, "/update_weights_from_disk", {"model_path": str(tmp_path / "nope")})
