@@ -9,11 +9,14 @@ between steps, never during one.
 Scheduling follows SGLang 0.5.23's scheduler (``schedule_policy.py``, ``schedule_batch.py``,
 ``new_token_ratio_tracker.py``), simplified to page size 1, no prefix cache, no chunked prefill:
 
-- **Admission** (FCFS, the head blocks the rest): a request needs its input (prompt + tokens it
-  already generated, if it was retracted) now, and a *reserve* for what it may still generate:
-  ``min(max_new_tokens - generated, clip_max_new_tokens) * new_token_ratio`` (ratio 1 with
-  ``ignore_eos``: fixed-length requests cannot end early). It is admitted when its input plus the
-  reserves of every running request and its own fit in the KV budget, and a slot is free.
+- **Admission** (FCFS, the head blocks the rest; ``schedule_policy.PrefillAdder``): each
+  running request reserves ``min(max_new_tokens - generated, clip_max_new_tokens) *
+  new_token_ratio`` (ratio 1 with ``ignore_eos``) beyond the KV it holds. A candidate needs its
+  input (prompt + tokens it generated before a retraction) plus its whole clipped remaining
+  ``max_new_tokens`` to fit in what is left, counting the requests admitted in the same batch at
+  their full reserve. An ``ignore_eos`` candidate passes SGLang's ``add_one_req_ignore_eos``
+  check instead: with every request decoding together and finishing in order of tokens left,
+  free KV must stay above one token per running request at each finish. A slot must be free.
 - **Retraction**: before a decode step every running request needs one more KV token. When the
   budget cannot hold them, the request with the fewest output tokens (ties: the longest prompt)
   is retracted (its KV freed, its output kept) and put back at the head of the queue, until the
@@ -48,6 +51,7 @@ log = logging.getLogger(__name__)
 
 ABORT_QUEUED_MESSAGE = "Abort in waiting queue"
 ABORT_RUNNING_MESSAGE = "Aborted"
+IGNORE_EOS_RESERVE_TOKENS = 1  # SGLang's schedule_policy constant
 
 
 @dataclass(frozen=True)
@@ -372,24 +376,62 @@ class BatchEngine:
         return min(max(r.remaining, 0), self.cfg.clip_max_new_tokens) * ratio
 
     def _admit(self) -> list[EngineRequest]:
+        """FCFS admission under SGLang's PrefillAdder budget (page size 1, no prefix cache).
+
+        ``total`` = KV tokens free minus the running requests' ratio-scaled reserves minus what
+        this batch already took (input + 1 + its clipped max_new_tokens); ``current`` = free
+        minus this batch's inputs. A candidate needs ``input + min(remaining, clip) < total``;
+        an ``ignore_eos`` candidate instead passes SGLang's ``add_one_req_ignore_eos`` check.
+        """
         admitted: list[EngineRequest] = []
         prefill_tokens = 0
-        committed = self.reserved_tokens
+        free = self.kv_budget - self.used_tokens
+        total_offset = sum(self._reserve(r) for r in self.running)
+        current_offset = 0
         while (self.waiting and len(self.running) < self.cfg.max_running_requests
                and self.pool.free):
             r = self.waiting[0]
-            need = r.length + self._reserve(r)
-            if committed + need > self.kv_budget and (self.running or admitted):
+            inp = r.length
+            if admitted and prefill_tokens + inp > self.cfg.max_prefill_tokens:
                 break
-            if admitted and prefill_tokens + r.length > self.cfg.max_prefill_tokens:
+            max_new = min(max(r.remaining, 0), self.cfg.clip_max_new_tokens)
+            if r.ignore_eos:
+                ok = self._fits_ignore_eos(r, free - current_offset, free - total_offset)
+            else:
+                ok = inp + max_new < free - total_offset
+            if not ok:
                 break
             self.waiting.popleft()
             r.slot = self.pool.alloc()
-            committed += need
-            prefill_tokens += r.length
+            total_offset += inp + 1 + max_new
+            current_offset += inp + 1
+            prefill_tokens += inp
             self.running.append(r)
             admitted.append(r)
         return admitted
+
+    def _fits_ignore_eos(self, cand: EngineRequest, rem_current: float,
+                         rem_total: float) -> bool:
+        """SGLang's check for a fixed-length request: replay the batch's future, requests
+        finishing in order of tokens left, and require free KV at every point."""
+        inp = cand.length
+        if inp > min(rem_current, rem_total):
+            return False
+        states = []
+        for r in [*self.running, cand]:  # running includes this batch's admitted requests
+            ratio = 1.0 if r.ignore_eos else self.new_token_ratio
+            left = r.max_new_tokens * ratio - len(r.output_ids)
+            if left > 0:
+                states.append((left, r.length))
+        states.sort(key=lambda x: x[0])
+        cur_rem = rem_current - inp
+        freed = 0
+        for i, (left, occupied) in enumerate(states):
+            bs = len(states) - i
+            if cur_rem + freed - left * bs <= IGNORE_EOS_RESERVE_TOKENS * bs:
+                return False
+            freed += occupied
+        return True
 
     def _make_room_for_decode(self) -> list[str]:
         """Retract running requests until one more token each fits in the KV budget."""

@@ -37,28 +37,40 @@ def _drain(eng: BatchEngine):
 
 
 def test_admission_reserves_new_token_ratio_of_remaining_tokens(model):
-    # 10 prompt + 0.7 * 60 reserve = 52 per request: two fit in 120 (full reservation: one)
-    eng = BatchEngine(model, EngineConfig(max_running_requests=4, kv_budget_tokens=120))
+    def engine(budget: int, **kw) -> BatchEngine:
+        return BatchEngine(model, EngineConfig(max_running_requests=4, kv_budget_tokens=budget,
+                                               **kw))
+
+    # A candidate needs input + its whole max_new_tokens (10 + 60): two fit in one batch of 200;
+    # once they run, their reserve is only 0.7 x what they may still generate: a third fits.
+    eng = engine(200)
     for r in _reqs(4):
         eng.add(r)
     eng.step()
-    assert len(eng.running) == 2 and eng.new_token_ratio == pytest.approx(0.7)
-    # ignore_eos requests cannot end early: SGLang reserves all of it (ratio 1)
-    eng2 = BatchEngine(model, EngineConfig(max_running_requests=4, kv_budget_tokens=120))
+    assert len(eng.running) == 2
+    eng.step()
+    assert len(eng.running) == 3 and eng.iterations[-1].phase == "prefill"
+    eng.step()  # the fourth does not fit: a decode step, and the ratio decays
+    assert len(eng.running) == 3 and eng.iterations[-1].phase == "decode"
+    assert eng.new_token_ratio == pytest.approx(0.7 - (0.7 - 0.7 * 0.14) / 600)
+    # ignore_eos requests cannot end early: SGLang's fixed-length check keeps it at two
+    eng2 = engine(200)
     for r in _reqs(4, ignore_eos=True):
         eng2.add(r)
     eng2.step()
-    assert len(eng2.running) == 1
-    # the reserve is clipped at clip_max_new_tokens
-    eng3 = BatchEngine(model, EngineConfig(max_running_requests=4, kv_budget_tokens=120,
-                                           clip_max_new_tokens=10))
-    for r in _reqs(4, ignore_eos=True):
+    eng2.step()
+    assert len(eng2.running) == 2
+    # the estimate of a request's remaining tokens is clipped at clip_max_new_tokens
+    eng3 = engine(120, clip_max_new_tokens=10)
+    for r in _reqs(4):
         eng3.add(r)
     eng3.step()
-    assert len(eng3.running) == 4  # 4 x (10 + 10) fit
-    # the ratio decays each decode step (init 0.7 down to 0.7 * 0.14 over 600 steps)
-    eng.step()
-    assert eng.new_token_ratio == pytest.approx(0.7 - (0.7 - 0.098) / 600)
+    assert len(eng3.running) == 4  # 4 x (10 + 10 + 1) fit; unclipped, one would
+    eng4 = engine(120)
+    for r in _reqs(4):
+        eng4.add(r)
+    eng4.step()
+    assert len(eng4.running) == 1
 
 
 def test_retraction_on_kv_exhaustion_requeues_and_outputs_are_unchanged(model):
@@ -66,14 +78,14 @@ def test_retraction_on_kv_exhaustion_requeues_and_outputs_are_unchanged(model):
     for r in _reqs(4):
         roomy.add(r)
     ref, _ = _drain(roomy)
-    tight = BatchEngine(model, EngineConfig(max_running_requests=4, kv_budget_tokens=120))
+    tight = BatchEngine(model, EngineConfig(max_running_requests=4, kv_budget_tokens=200))
     for r in _reqs(4):
         tight.add(r)
     done, steps = _drain(tight)
     assert tight.retracted_total >= 1
     for rid, f in ref.items():  # re-prefill of prompt + partial output: same greedy tokens
         assert done[rid].output_ids == f.output_ids and done[rid].reason == f.reason
-    assert max(r.kv_tokens for r in tight.iterations) <= 120  # the budget is never exceeded
+    assert max(r.kv_tokens for r in tight.iterations) <= 200  # the budget is never exceeded
     assert len(tight.pool.free) == 4 and tight.used_tokens == 0
     retract_steps = [s for s in steps if s.retracted]
     assert retract_steps
