@@ -153,13 +153,31 @@ class ResponseBuilder:
         self.sent_ids = 0  # output ids already sent (incremental mode)
         self.sent_text = ""
         self.sent_input = False
+        # incremental detokenization (as SGLang's detokenizer): text up to read_offset is final
+        self._surr = self._read = 0
+        self._committed = ""
+
+    def _decode(self, ids: list[int]) -> str:
+        assert self.codec is not None
+        spec = self.req.spec
+        return self.codec.decode(ids, skip_special_tokens=spec.skip_special_tokens
+                                 if spec is not None else True)
 
     def text(self, ids: list[int], fin: Finished | None) -> str:
+        """The output text: incremental while streaming (a trailing partial UTF-8 character is
+        held back; cost per chunk independent of the output length), a full decode at the end
+        (with a matched stop string trimmed unless ``no_stop_trim``)."""
         if self.codec is None:
             return ""
+        if fin is None:
+            surr_text = self._decode(ids[self._surr:self._read])
+            new_text = self._decode(ids[self._surr:])
+            if len(new_text) > len(surr_text) and not new_text.endswith("\ufffd"):
+                self._committed += new_text[len(surr_text):]
+                self._surr, self._read = self._read, len(ids)
+            return self._committed
         spec = self.req.spec
-        skip = spec.skip_special_tokens if spec is not None else True
-        text = self.codec.decode(ids, skip_special_tokens=skip)
+        text = self._decode(ids)
         matched = (fin.reason.get("matched") if fin is not None else None)
         if isinstance(matched, str) and spec is not None and not spec.no_stop_trim:
             cut = text.find(matched)
