@@ -101,6 +101,15 @@ def tokenizer_dir(vocab: int = VOCAB) -> Path:
     return ensure_tokenizer(vocab, Path(tempfile.mkdtemp(prefix="aprilsim-tok-")))
 
 
+def stop_all(procs: list[Proc]) -> None:
+    """Terminate every process first, then wait: their shutdowns overlap."""
+    for p in procs:
+        if p.popen.poll() is None:
+            p.popen.terminate()
+    for p in procs:
+        p.stop()
+
+
 def start_server(tmp: Path, *extra: str) -> Proc:
     port = free_port()
     log = tmp / f"server-{port}.log"
@@ -178,8 +187,7 @@ def servers(tmp_logs) -> Iterator[list[Proc]]:
             procs.append(start_server(tmp_logs, "--seed", str(seed)))
         yield procs
     finally:
-        for p in procs:
-            p.stop()
+        stop_all(procs)
 
 
 @pytest.fixture(scope="session")

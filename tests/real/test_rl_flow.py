@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import aiohttp
 import pytest
 import torch
-from conftest import VOCAB, Proc, run, start_router, start_server
+from conftest import VOCAB, Proc, run, start_router, start_server, stop_all
 from http_util import call, internal
 
 from real.sglang_http import SGLangClient
@@ -33,10 +33,7 @@ def cluster(tmp_logs) -> Iterator[tuple[Proc, list[Proc]]]:
         router = start_router(tmp_logs, [w.url for w in workers])
         yield router, workers
     finally:
-        if router is not None:
-            router.stop()
-        for w in workers:
-            w.stop()
+        stop_all([*workers, *([router] if router is not None else [])])
 
 
 @pytest.fixture(scope="module")
