@@ -10,8 +10,9 @@ Rules (SGLang-like, shared with the reference engine through `admission`): at ea
 prefill batch runs first if the head of the queue can be admitted; else the running batch decodes,
 after retracting the requests with the fewest generated tokens if the next iteration would overflow
 the KV cache. After a retraction no request is admitted until one finishes (SGLang raises its
-new-token ratio for the same reason: to avoid re-admitting what it just evicted). The first token
-of a request comes from its first decode iteration, not from prefill.
+new-token ratio for the same reason: to avoid re-admitting what it just evicted). As in SGLang,
+the prefill forward pass emits a request's next token (a request with one token left finishes at
+the end of its prefill); a running request holds input_len + gen - 1 KV tokens (see `admission`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import heapq
 import math
 from collections import deque
 
-from aprilsim.engine.admission import can_admit_head, select_prefill_batch
+from aprilsim.engine.admission import can_admit_head, prefill_sizes, select_prefill_batch
 from aprilsim.engine.cost import EngineSpec
 from aprilsim.engine.request import Completion, Request, check_requests
 
@@ -46,6 +47,8 @@ class FastEngine:
         self.phase = IDLE
         self.n = 0  # planned decode iterations
         self.batch: list[Request] = []  # the prefill batch in progress
+        self.batch_tokens = 0  # its input tokens
+        self.batch_time = 0.0  # and its duration
         self.t_event = INF
         # statistics
         self.busy_time = 0.0
@@ -97,17 +100,26 @@ class FastEngine:
         """Carry out the event due at `t_event`; return the requests that finished there."""
         done: list[Completion] = []
         if self.phase == PREFILL:
-            tokens = self._batch_tokens()
-            self.prefill_tokens += tokens
-            dur = self.cost.prefill_time(tokens)
-            self.t += dur
-            self.busy_time += dur
+            self.prefill_tokens += self.batch_tokens
+            self.busy_time += self.batch_time
+            self.t = t = self.t + self.batch_time
             running, finish, it, push = self.running, self._finish, self.it, heapq.heappush
-            for r in self.batch:  # join the running batch: gen == base + it from now on
-                r.base = base = r.gen - it
+            n = len(self.batch)
+            self.tokens += n  # the prefill emits each request's next token
+            self.reserve -= n
+            for r in self.batch:
+                gen = r.gen = r.gen + 1
+                if gen == r.target_new:  # done at its prefill: its last token has no KV entry
+                    self.kv -= r.input_len + gen - 1
+                    self.reserve -= r.max_new - gen
+                    self.hold = False
+                    done.append(Completion(r.rid, gen, "length" if gen == r.max_new else "stop", t))
+                    continue
+                r.base = base = gen - it  # running: gen == base + it from now on
                 running[r.rid] = r
                 push(finish, (r.target_new - base, r.rid))
             self.batch = []
+            self.batch_tokens = 0
         elif self.phase == DECODE:  # _apply_decode(self.n), with the span already known
             m, b = self.n, len(self.running)
             self.busy_time += self.t_event - self.t
@@ -142,6 +154,7 @@ class FastEngine:
             out.append(Completion(r.rid, r.gen, "abort", now))
         self.running.clear()
         self.batch = []
+        self.batch_tokens = 0
         self.waiting.clear()
         self._finish.clear()
         self.kv = self.reserve = 0
@@ -166,9 +179,6 @@ class FastEngine:
         return out
 
     # ---------------------------------------------------------------- internals
-    def _batch_tokens(self) -> int:
-        return sum(r.input_len + r.gen for r in self.batch)
-
     def _apply_decode(self, m: int) -> None:
         if m <= 0:
             return
@@ -195,7 +205,7 @@ class FastEngine:
                 continue  # stale entry (retracted, re-admitted)
             del running[rid]
             gen = r.gen = r.target_new
-            self.kv -= r.input_len + gen
+            self.kv -= r.input_len + gen - 1
             self.reserve -= r.max_new - gen
             self.hold = False
             done.append(Completion(rid, gen, "length" if gen == r.max_new else "stop", t))
@@ -209,7 +219,7 @@ class FastEngine:
             r = min(running.values(), key=lambda x: (x.base, -x.rid))
             del running[r.rid]
             r.gen = r.base + self.it
-            self.kv -= r.input_len + r.gen
+            self.kv -= r.input_len + r.gen - 1
             self.reserve -= r.max_new - r.gen
             r.retractions += 1
             self.retractions += 1
@@ -227,13 +237,15 @@ class FastEngine:
             self.batch = select_prefill_batch(
                 self.spec, self.waiting, len(running), self.kv, self.reserve
             )
-            tokens = self._batch_tokens()
+            tokens, sq = prefill_sizes(self.batch)
+            self.batch_tokens = tokens
             self.kv += tokens
             self.reserve += sum(r.max_new - r.gen for r in self.batch)
             if self.kv > self.kv_peak:
                 self.kv_peak = self.kv
             self.phase = PREFILL
-            self.t_event = self.t + self.cost.prefill_time(tokens)
+            self.batch_time = dur = self.cost.prefill_time(tokens, sq)
+            self.t_event = self.t + dur
             return
         if running:
             if self.kv + len(running) > self.spec.kv_capacity:
@@ -260,30 +272,16 @@ class FastEngine:
     def _unplan(self) -> None:
         """Undo a plan that has not progressed (it starts at the current boundary)."""
         if self.phase == PREFILL:
-            self.kv -= self._batch_tokens()
+            self.kv -= self.batch_tokens
             self.reserve -= sum(r.max_new - r.gen for r in self.batch)
             self.waiting.extendleft(reversed(self.batch))
             self.batch = []
+            self.batch_tokens = 0
         self.phase, self.n, self.t_event = IDLE, 0, INF
 
     def _iterations_within(self, dt: float) -> int:
-        """Largest m <= n whose m iterations end no later than dt after the boundary."""
-        b, k0 = len(self.running), self.kv
-        span = self.cost.decode_span
-        if dt <= 0:
-            return 0
-        a2 = self.cost.c * b / 2
-        lin = self.cost.a + self.cost.b * b + self.cost.c * k0 - a2
-        if a2 > 0:
-            m = int((-lin + math.sqrt(lin * lin + 4 * a2 * dt)) / (2 * a2))
-        else:
-            m = int(dt / lin)
-        m = min(max(m, 0), self.n)
-        while m < self.n and span(m + 1, b, k0) <= dt:
-            m += 1
-        while m > 0 and span(m, b, k0) > dt:
-            m -= 1
-        return m
+        """Decode iterations of the current plan that end no later than dt after the boundary."""
+        return self.cost.iterations_within(dt, len(self.running), self.kv, self.n)
 
     def _cut_decode_for_admission(self, now: float) -> None:
         """A newcomer is admitted at the first boundary >= now if the queue head fits there."""
