@@ -83,7 +83,8 @@ def summarize(run: RunResult) -> dict[str, Any]:
         "mean_step_time_s": _mean([s.step_time_s for s in st]),
         "total_time_s": run.total_time_s,
         "engine_busy_fraction": busy / (run.n_engines * roll) if roll else 0.0,
-        "engine_busy_fraction_by_engine": [b / roll if roll else 0.0 for b in per_engine],
+        # an engine busy the whole rollout sums its busy spans with float rounding: clamp at 1
+        "engine_busy_fraction_by_engine": [min(b / roll, 1.0) if roll else 0.0 for b in per_engine],
         "engine_idle_time_s": run.n_engines * roll - busy,
         "efficiency_vs_ideal": gen / ideal if ideal else 0.0,
         "generated_tokens": gen,
