@@ -99,7 +99,21 @@ class FastEngine:
     def advance(self) -> list[Completion]:
         """Carry out the event due at `t_event`; return the requests that finished there."""
         done: list[Completion] = []
-        if self.phase == PREFILL:
+        phase = self.phase
+        if phase == DECODE:  # _apply_decode(self.n), with the span already known (the common case)
+            m, b = self.n, len(self.running)
+            self.busy_time += self.t_event - self.t
+            self.t = self.t_event
+            self.it += m
+            self.iterations += m
+            mb = m * b
+            self.kv += mb
+            self.reserve -= mb
+            self.tokens += mb
+            if self.kv > self.kv_peak:
+                self.kv_peak = self.kv
+            done = self._pop_finished()
+        elif phase == PREFILL:
             self.prefill_tokens += self.batch_tokens
             self.busy_time += self.batch_time
             self.t = t = self.t + self.batch_time
@@ -120,19 +134,6 @@ class FastEngine:
                 push(finish, (r.target_new - base, r.rid))
             self.batch = []
             self.batch_tokens = 0
-        elif self.phase == DECODE:  # _apply_decode(self.n), with the span already known
-            m, b = self.n, len(self.running)
-            self.busy_time += self.t_event - self.t
-            self.t = self.t_event
-            self.it += m
-            self.iterations += m
-            mb = m * b
-            self.kv += mb
-            self.reserve -= mb
-            self.tokens += mb
-            if self.kv > self.kv_peak:
-                self.kv_peak = self.kv
-            done = self._pop_finished()
         self.phase = IDLE
         self._plan()
         return done
@@ -195,20 +196,24 @@ class FastEngine:
             self.kv_peak = self.kv
 
     def _pop_finished(self) -> list[Completion]:
+        """Remove the requests whose finish iteration has come (the heap holds exactly the
+        running requests: no stale entries to skip)."""
+        heap, it = self._finish, self.it
+        if not heap or heap[0][0] > it:
+            return []
         done = []
-        heap, it, running, t = self._finish, self.it, self.running, self.t
-        pop = heapq.heappop
+        running, t, pop = self.running, self.t, heapq.heappop
+        freed = 0
         while heap and heap[0][0] <= it:
-            fi, rid = pop(heap)
-            r = running.get(rid)
-            if r is None or r.target_new - r.base != fi:
-                continue  # stale entry (retracted, re-admitted)
-            del running[rid]
+            rid = pop(heap)[1]
+            r = running.pop(rid)
             gen = r.gen = r.target_new
-            self.kv -= r.input_len + gen - 1
-            self.reserve -= r.max_new - gen
-            self.hold = False
-            done.append(Completion(rid, gen, "length" if gen == r.max_new else "stop", t))
+            max_new = r.max_new
+            freed += r.input_len + gen - 1
+            self.reserve -= max_new - gen
+            done.append(Completion(rid, gen, "length" if gen == max_new else "stop", t))
+        self.kv -= freed
+        self.hold = False
         return done
 
     def _retract_until_fits(self) -> None:
@@ -225,6 +230,8 @@ class FastEngine:
             self.retractions += 1
             self.waiting.appendleft(r)
             self.hold = True
+        self._finish = [e for e in self._finish if e[1] in running]
+        heapq.heapify(self._finish)
 
     def _plan(self) -> None:
         """At a boundary: admit a prefill batch, else decode until the next event, else idle."""
@@ -251,7 +258,7 @@ class FastEngine:
             if self.kv + len(running) > self.spec.kv_capacity:
                 self._retract_until_fits()
             b = len(running)
-            n_fin = self._next_finish_iter() - self.it
+            n_fin = self._finish[0][0] - self.it
             n_kv = (self.spec.kv_capacity - self.kv) // b
             n = n_fin if n_fin < n_kv else n_kv
             self.n = n if n > 1 else 1
@@ -259,15 +266,6 @@ class FastEngine:
             self.t_event = self.t + self.cost.decode_span(self.n, b, self.kv)
             return
         self.phase, self.n, self.t_event = IDLE, 0, INF
-
-    def _next_finish_iter(self) -> int:
-        heap, running = self._finish, self.running
-        while True:
-            fi, rid = heap[0]
-            r = running.get(rid)
-            if r is not None and r.target_new - r.base == fi:
-                return fi
-            heapq.heappop(heap)
 
     def _unplan(self) -> None:
         """Undo a plan that has not progressed (it starts at the current boundary)."""
