@@ -35,6 +35,8 @@ class FastEngine:
     def __init__(self, spec: EngineSpec, name: int = 0) -> None:
         self.spec = spec
         self.cost = spec.cost
+        self.kv_capacity = spec.kv_capacity
+        self.max_running = spec.max_running
         self.name = name
         self.waiting: deque[Request] = deque()
         self.running: dict[int, Request] = {}
@@ -239,6 +241,7 @@ class FastEngine:
         if (
             self.waiting
             and not self.hold
+            and len(running) < self.max_running  # can_admit_head's first test, inlined: hot path
             and can_admit_head(self.spec, self.waiting, len(running), self.kv, self.reserve)
         ):
             self.batch = select_prefill_batch(
@@ -255,11 +258,13 @@ class FastEngine:
             self.t_event = self.t + dur
             return
         if running:
-            if self.kv + len(running) > self.spec.kv_capacity:
-                self._retract_until_fits()
+            cap = self.kv_capacity
             b = len(running)
+            if self.kv + b > cap:
+                self._retract_until_fits()
+                b = len(running)
             n_fin = self._finish[0][0] - self.it
-            n_kv = (self.spec.kv_capacity - self.kv) // b
+            n_kv = (cap - self.kv) // b
             n = n_fin if n_fin < n_kv else n_kv
             self.n = n if n > 1 else 1
             self.phase = DECODE
