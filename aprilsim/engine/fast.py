@@ -1,7 +1,8 @@
 """The fast simulated engine: continuous batching that jumps from event to event.
 
 Between two events the batch B is fixed and the KV cache grows by B tokens per iteration, so n
-decode iterations take n*(a + b*B + c*K0) + c*B*n*(n-1)/2: closed form and invertible. Events are
+decode iterations take n*(f(B) + g(B)*K0) + g(B)*B*n*(n-1)/2 (`aprilsim.engine.cost`): closed form
+and invertible, for the three-coefficient and the tabulated cost model alike. Events are
 a prefill batch ending, the first running request finishing (a heap keyed by the iteration at which
 it ends), the KV cache filling up (retraction), and outside calls (submit, abort, pause). Each costs
 O(log n); there is no loop over tokens or iterations.
