@@ -30,9 +30,10 @@ def main() -> None:
 @click.option("--scheduler", "-s", "schedulers", multiple=True, help="Scheduler to run (repeatable); a registered name or module:Class. Default: the scenario's `compare` list.")
 @click.option("--steps", type=click.IntRange(min=1), help="Training steps (overrides the scenario).")
 @click.option("--seed", type=int, help="Workload seed (overrides the scenario).")
+@click.option("--warmup", type=click.IntRange(min=0), help="Steps left out of the summary (overrides the scenario's warmup_steps, default 1).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object per scheduler.")
-@click.option("--steps-out", type=click.Path(dir_okay=False, path_type=Path), help="Also write per-step records as JSON lines to this file.")
-def simulate(scenario, schedulers, steps, seed, as_json, steps_out) -> None:
+@click.option("--steps-out", type=click.Path(dir_okay=False, path_type=Path), help="Also write per-step records as JSON lines to this file (warm-up steps included, marked).")
+def simulate(scenario, schedulers, steps, seed, warmup, as_json, steps_out) -> None:
     """Simulate SCENARIO (a TOML file; default: the embedded APRIL-paper setup) and compare schedulers."""
     from aprilsim.config import ScenarioError, load_scenario
     from aprilsim.report.table import format_table
@@ -40,7 +41,7 @@ def simulate(scenario, schedulers, steps, seed, as_json, steps_out) -> None:
     from aprilsim.sim.runtime import SchedulerError
 
     try:
-        sc = load_scenario(scenario)
+        sc = with_overrides(load_scenario(scenario), steps=steps, warmup=warmup)
         names = list(schedulers) or list(sc.compare)
         rows, records = [], []
         live = sys.stderr.isatty()
@@ -51,11 +52,14 @@ def simulate(scenario, schedulers, steps, seed, as_json, steps_out) -> None:
                     click.echo(f"\r\033[Ksimulating {name}: step {done}/{total}", err=True, nl=False)
             elif not as_json:
                 click.echo(f"simulating {name} ...", err=True)
-            run = run_sim(sc, name, seed=seed, steps=steps, progress=progress)
+            run = run_sim(sc, name, seed=seed, progress=progress)
             if live:
                 click.echo("\r\033[K", err=True, nl=False)
             rows.append(run.summary())
-            records += [{"scheduler": name, **r.to_dict()} for r in run.steps]
+            records += [
+                {"scheduler": name, "warmup": r.step < run.warmup_steps, **r.to_dict()}
+                for r in run.steps
+            ]
     except (ScenarioError, SchedulerError, ValueError) as e:
         fail(str(e))
         return
@@ -65,8 +69,29 @@ def simulate(scenario, schedulers, steps, seed, as_json, steps_out) -> None:
         click.echo(json.dumps(rows, indent=2))
     else:
         click.echo(f"scenario: {sc.name}  ({sc.cluster.engines} engines, {sc.batch_size} groups x "
-                   f"{sc.group_size} samples, max {sc.max_response_len} tokens, {rows[0]['steps']} steps)")
+                   f"{sc.group_size} samples, max {sc.max_response_len} tokens, {sc.steps} steps, "
+                   f"the first {sc.warmup_steps} left out as warm-up)")
         click.echo(format_table(rows))
+
+
+def with_overrides(sc, *, steps: int | None = None, warmup: int | None = None):
+    """The scenario with command-line overrides of steps and warm-up, validated together."""
+    from aprilsim.config import ScenarioError
+
+    update: dict = {}
+    if steps is not None:
+        update["steps"] = steps
+    if warmup is not None:
+        update["warmup_steps"] = warmup
+    elif steps is not None and sc.warmup_steps >= steps:
+        update["warmup_steps"] = max(0, steps - 1)  # keep one step to summarise
+    if not update:
+        return sc
+    out = sc.model_copy(update=update)
+    if out.warmup_steps >= out.steps:
+        flag = "--warmup" if warmup is not None else "warmup_steps"
+        raise ScenarioError(f"{flag} {out.warmup_steps} leaves none of the {out.steps} steps to summarise")
+    return out
 
 
 @main.command(short_help="Print the default scenario (a template).")

@@ -16,7 +16,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from aprilsim.engine.cost import PRESETS, CostModel, EngineSpec
-from aprilsim.sim.trainer import TrainerModel
+from aprilsim.engine.router import ROUTERS
+from aprilsim.trainer import TrainerModel
 from aprilsim.workload.generator import RewardModel, Workload
 from aprilsim.workload.lengths import LengthModel, length_model_from_dict
 from aprilsim.workload.model_file import drift_from_dict, read_model_file
@@ -64,8 +65,8 @@ class ClusterSection(_Strict):
     @field_validator("router")
     @classmethod
     def _known_router(cls, v: str) -> str:
-        if v not in ("round_robin", "least_loaded"):
-            raise ValueError(f"unknown router {v!r}; known: least_loaded, round_robin")
+        if v not in ROUTERS:
+            raise ValueError(f"unknown router {v!r}; known: {', '.join(sorted(ROUTERS))}")
         return v
 
 
@@ -93,6 +94,7 @@ class Scenario(_Strict):
     name: str = "scenario"
     seed: int = 0
     steps: int = Field(default=10, ge=1)
+    warmup_steps: int = Field(default=1, ge=0)  # left out of summaries (APRIL's step 0 has no buffer)
     batch_size: int = Field(default=32, ge=1)
     group_size: int = Field(default=8, ge=1)
     max_response_len: int = Field(default=16384, ge=1)
@@ -180,6 +182,10 @@ class Scenario(_Strict):
 
     def check(self) -> Scenario:
         """Cross-field checks pydantic cannot express one key at a time."""
+        if self.warmup_steps >= self.steps:
+            raise ScenarioError(
+                f"warmup_steps: {self.warmup_steps} leaves none of the {self.steps} steps to summarise"
+            )
         spec = self.engine_spec()
         max_prompt = int(self.prompts.get("max_len", 2048))
         need = max_prompt + self.max_response_len
@@ -243,6 +249,11 @@ def load_scenario(path: str | Path | None = None) -> Scenario:
     except tomllib.TOMLDecodeError as e:
         raise ScenarioError(f"{origin}: not valid TOML ({e})") from None
     return scenario_from_dict(data, base)
+
+
+def default_scenario() -> Scenario:
+    """The embedded default scenario, validated."""
+    return load_scenario(None)
 
 
 def default_scenario_text() -> str:

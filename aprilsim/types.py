@@ -39,35 +39,49 @@ class Segment:
     tokens: int
 
 
+class UnfinishedSampleError(RuntimeError):
+    """A scheduler read what only a finished sample reveals (its reward)."""
+
+
 @dataclass(slots=True, eq=False)
 class Sample:
-    """One response. `target_len` is the length it will reach (already capped at max_len).
+    """One response.
 
-    The engine does not know `target_len` (a real engine does not know when EOS comes); it is the
-    workload's ground truth, used to decide when the simulated request stops.
+    `_target_len` (the length it will reach, already capped at max_len) and `_reward` are the
+    workload's hidden truth: a runtime uses them to decide when a simulated or replayed request
+    stops and what it scores; a scheduler cannot see them, as on a live engine, where nobody knows
+    when EOS comes or what the verifier will say before the response is done. `reward` is readable
+    once the sample is complete. In live free-generation runs both start as None and are filled in
+    by the runtime when the response ends.
     """
 
     uid: int
     group_id: int
     index: int
     prompt_len: int
-    target_len: int
+    _target_len: int | None
     max_len: int
-    reward: float
+    _reward: float | None
     generated: int = 0
     segments: list[Segment] = field(default_factory=list)
     status: SampleStatus = SampleStatus.PENDING
     submits: int = 0
     submit_version: int = -1
+    complete: bool = False  # reached its end (stop token or max_len); set by the runtime
+
+    @property
+    def reward(self) -> float:
+        """The verifier's reward; only known once the response is complete."""
+        if not self.complete or self._reward is None:
+            raise UnfinishedSampleError(
+                f"sample {self.uid}: the reward of an unfinished response is unknown"
+            )
+        return self._reward
 
     @property
     def truncated(self) -> bool:
-        """True when the response runs into max_response_len (status "truncated" in slime)."""
-        return self.target_len >= self.max_len
-
-    @property
-    def remaining(self) -> int:
-        return self.target_len - self.generated
+        """True when the response ran into max_response_len (status "truncated" in slime)."""
+        return self.complete and self.generated >= self.max_len
 
     @property
     def max_new_tokens(self) -> int:
@@ -81,6 +95,8 @@ class Sample:
 
     @property
     def finish_reason(self) -> FinishReason:
+        if not self.complete:
+            return FinishReason.ABORT
         return FinishReason.LENGTH if self.truncated else FinishReason.STOP
 
     def add_tokens(self, tokens: int, version: int) -> None:
@@ -102,7 +118,8 @@ class Group:
     prompt_len: int
     samples: list[Sample]
     created_step: int
-    pass_rate: float
+    _pass_rate: float  # hidden truth of the workload (see Sample); schedulers do not read it
+    prompt_key: int = -1  # index of the fresh prompt this group runs (the key of its random draws)
 
     @property
     def size(self) -> int:

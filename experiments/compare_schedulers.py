@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "examples"))  # the example user scheduler
 from aprilsim.config import Scenario, load_scenario  # noqa: E402
 from aprilsim.policies.base import CloseBatch  # noqa: E402
 from aprilsim.policies.registry import REGISTRY, make_scheduler  # noqa: E402
-from aprilsim.sim.runtime import Simulation  # noqa: E402
+from aprilsim.sim.build import build_simulation  # noqa: E402
 
 ORDER = ["sync", "april", "april_ds", "dynamic_sampling", "tail_batching", "async_one_step",
          "fully_async"]
@@ -46,6 +46,7 @@ class _Capture:
 
     def __init__(self, inner) -> None:
         self.inner, self.name, self.mode = inner, inner.name, inner.mode
+        self.sample_events = getattr(inner, "sample_events", True)  # keep the production path
         self.informative = 0
 
     def handle(self, event, ctx):
@@ -61,11 +62,8 @@ class _Capture:
 
 def simulate(sc: Scenario, name: str, steps: int | None) -> dict:
     cap = _Capture(make_scheduler(name, sc.settings_for(name)))
-    run = Simulation(
-        workload=sc.workload_for(), engine=sc.engine_spec(), n_engines=sc.cluster.engines,
-        scheduler=cap, batch_size=sc.batch_size, steps=steps or sc.steps,
-        trainer=sc.trainer_model(), router=sc.cluster.router,
-    ).run()
+    run = build_simulation(sc, cap, steps=steps).run()
+    run.warmup_steps = sc.warmup_steps
     row = run.summary()
     row["informative_samples_per_s"] = cap.informative / run.total_time_s
     return row

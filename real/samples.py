@@ -3,7 +3,7 @@
 A simulated sample has only lengths; a live engine needs token ids. Prompt ids are synthesised
 deterministically from (group_id, prompt_len) so that the n samples of one group share a prompt
 (as in GRPO) and the same workload always produces the same requests. The request runs in replay
-mode: EOS is ignored and the engine generates exactly ``sample.remaining`` tokens, capped by
+mode: EOS is ignored and the engine generates exactly what is left of the target length, capped by
 ``sample.max_new_tokens`` (the remainder of max_response_len).
 """
 
@@ -46,7 +46,7 @@ def request_from_sample(
     A fresh sample sends its prompt. A resumed sample (``sample.generated > 0``) sends prompt +
     partial output ids; pass the ids the engine returned, or leave None to synthesise filler ids
     of the right length (same KV work, different tokens). ``max_new_tokens`` is
-    ``sample.max_new_tokens``; in replay mode ``replay_len`` is ``sample.remaining``.
+    ``sample.max_new_tokens``; in replay mode ``replay_len`` is what is left of the workload's target length.
     """
     if sample.generated > 0 and partial_output_ids is None:
         partial_output_ids = synth_token_ids(sample.uid, sample.generated, vocab_size, salt=1)
@@ -59,6 +59,6 @@ def request_from_sample(
         prompt_ids=prompt_ids_for(sample, vocab_size) + partial,
         max_new_tokens=sample.max_new_tokens,
         sampling=sampling or SamplingParams(),
-        replay_len=max(0, sample.remaining) if replay else None,
+        replay_len=max(0, sample._target_len - sample.generated) if replay else None,
         tag=sample.uid,
     )

@@ -11,6 +11,7 @@ from aprilsim.config import Scenario, scenario_from_dict
 from aprilsim.metrics.records import RunResult
 from aprilsim.policies.base import Action, CloseBatch, Context, Event
 from aprilsim.policies.registry import make_scheduler
+from aprilsim.sim.build import build_simulation
 from aprilsim.sim.runtime import Simulation
 from aprilsim.types import Group
 
@@ -65,9 +66,13 @@ class Spy:
     inner: Any
     batches: list[tuple[Group, ...]] = field(default_factory=list)
 
+    force_sample_events: bool = False  # deliver SampleFinished even if the scheduler opts out
+
     def __post_init__(self) -> None:
         self.name = self.inner.name
         self.mode = self.inner.mode
+        # forward the opt-out, so the production path (no SampleFinished events) is the one tested
+        self.sample_events = self.force_sample_events or getattr(self.inner, "sample_events", True)
 
     def handle(self, event: Event, ctx: Context) -> list[Action]:
         actions = list(self.inner.handle(event, ctx))
@@ -88,17 +93,16 @@ class Run:
     scenario: Scenario
 
 
-def run(scenario: Scenario, name: str, settings: dict[str, Any] | None = None) -> Run:
+def run(
+    scenario: Scenario,
+    name: str,
+    settings: dict[str, Any] | None = None,
+    *,
+    force_sample_events: bool = False,
+    engine_factory: Any = None,
+) -> Run:
     sched = make_scheduler(name, settings if settings is not None else scenario.settings_for(name))
-    spy = Spy(sched)
-    sim = Simulation(
-        workload=scenario.workload_for(),
-        engine=scenario.engine_spec(),
-        n_engines=scenario.cluster.engines,
-        scheduler=spy,  # type: ignore[arg-type]
-        batch_size=scenario.batch_size,
-        steps=scenario.steps,
-        trainer=scenario.trainer_model(),
-        router=scenario.cluster.router,
-    )
+    spy = Spy(sched, force_sample_events=force_sample_events)
+    kw = {"engine_factory": engine_factory} if engine_factory is not None else {}
+    sim = build_simulation(scenario, spy, **kw)  # type: ignore[arg-type]
     return Run(sim.run(), sim, spy, scenario)

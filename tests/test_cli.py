@@ -37,7 +37,7 @@ def test_simulate_json_default_scenario():
     assert [row["scheduler"] for row in rows] == ["sync", "april"]
     for row in rows:
         assert REQUIRED <= set(row)
-        assert row["steps"] == 3
+        assert row["steps"] + row["warmup_steps"] == 3 and row["warmup_steps"] == 1
     sync, april = rows
     assert april["rollout_throughput_tok_s"] > sync["rollout_throughput_tok_s"]
 

@@ -88,7 +88,7 @@ def test_every_step_trains_finished_groups(case, rewards):
             assert g.size == gsize
             for s in g.samples:
                 assert s.status == SampleStatus.TRAINED
-                assert s.generated == s.target_len  # finished exactly where the workload says
+                assert s.generated == s._target_len  # finished exactly where the workload says
                 assert s.uid not in uids  # no sample trained twice
                 uids.add(s.uid)
     assert [rec.trained_groups for rec in r.result.steps] == [len(b) for b in r.spy.batches]
@@ -101,7 +101,7 @@ def test_max_length_respected(case, rewards):
         for s in g.samples:
             assert 0 <= s.generated <= max_len
             assert sum(seg.tokens for seg in s.segments) == s.generated
-            assert s.generated <= s.target_len
+            assert s.generated <= s._target_len
 
 
 def test_deterministic_per_seed(case):

@@ -79,7 +79,7 @@ def test_trace_fits_end_to_end(name, tmp_path):
     mf = read_model_file(out)
     assert mf.max_len == cap and mf.fit["family"] == first
     w = Workload(lengths=mf.lengths, max_len=cap or 4096, seed=0)
-    lengths = np.array([s.target_len for g in w.generate(500) for s in g.samples])
+    lengths = np.array([s._target_len for g in w.generate(500) for s in g.samples])
     emp = res["empirical_quantiles"]["p50"]
     assert abs(np.median(lengths) / emp - 1) < 0.1
 
@@ -120,7 +120,7 @@ def test_mooncake_done_criterion(tmp_path):
         pytest.skip("aprilsim simulate is not available in this build")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert out[0]["trained_samples"] == 2 * 4 * 4
+    assert out[0]["trained_samples"] == out[0]["steps"] * 4 * 4 and out[0]["warmup_steps"] == 1
     # the simulated workload's mean is the fitted model's capped mean (mooncake: about 350-400)
     assert 250 < out[0]["workload_mean_length"] < 500
 

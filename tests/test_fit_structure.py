@@ -23,7 +23,7 @@ def grouped(share: float, n_groups: int = 800, drift=None, steps: int = 1, seed:
     rows = []
     for step in range(steps):
         for g in w.generate(n_groups // steps, step=step * 100):
-            rows += [(s.target_len, s.group_id, step * 100) for s in g.samples]
+            rows += [(s._target_len, s.group_id, step * 100) for s in g.samples]
     return np.array(rows).T
 
 
@@ -47,7 +47,7 @@ def test_grouped_fit_writes_prompt_share_that_round_trips(tmp_path):
     # the simulator fed with the fitted file reproduces the share it was fitted on
     w = Workload(lengths=mf.lengths, max_len=3000, prompt_share=mf.prompt_share, seed=9)
     gs = w.generate(800)
-    l2 = np.array([s.target_len for g in gs for s in g.samples])
+    l2 = np.array([s._target_len for g in gs for s in g.samples])
     g2 = np.array([s.group_id for g in gs for s in g.samples])
     assert abs(PromptSplit(n_bootstrap=0).fit(l2, g2, mf.lengths, 3000).share_ - 0.4) < 0.07
 

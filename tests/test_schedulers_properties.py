@@ -39,7 +39,7 @@ def test_random_scenarios(name, sc):
     assert len(r.spy.batches) == sc.steps
     for g in r.sim.groups.values():
         for s in g.samples:
-            assert s.generated <= min(s.target_len, sc.max_response_len)
+            assert s.generated <= min(s._target_len, sc.max_response_len)
     lags = [k for rec in r.result.steps for k, v in rec.staleness.items() if v]
     if name in STALENESS_BOUND:
         assert max(lags, default=0) <= STALENESS_BOUND[name]

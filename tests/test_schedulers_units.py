@@ -114,7 +114,7 @@ def test_tail_batching_keeps_first_to_finish_and_runs_long_rounds():
             assert orig.size == sc.group_size + 2
             kept = {s.uid for s in g.samples}
             others = [s for s in orig.samples if s.uid not in kept]
-            assert max(s.target_len for s in g.samples) <= max(s.target_len for s in others)
+            assert max(s._target_len for s in g.samples) <= max(s._target_len for s in others)
     assert r.result.summary()["length_bias"] < run(sc, "sync").result.summary()["length_bias"]
 
 
@@ -122,8 +122,8 @@ def test_april_token_budget_parks_and_resumes():
     sc = small_scenario(steps=5)
     r = run(sc, "april", {"token_budget": 500})
     assert sum(rec.scheduler_stats["capped_samples"] for rec in r.result.steps) > 0
-    long = [s for b in r.spy.batches for g in b for s in g.samples if s.target_len > 500]
-    assert long and all(len(s.segments) >= -(-s.target_len // 500) for s in long)
+    long = [s for b in r.spy.batches for g in b for s in g.samples if s._target_len > 500]
+    assert long and all(len(s.segments) >= -(-s._target_len // 500) for s in long)
 
 
 def test_april_staleness_cap_forces_old_partials():
@@ -196,18 +196,9 @@ class _NeverUpdates:
     ],
 )
 def test_misbehaving_scheduler_raises_scheduler_error(sched, match):
-    from aprilsim.sim.runtime import Simulation
+    from aprilsim.sim.build import build_simulation
 
-    sc = small_scenario(steps=2)
-    sim = Simulation(
-        workload=sc.workload_for(),
-        engine=sc.engine_spec(),
-        n_engines=2,
-        scheduler=sched,
-        batch_size=sc.batch_size,
-        steps=2,
-        trainer=sc.trainer_model(),
-    )
+    sim = build_simulation(small_scenario(steps=2), sched)
     with pytest.raises(SchedulerError, match=match):
         sim.run()
 

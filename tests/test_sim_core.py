@@ -102,10 +102,10 @@ def test_samples_and_tokens_are_conserved_per_step(seed, name, ratio, recycle, t
     assert all(r.kv_peak_tokens <= sc.engine_spec().kv_capacity for r in run.steps)
     for g in sim.groups.values():
         for s in g.samples:
-            assert s.generated <= s.target_len <= sc.max_response_len
+            assert s.generated <= s._target_len <= sc.max_response_len
             assert sum(seg.tokens for seg in s.segments) == s.generated
             if s.finished:
-                assert s.generated == s.target_len
+                assert s.generated == s._target_len
 
 
 def test_resumed_samples_carry_their_tokens_and_finish_at_their_length():
@@ -162,7 +162,7 @@ def test_per_engine_busy_fractions_average_to_the_total():
     s = simulate(scenario(seed=4, engines=3), "april").summary()
     per = s["engine_busy_fraction_by_engine"]
     assert len(per) == 3 and all(0 < b <= 1 for b in per)
-    assert abs(sum(per) / 3 - s["engine_busy_fraction"]) < 1e-12
+    assert abs(sum(per) / 3 - s["engine_busy_fraction"]) < 1e-9
 
 
 def test_routers():
@@ -182,7 +182,8 @@ def test_routers():
     sc = scenario_from_dict(
         {**_BASE, "cluster": {"engines": 3, "router": "least_loaded"}, "schedulers": {}}
     )
-    assert simulate(sc, "sync").summary()["trained_samples"] == sc.steps * sc.batch_size * sc.group_size
+    s = simulate(sc, "sync").summary()
+    assert s["trained_samples"] == (sc.steps - sc.warmup_steps) * sc.batch_size * sc.group_size
     try:
         make_router("random")
     except ValueError as e:

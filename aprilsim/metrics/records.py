@@ -50,18 +50,27 @@ class RunResult:
     peak_tokens_per_s: float  # per engine, the ideal used by `efficiency`
     total_time_s: float
     end_state: dict[str, int] = field(default_factory=dict)
+    warmup_steps: int = 0  # steps the summary leaves out (cold start: no buffer yet)
 
-    def summary(self) -> dict[str, Any]:
-        return summarize(self)
+    def summary(self, warmup: int | None = None) -> dict[str, Any]:
+        """The run's table row, leaving out the first `warmup` steps (default: `warmup_steps`)."""
+        return summarize(self, self.warmup_steps if warmup is None else warmup)
 
 
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
 
 
-def summarize(run: RunResult) -> dict[str, Any]:
-    """The per-run table row (JSON keys are part of the CLI's contract)."""
-    st = run.steps
+def summarize(run: RunResult, warmup: int = 0) -> dict[str, Any]:
+    """The per-run table row over steps `warmup`.. (JSON keys are part of the CLI's contract).
+
+    Warm-up steps are left out of every figure: step 0 of APRIL has no buffer to resume, so
+    counting it understates what the scheduler does in steady state.
+    """
+    if not 0 <= warmup < max(1, len(run.steps)):
+        raise ValueError(f"warmup {warmup} must be >= 0 and below the {len(run.steps)} steps run")
+    st = run.steps[warmup:]
+    measured_s = run.total_time_s - st[0].rollout_start_s if st else 0.0
     roll = sum(s.rollout_time_s for s in st)
     gen = sum(s.generated_tokens for s in st)
     trained = sum(s.trained_tokens for s in st)
@@ -77,14 +86,14 @@ def summarize(run: RunResult) -> dict[str, Any]:
     return {
         "scheduler": run.scheduler,
         "steps": len(st),
+        "warmup_steps": warmup,
         "rollout_throughput_tok_s": gen / roll if roll else 0.0,
-        "samples_per_s": samples / run.total_time_s if run.total_time_s else 0.0,
+        "samples_per_s": samples / measured_s if measured_s else 0.0,
         "mean_rollout_time_s": roll / len(st) if st else 0.0,
         "mean_step_time_s": _mean([s.step_time_s for s in st]),
-        "total_time_s": run.total_time_s,
-        "engine_busy_fraction": busy / (run.n_engines * roll) if roll else 0.0,
-        # an engine busy the whole rollout sums its busy spans with float rounding: clamp at 1
-        "engine_busy_fraction_by_engine": [min(b / roll, 1.0) if roll else 0.0 for b in per_engine],
+        "total_time_s": measured_s,
+        "engine_busy_fraction": min(1.0, busy / (run.n_engines * roll)) if roll else 0.0,
+        "engine_busy_fraction_by_engine": [min(1.0, b / roll) if roll else 0.0 for b in per_engine],
         "engine_idle_time_s": run.n_engines * roll - busy,
         "efficiency_vs_ideal": gen / ideal if ideal else 0.0,
         "generated_tokens": gen,

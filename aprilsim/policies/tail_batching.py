@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from aprilsim.policies.base import (
@@ -110,7 +110,7 @@ class TailBatchingScheduler:
         if len(kept) < size:
             return ()
         g = self._round[s.group_id]
-        self._batch.append(Group(g.gid, g.prompt_len, list(kept), g.created_step, g.pass_rate))
+        self._batch.append(replace(g, samples=list(kept)))
         if len(self._batch) < ctx.batch_size:
             return ()
         self._closed = True

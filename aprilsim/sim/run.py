@@ -3,38 +3,40 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from aprilsim.config import Scenario
 from aprilsim.engine.fast import FastEngine
 from aprilsim.metrics.records import RunResult
-from aprilsim.policies.registry import make_scheduler
-from aprilsim.sim.runtime import EngineFactory, Simulation
+from aprilsim.metrics.trace import Trace
+from aprilsim.policies.base import Scheduler
+from aprilsim.sim.build import build_simulation
+from aprilsim.sim.runtime import EngineFactory
 
 
 def simulate(
     scenario: Scenario,
-    scheduler: str,
+    scheduler: str | Scheduler,
     *,
     seed: int | None = None,
     steps: int | None = None,
+    settings: dict[str, Any] | None = None,
     engine_factory: EngineFactory = FastEngine,
     progress: Callable[[int, int], None] | None = None,
+    trace: Trace | None = None,
 ) -> RunResult:
-    """Run `scheduler` (a registered name or `module:Class`) on `scenario`.
+    """Run `scheduler` (a registered name, `module:Class`, or an instance) on `scenario`.
 
-    Every scheduler of a comparison sees the same workload stream (same seed), so differences come
-    from scheduling alone. `progress(done, total)` is called after each training step.
+    Every scheduler sees the same groups for the same seed (common random numbers: group k's
+    prompt, lengths and rewards depend only on the seed and k), so differences between runs come
+    from scheduling alone. `progress(done, total)` is called after each training step; pass a
+    `Trace` to record every request, the engines' batch and KV curves and the trainer phases.
+    The result's summary leaves out the scenario's `warmup_steps`.
     """
-    sim = Simulation(
-        workload=scenario.workload_for(seed),
-        engine=scenario.engine_spec(),
-        n_engines=scenario.cluster.engines,
-        scheduler=make_scheduler(scheduler, scenario.settings_for(scheduler)),
-        batch_size=scenario.batch_size,
-        steps=steps if steps is not None else scenario.steps,
-        trainer=scenario.trainer_model(),
-        router=scenario.cluster.router,
-        engine_factory=engine_factory,
-        progress=progress,
+    sim = build_simulation(
+        scenario, scheduler, seed=seed, steps=steps, settings=settings,
+        engine_factory=engine_factory, progress=progress, trace=trace,
     )
-    return sim.run()
+    run = sim.run()
+    run.warmup_steps = min(scenario.warmup_steps, max(0, len(run.steps) - 1))
+    return run

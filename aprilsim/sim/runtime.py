@@ -29,6 +29,7 @@ from aprilsim.engine.protocol import SimEngine
 from aprilsim.engine.request import Completion, Request
 from aprilsim.engine.router import Router, make_router
 from aprilsim.metrics.records import RunResult, StepRecord
+from aprilsim.metrics.trace import PhaseSpan, RequestSpan, Trace
 from aprilsim.policies.base import (
     AbortAll,
     Action,
@@ -50,7 +51,7 @@ from aprilsim.policies.base import (
     UpdateWeights,
     WeightsUpdated,
 )
-from aprilsim.sim.trainer import TrainerModel
+from aprilsim.trainer import TrainerModel
 from aprilsim.types import Group, Sample, SampleStatus
 from aprilsim.workload.generator import Workload
 
@@ -59,7 +60,28 @@ _DONE, _PARTIAL = SampleStatus.DONE, SampleStatus.PARTIAL
 EngineFactory = Callable[[EngineSpec, int], SimEngine]
 
 
-__all__ = ["EngineFactory", "SchedulerError", "Simulation"]
+__all__ = ["EngineFactory", "SchedulerError", "Simulation", "WorkloadSource"]
+
+
+class WorkloadSource:
+    """What a scheduler's `ctx.new_groups` / `ctx.regenerate` reach in simulation, and no more.
+
+    Schedulers see this narrow source, not the Simulation: the live runner offers the same two
+    calls over a dataset, so a scheduler that runs here runs there unchanged.
+    """
+
+    __slots__ = ("_sim",)
+
+    def __init__(self, sim: Simulation) -> None:
+        self._sim = sim
+
+    def new_groups(self, n: int, step: int, group_size: int | None = None) -> list[Group]:
+        sim = self._sim
+        return sim._register(sim.workload.generate(n, step, group_size))
+
+    def regenerate(self, groups: Sequence[Group], step: int, group_size: int) -> list[Group]:
+        sim = self._sim
+        return sim._register(sim.workload.regenerate(list(groups), step, group_size))
 
 
 class Simulation:
@@ -78,6 +100,7 @@ class Simulation:
         router: str | Router = "round_robin",
         engine_factory: EngineFactory = FastEngine,
         progress: Callable[[int, int], None] | None = None,
+        trace: Trace | None = None,
     ) -> None:
         if n_engines < 1 or batch_size < 1 or steps < 1:
             raise ValueError("n_engines, batch_size and steps must be >= 1")
@@ -93,7 +116,7 @@ class Simulation:
         self.now = 0.0
         self.version = 0
         self.ctx = Context(
-            source=self, batch_size=batch_size, max_len=workload.max_len, total_steps=steps,
+            source=WorkloadSource(self), batch_size=batch_size, max_len=workload.max_len, total_steps=steps,
             group_size=workload.group_size,
         )
         self.groups: dict[int, Group] = {}
@@ -125,14 +148,10 @@ class Simulation:
         self._cap: dict[int, int] = {}  # rid -> the max_new_tokens cap of its submission
         self._n_closed = 0  # batches closed so far
         self._progress = progress  # called with (steps done, steps) after each training step
+        self.trace = trace
+        self._spans: dict[int, RequestSpan] = {}  # rid -> its open span (only with a trace)
 
-    # ------------------------------------------------------------------ GroupSource
-    def new_groups(self, n: int, step: int, group_size: int | None = None) -> list[Group]:
-        return self._register(self.workload.generate(n, step, group_size))
-
-    def regenerate(self, groups: Sequence[Group], step: int, group_size: int) -> list[Group]:
-        return self._register(self.workload.regenerate(list(groups), step, group_size))
-
+    # ------------------------------------------------------------------ groups
     def _register(self, groups: list[Group]) -> list[Group]:
         for g in groups:
             self.groups[g.gid] = g
@@ -144,16 +163,17 @@ class Simulation:
         loop = self._colocated() if self.scheduler.mode == "colocated" else self._disaggregated()
         proc = self.env.process(loop)
         self.env.process(self._engine_loop())
-        try:
-            self.env.run(until=proc)
-        except RuntimeError as e:
-            if "until" in str(e):
+        env = self.env
+        while not proc.triggered:
+            if env.peek() == INF:  # nothing scheduled, and the RL loop still waits: a stall
                 raise SchedulerError(
                     f"simulation stalled at t={self.now:.1f}s: nothing in flight and no event "
                     f"pending, but the {self.scheduler.mode} loop is still waiting (scheduler "
                     f"{self.scheduler.name!r} never closed a batch or never updated weights)"
-                ) from None
-            raise
+                )
+            env.step()
+        if not proc.ok:
+            raise proc.value
         self._finished = True
         end_state = self._final_drain()
         peak = self._peak_tokens_per_s()
@@ -177,6 +197,13 @@ class Simulation:
             rec = self._end_rollout(groups)
             train = self.trainer.train_time(rec.trained_tokens + rec.trained_prompt_tokens)
             rec.train_time_s = train
+            if self.trace is not None:
+                t0, sync = self.now, self.trainer.sync_s
+                self.trace.phases += [
+                    PhaseSpan("rollout", k, rec.rollout_start_s, t0),
+                    PhaseSpan("train", k, t0, t0 + train),
+                    PhaseSpan("sync", k, t0 + train, t0 + train + sync),
+                ]
             yield self._at(self.now + train + self.trainer.sync_s)
             self._sync_clock()
             self.version += 1
@@ -195,6 +222,8 @@ class Simulation:
             rec = self._trained_record(k, groups)
             train = self.trainer.train_time(rec.trained_tokens + rec.trained_prompt_tokens)
             rec.train_time_s = train
+            if self.trace is not None:
+                self.trace.phases.append(PhaseSpan("train", k, self.now, self.now + train))
             yield self._at(self.now + train)
             self._sync_clock()
             self._synced = self.env.event()
@@ -342,9 +371,9 @@ class Simulation:
             if g:
                 self._step_resumed += g
             if cap is None or cap >= s.max_len - g:
-                req = Request(rid, s.prompt_len + g, s.max_len - g, s.target_len - g)
+                req = Request(rid, s.prompt_len + g, s.max_len - g, s._target_len - g)
             else:  # a token budget: stop this submission after `cap` tokens
-                req = Request(rid, s.prompt_len + g, cap, min(s.target_len - g, cap))
+                req = Request(rid, s.prompt_len + g, cap, min(s._target_len - g, cap))
                 self._cap[rid] = cap
             i = pick(loads)
             loads[i] += 1
@@ -359,26 +388,37 @@ class Simulation:
             else:
                 reqs.append(req)
         self._next_rid = rid
+        spans = self._spans if self.trace is not None else None
         for i, reqs in per_engine.items():
             self.engines[i].submit(reqs, self.now)
             self._dirty.add(i)
+            if spans is not None:
+                for r in reqs:
+                    smp = inflight[r.rid]
+                    spans[r.rid] = RequestSpan(
+                        i, r.rid, smp.uid, smp.group_id, version, self.now, self.now, 0, "abort",
+                        carried=smp.generated,
+                    )
 
     def _complete(self, c: Completion) -> Sample | None:
         """Credit a completion to its sample; return the sample if it came back unfinished."""
         s = self._inflight.pop(c.rid)
         s.add_tokens(c.tokens, s.submit_version)
+        if self.trace is not None:
+            self._close_span(c, s)
         if c.reason == "abort":
             s.status = _PARTIAL
             self._n_partial += 1
             if self._cap:
                 self._cap.pop(c.rid, None)
             return s
-        if self._cap and self._cap.pop(c.rid, None) is not None and s.generated < s.target_len:
+        if self._cap and self._cap.pop(c.rid, None) is not None and s.generated < s._target_len:
             s.status = _PARTIAL  # used its token budget unfinished
             self._n_partial += 1
             self._events.append(SampleCapped(s))
             return None
         s.status = _DONE
+        s.complete = True
         if self._sample_events:
             self._events.append(SampleFinished(s))
         gid = s.group_id
@@ -387,6 +427,14 @@ class Simulation:
         if left == 0:
             self._events.append(GroupFinished(self.groups[gid]))
         return None
+
+    def _close_span(self, c: Completion, s: Sample) -> None:
+        span = self._spans.pop(c.rid)
+        span.end_s, span.tokens = c.time, c.tokens
+        capped = c.rid in self._cap and c.reason != "abort" and s.generated < s._target_len
+        span.reason = "capped" if capped else c.reason  # type: ignore[assignment]
+        assert self.trace is not None
+        self.trace.requests.append(span)
 
     def _abort_all(self) -> None:
         returned: list[Sample] = []
@@ -433,6 +481,8 @@ class Simulation:
     def _end_rollout_disaggregated(self, batch: tuple[Group, ...]) -> None:
         """Disaggregated: the batch queues for the trainer; the next rollout starts at once."""
         rec = self._close_record()
+        if self.trace is not None:
+            self.trace.phases.append(PhaseSpan("rollout", rec.step, rec.rollout_start_s, self.now))
         nxt = rec.step + 1
         if nxt < self.steps:
             self._begin_rollout(nxt)
@@ -455,6 +505,8 @@ class Simulation:
                 if s is not None:
                     returned.append(s)
             self._dirty.add(i)
+        if self.trace is not None:
+            self.trace.phases.append(PhaseSpan("sync", self.version, self.now, until))
         done = self._at(until)
         done.callbacks.append(partial(self._weights_synced, tuple(returned)))
 
@@ -536,8 +588,11 @@ class Simulation:
             for c in e.abort_all(self.now):
                 s = self._inflight.pop(c.rid)
                 s.add_tokens(c.tokens, s.submit_version)
-                done = c.reason != "abort" and s.generated >= s.target_len
+                if self.trace is not None:
+                    self._close_span(c, s)
+                done = c.reason != "abort" and s.generated >= s._target_len
                 s.status = SampleStatus.DONE if done else SampleStatus.PARTIAL
+                s.complete = done
         counts = dict.fromkeys(SampleStatus, 0)
         tokens = dict.fromkeys(SampleStatus, 0)
         for g in self.groups.values():

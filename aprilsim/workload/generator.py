@@ -5,6 +5,12 @@ samples of one prompt share a prompt-level effect: z = sqrt(rho) * u_prompt + sq
 length = F^-1(Phi(z)). For a lognormal, rho is exactly the share of log-variance between prompts.
 The pass rate of a prompt is Beta(alpha, beta), linked to the same u_prompt with correlation
 `difficulty_length_corr` (positive: long prompts are hard, so they fail more, as in reasoning RL).
+
+Common random numbers: every draw of group k (its prompt length, prompt effect, pass rate, and each
+sample's length and reward) is a pure function of (seed, k, sample index), by counter-based random
+numbers (`counter_rng`). Group k is therefore the same whatever the scheduler, the over-provision
+ratio, the number of engines or how many groups were drawn at once; only drift, which scales
+lengths by the step at which the group is drawn, can differ.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import numpy as np
 from scipy import special, stats
 
 from aprilsim.types import Group, Sample
+from aprilsim.workload import counter_rng as crn
 from aprilsim.workload.drift import Drift, NoDrift
 from aprilsim.workload.lengths import LengthModel, Parametric, cap_lengths
 
@@ -55,9 +62,9 @@ class Workload:
             raise ValueError("max_len, group_size and max_prompt_len must be >= 1")
         if not 0.0 <= self.prompt_share < 1.0:
             raise ValueError("prompt_share must lie in [0, 1)")
-        self._rng = np.random.Generator(np.random.PCG64(self.seed))
-        self._next_gid = 0
+        self._next_gid = 0  # ids of groups handed out (fresh and re-run)
         self._next_uid = 0
+        self._next_prompt = 0  # index of the next fresh prompt: the key of its random numbers
 
     def expected_length(self, step: int = 0) -> float:
         """Mean capped response length at `step` (numerical; the workload mean of length bias)."""
@@ -75,20 +82,25 @@ class Workload:
         """
         if n_groups <= 0:
             return []
-        rng, n = self._rng, self.group_size if group_size is None else group_size
+        n = self.group_size if group_size is None else group_size
         if n < 1:
             raise ValueError("group_size must be >= 1")
-        u_prompt = rng.standard_normal(n_groups)
-        u_sample = rng.standard_normal((n_groups, n))
+        seed = self.seed
+        keys = np.arange(self._next_prompt, self._next_prompt + n_groups, dtype=np.int64)
+        idx = np.arange(n, dtype=np.int64)
+        u_prompt = crn.normals(seed, crn.PROMPT_EFFECT, keys)
+        u_sample = crn.normals(seed, crn.SAMPLE_EFFECT, keys, idx)
         rho = self.prompt_share
         z = np.sqrt(rho) * u_prompt[:, None] + np.sqrt(1.0 - rho) * u_sample
         raw = self.lengths.ppf(special.ndtr(z)) * self.drift.scale(step)
         resp = cap_lengths(raw, self.max_len)
-        prompts = cap_lengths(self.prompt_lengths.ppf(rng.random(n_groups)), self.max_prompt_len)
+        prompts = cap_lengths(
+            self.prompt_lengths.ppf(crn.uniforms(seed, crn.PROMPT_LEN, keys)), self.max_prompt_len
+        )
         c = self.rewards.difficulty_length_corr
-        z_pass = -c * u_prompt + np.sqrt(1.0 - c * c) * rng.standard_normal(n_groups)
+        z_pass = -c * u_prompt + np.sqrt(1.0 - c * c) * crn.normals(seed, crn.PASS_RATE, keys)
         pass_rate = stats.beta.ppf(special.ndtr(z_pass), self.rewards.alpha, self.rewards.beta)
-        rewards = (rng.random((n_groups, n)) < pass_rate[:, None]).astype(float)
+        rewards = (crn.uniforms(seed, crn.REWARD, keys, idx) < pass_rate[:, None]).astype(float)
 
         groups = []
         uid, max_len = self._next_uid, self.max_len
@@ -100,8 +112,9 @@ class Workload:
                 Sample(uid + i, gid, i, pl, resp_l[g][i], max_len, rew_l[g][i]) for i in range(n)
             ]
             uid += n
-            groups.append(Group(gid, pl, samples, step, float(pass_rate[g])))
+            groups.append(Group(gid, pl, samples, step, float(pass_rate[g]), int(keys[g])))
         self._next_gid += n_groups
+        self._next_prompt += n_groups
         self._next_uid = uid
         return groups
 
@@ -116,11 +129,11 @@ class Workload:
             if group_size > g.size:
                 raise ValueError(f"cannot regenerate {group_size} samples from a group of {g.size}")
             samples = [
-                Sample(uid + i, gid, i, g.prompt_len, s.target_len, s.max_len, s.reward)
+                Sample(uid + i, gid, i, g.prompt_len, s._target_len, s.max_len, s._reward)
                 for i, s in enumerate(g.samples[:group_size])
             ]
             uid += group_size
-            out.append(Group(gid, g.prompt_len, samples, step, g.pass_rate))
+            out.append(Group(gid, g.prompt_len, samples, step, g._pass_rate, g.prompt_key))
         self._next_gid += len(groups)
         self._next_uid = uid
         return out

@@ -89,7 +89,7 @@ def test_replay_finish_reason_maps_length_to_stop_below_the_cap():
 
 
 def _sample(uid=3, group=7, generated=0):
-    s = Sample(uid=uid, group_id=group, index=0, prompt_len=12, target_len=50, max_len=80, reward=1.0)
+    s = Sample(uid=uid, group_id=group, index=0, prompt_len=12, _target_len=50, max_len=80, _reward=1.0)
     s.generated = generated
     return s
 
