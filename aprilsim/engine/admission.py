@@ -46,22 +46,27 @@ def can_admit_head(
 
 def select_prefill_batch(
     spec: EngineSpec, waiting: deque[Request], n_running: int, kv: int, reserve: int
-) -> list[Request]:
+) -> tuple[list[Request], int, int, int]:
     """Pop from `waiting` the requests one prefill batch admits (FCFS, KV reserve, token budget:
-    at most `max_prefill_tokens` input tokens, at least one request)."""
+    at most `max_prefill_tokens` input tokens, at least one request).
+
+    Returns the batch with what it adds up to, counted in the same pass (the fast engine's hot
+    path): its input tokens, the sum of their squares per request, and its remaining max_new.
+    """
     batch: list[Request] = []
-    tokens = 0
-    while can_admit_head(spec, waiting, n_running + len(batch), kv, reserve):
+    tokens = sq = added = 0
+    limit = spec.max_prefill_tokens
+    while can_admit_head(spec, waiting, n_running + len(batch), kv + tokens, reserve + added):
         r = waiting[0]
         need = r.input_len + r.gen
-        if batch and tokens + need > spec.max_prefill_tokens:
+        if batch and tokens + need > limit:
             break
         waiting.popleft()
         batch.append(r)
         tokens += need
-        kv += need
-        reserve += r.max_new - r.gen
-    return batch
+        sq += need * need
+        added += r.max_new - r.gen
+    return batch, tokens, sq, added
 
 
 def prefill_sizes(batch: list[Request]) -> tuple[int, int]:

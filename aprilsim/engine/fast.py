@@ -22,7 +22,7 @@ import heapq
 import math
 from collections import deque
 
-from aprilsim.engine.admission import can_admit_head, prefill_sizes, select_prefill_batch
+from aprilsim.engine.admission import can_admit_head, select_prefill_batch
 from aprilsim.engine.cost import EngineSpec
 from aprilsim.engine.request import Completion, Request, check_requests
 
@@ -245,15 +245,14 @@ class FastEngine:
             and len(running) < self.max_running  # can_admit_head's first test, inlined: hot path
             and can_admit_head(self.spec, self.waiting, len(running), self.kv, self.reserve)
         ):
-            self.batch = select_prefill_batch(
+            self.batch, tokens, sq, added = select_prefill_batch(
                 self.spec, self.waiting, len(running), self.kv, self.reserve
             )
-            tokens, sq = prefill_sizes(self.batch)
             self.batch_tokens = tokens
-            self.kv += tokens
-            self.reserve += sum(r.max_new - r.gen for r in self.batch)
-            if self.kv > self.kv_peak:
-                self.kv_peak = self.kv
+            kv = self.kv = self.kv + tokens
+            self.reserve += added
+            if kv > self.kv_peak:
+                self.kv_peak = kv
             self.phase = PREFILL
             self.batch_time = dur = self.cost.prefill_time(tokens, sq)
             self.t_event = self.t + dur

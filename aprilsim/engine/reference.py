@@ -157,8 +157,8 @@ class ReferenceEngine:
     def _plan(self) -> None:
         kv, reserve = self.kv, self.reserve
         if not self.hold and can_admit_head(self.spec, self.waiting, len(self.running), kv, reserve):
-            self.batch = select_prefill_batch(self.spec, self.waiting, len(self.running), kv, reserve)
-            tokens, sq = prefill_sizes(self.batch)
+            self.batch = select_prefill_batch(self.spec, self.waiting, len(self.running), kv, reserve)[0]
+            tokens, sq = prefill_sizes(self.batch)  # recounted: the oracle trusts no shortcut
             self.kv_peak = max(self.kv_peak, kv + tokens)
             self.phase = PREFILL
             self.t_event = self.t + self.cost.prefill_time(tokens, sq)
