@@ -125,9 +125,11 @@ class CostModel(_LinearInK):
 
     # the two hot-path methods, inlined (the fast engine calls them once per event)
     def decode_time(self, batch: int, kv_tokens: float) -> float:
+        """Seconds of one decode iteration with `batch` running requests holding `kv_tokens`."""
         return self.a + self.b * batch + self.c * kv_tokens
 
     def decode_span(self, n: int, batch: int, kv_tokens: float) -> float:
+        """Time of n iterations from KV `kv_tokens` with `batch` requests (K grows by B each)."""
         return n * (self.a + self.b * batch + self.c * kv_tokens) + self.c * batch * n * (n - 1) / 2
 
 
