@@ -61,17 +61,22 @@ class _LinearInK:
     p2: float
 
     def coefficients(self, batch: int) -> tuple[float, float]:
+        """(f(B), g(B)): fixed seconds per iteration and seconds per KV token read."""
         raise NotImplementedError
 
     def decode_time(self, batch: int, kv_tokens: float) -> float:
+        """Seconds of one decode iteration with `batch` requests holding `kv_tokens`."""
         f, g = self.coefficients(batch)
         return f + g * kv_tokens
 
     def decode_span(self, n: int, batch: int, kv_tokens: float) -> float:
+        """Seconds of n iterations from `kv_tokens` with `batch` requests (K grows by B each)."""
         f, g = self.coefficients(batch)
         return n * (f + g * kv_tokens) + g * batch * n * (n - 1) / 2
 
     def iterations_within(self, dt: float, batch: int, kv_tokens: float, n_max: int) -> int:
+        """Largest m <= n_max whose m iterations end no later than `dt` after they start: the
+        root of a quadratic, then corrected by at most a step either way for float rounding."""
         if dt <= 0 or n_max <= 0:
             return 0
         f, g = self.coefficients(batch)
@@ -90,6 +95,7 @@ class _LinearInK:
         return m
 
     def prefill_time(self, tokens: int, tokens_sq: int | None = None) -> float:
+        """p0 + p1*sum(n_i) + p2*sum(n_i^2); `tokens_sq` defaults to one request's tokens^2."""
         if tokens_sq is None:
             tokens_sq = tokens * tokens  # one request
         return self.p0 + self.p1 * tokens + self.p2 * tokens_sq
@@ -121,6 +127,7 @@ class CostModel(_LinearInK):
             raise ValueError("cost coefficients a and b cannot both be zero (iterations take time)")
 
     def coefficients(self, batch: int) -> tuple[float, float]:
+        """(f(B), g(B)) = (a + b*B, c)."""
         return self.a + self.b * batch, self.c
 
     # the two hot-path methods, inlined (the fast engine calls them once per event)
@@ -171,6 +178,7 @@ class TabulatedCost(_LinearInK):
         return values[i - 1] + w * (values[i] - values[i - 1])
 
     def coefficients(self, batch: int) -> tuple[float, float]:
+        """(f(B), g(B)) interpolated in the tables (precomputed for every B up to the last)."""
         fg = self._fg
         return fg[batch] if batch < len(fg) else fg[-1]
 
