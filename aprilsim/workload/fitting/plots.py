@@ -7,14 +7,22 @@ With a drift, a fourth panel shows mean length by step with the linear and table
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
+from aprilsim.workload.fitting.data import LengthData
+from aprilsim.workload.fitting.drift_fit import DriftFitter
 from aprilsim.workload.fitting.errors import LengthDataError
+from aprilsim.workload.fitting.fitter import LengthFitter
 
-if TYPE_CHECKING:  # pragma: no cover
-    from aprilsim.workload.fitting.report import FitReport
+
+class FitReport(Protocol):
+    """What the figure reads of a fit report (`report.FitReport` has it; no import back)."""
+
+    data: LengthData
+    fitter: LengthFitter | None
+    drift: DriftFitter | None
 
 MAX_CURVES = 4
 
