@@ -441,7 +441,12 @@ class LiveRuntime:
             self._n_partial += 1
             self._events.append(SampleCapped(s))
             return
-        self._send(s, cap)  # raises AllEnginesDown when no engine is left
+        s.status = _PARTIAL  # what it is if no engine is left to take it
+        try:
+            self._send(s, cap)
+        except AllEnginesDown:
+            self._n_partial += 1
+            raise
 
     async def _abort_inflight(self) -> list[Sample]:
         """Abort every request in flight; credit each; return the samples that came back unfinished."""
