@@ -56,6 +56,7 @@ from aprilsim.types import FinishReason, Group, Sample, SampleStatus
 from real.protocol import GenerateResult
 
 from .cluster import AllEnginesDown, Cluster, Fault, Slot
+from .records import StepBook
 from .source import FreeSource, LiveSource
 from .trainer import TrainerStandIn
 
@@ -133,9 +134,7 @@ class LiveRuntime:
         self._synced: asyncio.Future | None = None
         self._batches: asyncio.Queue[tuple[Group, ...]] = asyncio.Queue()
         self._inbox: asyncio.Queue = asyncio.Queue()
-        self.records: list[StepRecord] = []
-        self._cur: StepRecord | None = None
-        self._step_waste = self._step_discarded = self._step_resumed = 0
+        self.book = StepBook(cluster, scheduler, source, self.now, ctx=self.ctx)
         self._n_partial = 0
         self._sample_events = bool(getattr(scheduler, "sample_events", True))
         self._progress = progress
@@ -151,6 +150,10 @@ class LiveRuntime:
     # ------------------------------------------------------------------ clock and groups
     def now(self) -> float:
         return time.monotonic() - self._t0
+
+    @property
+    def records(self) -> list[StepRecord]:
+        return self.book.records
 
     def _register(self, groups: list[Group]) -> list[Group]:
         for g in groups:
@@ -184,18 +187,19 @@ class LiveRuntime:
         self._finished = True
         end_state = await self.final_drain()
         return RunResult(
-            scheduler=self.scheduler.name, steps=self.records, n_engines=len(self.cluster),
-            peak_tokens_per_s=self._peak_tokens_per_s(), total_time_s=self.now(),
+            scheduler=self.scheduler.name, steps=self.book.records, n_engines=len(self.cluster),
+            peak_tokens_per_s=self.book.peak_tokens_per_s(), total_time_s=self.now(),
             end_state=end_state,
         )
 
     async def _colocated(self) -> None:
         for k in range(self.steps):
-            self._begin_rollout(k)
+            self.book.begin(k)
             self._ready = asyncio.get_running_loop().create_future()
             self._post_event(RolloutStarted(k, self.version))
             groups = await self._ready
-            rec = self._end_rollout(groups)
+            rec = self.book.close(self._n_partial)
+            self.book.fill_trained(rec, groups, trainer_version=self.version)
             t0 = self.now()
             self._training = True
             rec.train_time_s = await self.trainer.train(
@@ -212,12 +216,13 @@ class LiveRuntime:
                 self._progress(k + 1, self.steps)
 
     async def _disaggregated(self) -> None:
-        self._begin_rollout(0)
+        self.book.begin(0)
         self._post_event(RolloutStarted(0, self.version))
         last_end = 0.0
         for k in range(self.steps):
             groups = await self._batches.get()
-            rec = self._trained_record(k, groups)
+            rec = self.book.records[k]  # opened when its batch closed
+            self.book.fill_trained(rec, groups, trainer_version=k)
             t0 = self.now()
             self._training = True
             rec.train_time_s = await self.trainer.train(
@@ -338,7 +343,7 @@ class LiveRuntime:
             elif st is not SampleStatus.PENDING:
                 raise SchedulerError(f"cannot submit sample {s.uid} in status {st.value}")
             if s.generated:
-                self._step_resumed += s.generated
+                self.book.resumed += s.generated
             s.submits += 1
             self._send(s, None if cap is None or cap >= s.max_len - s.generated else cap)
 
@@ -483,8 +488,8 @@ class LiveRuntime:
             if s.status == SampleStatus.PARTIAL:
                 self._n_partial -= 1
             s.status = SampleStatus.DISCARDED
-            self._step_waste += s.generated
-            self._step_discarded += 1
+            self.book.waste += s.generated
+            self.book.discarded += 1
 
     def _close_batch(self, groups: Sequence[Group]) -> None:
         for g in groups:
@@ -501,12 +506,12 @@ class LiveRuntime:
         if self.scheduler.mode == "colocated":
             self._closed.append(batch)
             return
-        rec = self._close_record()
+        rec = self.book.close(self._n_partial)
         if self.trace is not None:
             self.trace.phases.append(PhaseSpan("rollout", rec.step, rec.rollout_start_s, self.now()))
         nxt = rec.step + 1
         if nxt < self.steps:
-            self._begin_rollout(nxt)
+            self.book.begin(nxt)
             self._events.append(RolloutStarted(nxt, self.version))
         self._batches.put_nowait(batch)
 
@@ -548,76 +553,6 @@ class LiveRuntime:
     def _check_ready(self) -> None:
         if self._ready is not None and not self._ready.done() and self._closed and not self._inflight:
             self._ready.set_result(self._closed.pop(0))
-
-    # ------------------------------------------------------------------ step records
-    def _begin_rollout(self, step: int) -> None:
-        self.ctx.step = step
-        self._cur = StepRecord(step=step, rollout_start_s=self.now(), rollout_time_s=0.0)
-        self._gen0 = self.cluster.tokens
-        now = time.monotonic()
-        self._busy0 = [s.busy_time(now) for s in self.cluster.slots]
-        for s in self.cluster.slots:
-            s.kv_peak = 0
-        self._step_waste = self._step_discarded = self._step_resumed = 0
-
-    def _close_record(self) -> StepRecord:
-        rec = self._cur
-        assert rec is not None
-        now = time.monotonic()
-        rec.rollout_time_s = self.now() - rec.rollout_start_s
-        rec.generated_tokens = self.cluster.tokens - self._gen0
-        rec.busy_by_engine_s = [s.busy_time(now) - b for s, b in zip(self.cluster.slots, self._busy0)]
-        rec.busy_time_s = sum(rec.busy_by_engine_s)
-        rec.retractions = 0  # not reported by the engines
-        rec.kv_peak_tokens = max((s.kv_peak for s in self.cluster.slots), default=0)
-        rec.wasted_tokens = self._step_waste
-        rec.discarded_samples = self._step_discarded
-        rec.resumed_tokens = self._step_resumed
-        rec.scheduler_stats = dict(self.scheduler.step_stats())
-        rec.partial_samples = self._n_partial
-        self.records.append(rec)
-        return rec
-
-    def _end_rollout(self, groups: tuple[Group, ...]) -> StepRecord:
-        rec = self._close_record()
-        self._fill_trained(rec, groups, trainer_version=self.version)
-        return rec
-
-    def _trained_record(self, k: int, groups: tuple[Group, ...]) -> StepRecord:
-        rec = self.records[k]
-        self._fill_trained(rec, groups, trainer_version=k)
-        return rec
-
-    def _fill_trained(self, rec: StepRecord, groups: tuple[Group, ...], trainer_version: int) -> None:
-        hist: dict[int, int] = {}
-        tokens = prompt = trunc = n = 0
-        for g in groups:
-            for s in g.samples:
-                n += 1
-                tokens += s.generated
-                prompt += s.prompt_len
-                trunc += s.truncated
-                for seg in s.segments:
-                    lag = trainer_version - seg.version
-                    hist[lag] = hist.get(lag, 0) + seg.tokens
-        rec.trained_groups = len(groups)
-        rec.trained_samples = n
-        rec.trained_tokens = tokens
-        rec.trained_prompt_tokens = prompt
-        rec.truncated_samples = trunc
-        rec.mean_trained_length = tokens / n if n else 0.0
-        rec.workload_mean_length = self.source.expected_length(rec.step)
-        rec.staleness = hist
-        rec.offpolicy_tokens = sum(v for k, v in hist.items() if k > 0)
-
-    def _peak_tokens_per_s(self) -> float:
-        """Live: the best tokens per busy second one engine reached over a step (measured)."""
-        best = 0.0
-        for r in self.records:
-            busy = sum(r.busy_by_engine_s)
-            if busy > 0 and r.generated_tokens:
-                best = max(best, r.generated_tokens / busy)
-        return best
 
     # ------------------------------------------------------------------ end of run
     async def final_drain(self) -> dict[str, int]:
