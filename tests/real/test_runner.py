@@ -193,3 +193,40 @@ def test_all_engines_gone_stops_the_run():
     assert end["samples_running"] == 0
     assert end["engine_tokens"] == sum(v for k, v in end.items() if k.startswith("tokens_"))
     assert rt.faults and rt.faults[-1].kind == "engine_died"
+
+
+def test_trainer_callable_and_checkpoint_updates(tmp_path):
+    """A user trainer gets each batch; every weight update loads the checkpoint and bumps the
+    version on every engine (disaggregated, pausing generation during the sync)."""
+    import torch
+
+    from real.torch_engine import ModelConfig, TinyDecoder
+
+    calls: list[tuple[int, int]] = []
+
+    async def train(groups, step):
+        calls.append((step, len(groups)))
+
+    spec = local_spec()
+    cfg = ModelConfig(vocab_size=spec.vocab_size, d_model=spec.d_model, n_layers=spec.n_layers,
+                      n_heads=spec.n_heads, max_context=spec.max_context)
+    TinyDecoder.random(cfg, seed=7).save(tmp_path / "ckpt")
+
+    async def main():
+        workers = await start_local(2, spec)
+        cluster = Cluster(workers)
+        try:
+            case = await live_run(tiny_scenario(steps=2), "async_one_step", cluster,
+                                  train_fn=train, checkpoint=str(tmp_path / "ckpt"))
+            return case, workers, [await w.weight_version() for w in workers]
+        finally:
+            await cluster.close()
+
+    case, workers, versions = asyncio.run(main())
+    assert calls == [(0, 4), (1, 4)]
+    assert versions == ["2", "2"]
+    ref = TinyDecoder.load(tmp_path / "ckpt").state_dict()
+    for w in workers:
+        got = w.engine.model.state_dict()
+        assert all(torch.equal(v, got[k]) for k, v in ref.items())
+    assert_ledger(case)
