@@ -45,7 +45,7 @@ class StepBook:
             s.kv_peak = 0
         self.waste = self.discarded = self.resumed = 0
 
-    def close(self, partial_samples: int) -> StepRecord:
+    def close(self, partial_samples: int, paused_s: float = 0.0) -> StepRecord:
         """The rollout of the current step ends now: fill its rollout-phase figures."""
         rec = self.cur
         assert rec is not None
@@ -61,6 +61,7 @@ class StepBook:
         rec.resumed_tokens = self.resumed
         rec.scheduler_stats = dict(self.scheduler.step_stats())
         rec.partial_samples = partial_samples
+        rec.generation_paused_s = paused_s
         self.records.append(rec)
         return rec
 

@@ -122,7 +122,9 @@ class LiveRuntime:
         self._inflight: dict[int, _Flight] = {}
         self._next_rid = 0
         self._events: deque[Event] = deque()
-        self._paused = False
+        self._paused = False  # PauseGeneration: submissions are held until ResumeGeneration
+        self._paused_since = 0.0
+        self._paused_s = 0.0  # paused time accumulated in the current step
         self._held: list[tuple[Sample, int | None]] = []
         self._sync_held: list[tuple[Sample, int | None]] = []
         self._updating = False
@@ -198,7 +200,7 @@ class LiveRuntime:
             self._ready = asyncio.get_running_loop().create_future()
             self._post_event(RolloutStarted(k, self.version))
             groups = await self._ready
-            rec = self.book.close(self._n_partial)
+            rec = self.book.close(self._n_partial, self._take_paused())
             self.book.fill_trained(rec, groups, trainer_version=self.version)
             t0 = self.now()
             self._training = True
@@ -314,8 +316,11 @@ class LiveRuntime:
         elif isinstance(action, UpdateWeights):
             await self._update_weights(action.interrupt)
         elif isinstance(action, PauseGeneration):
-            self._paused = True
+            if not self._paused:
+                self._paused, self._paused_since = True, self.now()
         elif isinstance(action, ResumeGeneration):
+            if self._paused:
+                self._paused_s += self.now() - self._paused_since
             self._paused = False
             held, self._held = self._held, []
             self._submit_grouped(held)
@@ -506,7 +511,7 @@ class LiveRuntime:
         if self.scheduler.mode == "colocated":
             self._closed.append(batch)
             return
-        rec = self.book.close(self._n_partial)
+        rec = self.book.close(self._n_partial, self._take_paused())
         if self.trace is not None:
             self.trace.phases.append(PhaseSpan("rollout", rec.step, rec.rollout_start_s, self.now()))
         nxt = rec.step + 1
@@ -549,6 +554,15 @@ class LiveRuntime:
             self._events.append(SamplesReturned(returned))
         if self._synced is not None and not self._synced.done():
             self._synced.set_result(None)
+
+    def _take_paused(self) -> float:
+        """Seconds submissions were held by PauseGeneration in the step now closing."""
+        now = self.now()
+        paused = self._paused_s + (now - self._paused_since if self._paused else 0.0)
+        self._paused_s = 0.0
+        if self._paused:
+            self._paused_since = now
+        return paused
 
     def _check_ready(self) -> None:
         if self._ready is not None and not self._ready.done() and self._closed and not self._inflight:

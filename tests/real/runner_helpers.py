@@ -12,11 +12,17 @@ TESTS = Path(__file__).resolve().parents[1]
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
-from sched_helpers import Spy  # noqa: E402
+from sched_helpers import USER_SCHEDULER  # noqa: E402, F401 - puts examples/ on sys.path
 
 from aprilsim.config import Scenario, scenario_from_dict  # noqa: E402
+from aprilsim.conformance import (  # noqa: E402
+    BatchRecorder,
+    ConformanceRun,
+    check_batches,
+    check_ledger,
+    check_max_length,
+)
 from aprilsim.policies.registry import make_scheduler  # noqa: E402
-from aprilsim.types import SampleStatus  # noqa: E402
 from real.runner.api import LiveRun, build_runtime  # noqa: E402
 from real.runner.cluster import Cluster  # noqa: E402
 from real.runner.local import LocalSpec, start_local  # noqa: E402
@@ -49,13 +55,13 @@ def local_spec(step_s: float = 0.002) -> LocalSpec:
 @dataclass
 class LiveCase:
     run: LiveRun
-    spy: Spy
+    spy: BatchRecorder
     scenario: Scenario
 
 
 async def live_run(scenario: Scenario, name: str, cluster: Cluster, settings: dict | None = None,
                    vocab: int = LOCAL_VOCAB, **kw: Any) -> LiveCase:
-    spy = Spy(make_scheduler(name, settings if settings is not None else scenario.settings_for(name)))
+    spy = BatchRecorder(make_scheduler(name, settings if settings is not None else scenario.settings_for(name)))
     rt = build_runtime(scenario, spy, cluster, vocab_size=vocab, **kw)
     result = await rt.run()
     return LiveCase(LiveRun(result, rt, list(rt.faults)), spy, scenario)
@@ -73,33 +79,23 @@ def run_local(scenario: Scenario, name: str, settings: dict | None = None, n: in
     return asyncio.run(main())
 
 
+def as_conformance_run(case: LiveCase) -> ConformanceRun:
+    """The live run in the shape aprilsim.conformance's checks read (the runtime has `groups`)."""
+    return ConformanceRun(case.run.runtime, case.spy, case.scenario, case.run.result)  # type: ignore[arg-type]
+
+
 def assert_ledger(case: LiveCase) -> None:
-    """The simulator's conservation ledger, on a live run."""
+    """The simulator's conservation ledger and max-length checks (the very same functions), plus
+    what only a live run can lose: every streamed id is kept with its sample."""
     r, rt = case.run.result, case.run.runtime
-    end = r.end_state
-    states = [st.value for st in SampleStatus]
-    assert end["samples_created"] == sum(end[f"samples_{s}"] for s in states)
-    assert end["samples_created"] == sum(g.size for g in rt.groups.values())
-    assert end["samples_running"] == 0
-    assert end["engine_tokens"] == sum(end[f"tokens_{s}"] for s in states)
-    assert sum(s.trained_tokens for s in r.steps) == end["tokens_trained"]
+    check_ledger(as_conformance_run(case), "live")
+    check_max_length(as_conformance_run(case), "live")
+    assert r.end_state["samples_running"] == 0
     for g in rt.groups.values():
         for s in g.samples:
-            assert 0 <= s.generated <= s.max_len
-            assert sum(seg.tokens for seg in s.segments) == s.generated
-            assert len(rt._ids.get(s.uid, [])) == s.generated  # every streamed id kept
+            assert len(rt._ids.get(s.uid, [])) == s.generated
 
 
 def assert_batches(case: LiveCase) -> None:
     """N finished groups per step (or a documented short batch), each sample at its target."""
-    r, spy, sc = case.run.result, case.spy, case.scenario
-    assert len(r.steps) == sc.steps == len(spy.batches)
-    uids = set()
-    for rec, batch in zip(r.steps, spy.batches, strict=True):
-        assert len(batch) == sc.batch_size or (rec.scheduler_stats.get("short_batch") == 1.0)
-        for g in batch:
-            for s in g.samples:
-                assert s.status == SampleStatus.TRAINED and s.complete
-                assert s.generated == s._target_len
-                assert s.uid not in uids
-                uids.add(s.uid)
+    check_batches(as_conformance_run(case), "live")
