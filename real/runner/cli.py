@@ -40,14 +40,6 @@ def local_scale(max_response_len: int) -> float:
     return min(1.0, LOCAL_MAX_LEN / max_response_len)
 
 
-def trace_path(base: Path, name: str, many: bool) -> Path:
-    """One trace file per scheduler: ``t.jsonl`` -> ``t.sync.jsonl`` when several run."""
-    if not many:
-        return base
-    safe = name.replace(":", "_").replace("/", "_")
-    return base.with_name(f"{base.stem}.{safe}{base.suffix or '.jsonl'}")
-
-
 async def _vocab_of(url: str) -> int | None:
     """The vocabulary size a bundled server reports in /server_info (SGLang does not)."""
     import aiohttp
@@ -110,9 +102,8 @@ async def run_all(sc, names: list[str], opts: dict[str, Any], out: Outcome,
     rt = None
     try:
         for name in names:
-            trace = None
-            if opts["trace"] is not None:
-                trace = Trace(scheduler=name, n_engines=len(cluster), source="live")
+            paths = opts["outputs"].get(name, {})
+            trace = Trace(scheduler=name, n_engines=len(cluster), source="live") if paths else None
             source = _free_source(opts, sc, vocab, name, log) if opts["prompts"] else None
             done_steps: list[int] = []
 
@@ -127,16 +118,15 @@ async def run_all(sc, names: list[str], opts: dict[str, Any], out: Outcome,
             t0 = time.monotonic()
             try:
                 result = await rt.run()
+                wall = time.monotonic() - t0
             finally:
                 n = len(done_steps)
                 warm = min(sc.warmup_steps, max(0, n - 1))
                 out.records += [{"scheduler": name, "warmup": r.step < warm, **r.to_dict()}
                                 for r in rt.records[:n]]
-                if trace is not None:
-                    trace.write(trace_path(opts["trace"], name, len(names) > 1))
+                _write_outputs(trace, paths)
                 for f in rt.faults:
                     out.notes.append(f"{name}: fault at {f.t:.1f}s on {f.engine}: {f.kind} ({f.message})")
-            wall = time.monotonic() - t0
             result.warmup_steps = min(sc.warmup_steps, max(0, len(result.steps) - 1))
             out.rows.append(result.summary())
             gen = sum(r.generated_tokens for r in result.steps)
@@ -159,6 +149,18 @@ async def run_all(sc, names: list[str], opts: dict[str, Any], out: Outcome,
             await cluster.close()
         if log is not None:
             log.close()
+
+
+def _write_outputs(trace, paths: dict[str, Path]) -> None:
+    """The trace and the timeline of one scheduler, where asked (as `simulate` writes them)."""
+    for kind, path in paths.items():
+        if kind == "trace":
+            trace.write(path)
+        else:
+            from aprilsim.report.timeline import write_timeline
+
+            write_timeline(trace, path)
+        click.echo(f"wrote {path}", err=True)
 
 
 def main_async(sc, names: list[str], opts: dict[str, Any], progress_for) -> Outcome:
@@ -188,7 +190,8 @@ def main_async(sc, names: list[str], opts: dict[str, Any], progress_for) -> Outc
 @click.option("--warmup", type=click.IntRange(min=0), help="Steps left out of the summary.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object per scheduler (the keys of `simulate --json`).")
 @click.option("--steps-out", type=click.Path(dir_okay=False, path_type=Path), help="Write per-step records as JSON lines.")
-@click.option("--trace", type=click.Path(dir_okay=False, path_type=Path), help="Write the per-request trace (JSON lines; one file per scheduler when several run).")
+@click.option("--trace", type=click.Path(dir_okay=False, path_type=Path), help="Write each scheduler's per-request trace (JSON lines; NAME inserted before the suffix when several run).")
+@click.option("--timeline", type=click.Path(dir_okay=False, path_type=Path), help="Draw each scheduler's timeline (.png/.pdf/.svg, or .html).")
 @click.option("--local", type=click.IntRange(min=1), help="Start N bundled engines in this process (CPU) and stop them at the end.")
 @click.option("--engines", help="Comma-separated engine URLs (SGLang or `python -m real.serve`).")
 @click.option("--router", help="URL of an sglang-router in front of the engines.")
@@ -202,11 +205,11 @@ def main_async(sc, names: list[str], opts: dict[str, Any], progress_for) -> Outc
 @click.option("--trainer", help="Training callable module:function(groups, step) instead of the modelled sleep.")
 @click.option("--checkpoint", help="Weights to load on every update (/update_weights_from_disk).")
 @click.option("--local-step-s", type=float, default=0.0, hidden=True, help="Pad each step of the --local engines (tests).")
-def run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trace, local, engines,
+def run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trace, timeline, local, engines,
                 router, scale, vocab_size, temperature, prompts, reward, eos_id, lengths_out, trainer,
                 checkpoint, local_step_s) -> None:
     """Run SCENARIO's schedulers, unchanged, on live engines (one of --local, --engines, --router)."""
-    from aprilsim.cli import fail, with_overrides
+    from aprilsim.cli import _per_scheduler_paths, fail, with_overrides
     from aprilsim.config import ScenarioError, load_scenario
     from aprilsim.policies.base import SchedulerError
     from aprilsim.report.table import format_table
@@ -222,13 +225,14 @@ def run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, t
 
         for n in names:
             make_scheduler(n, sc.settings_for(n))
+        outputs = _per_scheduler_paths(names, trace_out=trace, timeline=timeline)
     except (ScenarioError, SchedulerError, ValueError, TypeError) as e:
         fail(str(e))
         return
     opts = dict(local=local, engines=engines, router=router, vocab_size=vocab_size, seed=seed,
                 scale=scale if scale is not None else (local_scale(sc.max_response_len) if local else 1.0),
                 temperature=temperature, prompts=prompts, reward=reward, eos_id=eos_id,
-                lengths_out=lengths_out, trainer=trainer, checkpoint=checkpoint, trace=trace,
+                lengths_out=lengths_out, trainer=trainer, checkpoint=checkpoint, outputs=outputs,
                 local_step_s=local_step_s)
     live = sys.stderr.isatty()
 

@@ -86,7 +86,7 @@ def test_cli_prints_the_keys_of_simulate(tmp_path):
     rows = [json.loads(line) for line in steps_out.read_text().splitlines()]
     assert len(rows) == 4 and set(rows[0]) >= {"scheduler", "warmup", "step", "rollout_time_s"}
     for name in ("sync", "april"):
-        tr = Trace.read(tmp_path / f"trace.{name}.jsonl")
+        tr = Trace.read(tmp_path / f"trace_{name}.jsonl")
         assert tr.source == "live" and tr.scheduler == name and tr.requests and tr.phases
         assert all(r.end_s >= r.submit_s for r in tr.requests)
         assert sum(r.tokens for r in tr.requests) == sum(
