@@ -21,7 +21,7 @@ from typing import Any
 import click
 
 EXIT_ENGINES_GONE, EXIT_INTERRUPTED = 1, 130
-LOCAL_MAX_LEN = 128  # --local scales the scenario so that max_response_len is about this
+LOCAL_MAX_LEN = 64  # --local scales the scenario so that max_response_len is about this
 
 
 @dataclass
@@ -195,7 +195,7 @@ def main_async(sc, names: list[str], opts: dict[str, Any], progress_for) -> Outc
 @click.option("--local", type=click.IntRange(min=1), help="Start N bundled engines in this process (CPU) and stop them at the end.")
 @click.option("--engines", help="Comma-separated engine URLs (SGLang or `python -m real.serve`).")
 @click.option("--router", help="URL of an sglang-router in front of the engines.")
-@click.option("--scale", type=click.FloatRange(min=0, max=1, min_open=True), help="Multiply every length and the trainer's fixed times by this (default: 1; with --local, max_response_len -> 128).")
+@click.option("--scale", type=click.FloatRange(min=0, max=1, min_open=True), help="Multiply every length and the trainer's fixed times by this (default: 1; with --local, max_response_len -> 64).")
 @click.option("--vocab-size", type=click.IntRange(min=17), help="Vocabulary of the engines (default: asked of a bundled server, else 32000).")
 @click.option("--temperature", type=float, default=1.0, show_default=True)
 @click.option("--prompts", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Free mode: prompts JSONL (`input_ids` or `prompt`, optional `answer`); lengths from EOS.")
