@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aprilsim.config import Scenario
+from aprilsim.engine.router import make_router
 from aprilsim.metrics.records import RunResult
 from aprilsim.metrics.trace import Trace
 from aprilsim.policies.base import Scheduler
@@ -64,6 +65,7 @@ def build_runtime(
     per-token training time applies to the scaled tokens, so training keeps its share of a step.
     """
     policy = make_policy(scenario, scheduler)
+    cluster.router = make_router(scenario.cluster.router)  # a fresh router per run, as simulated
     if source is None:
         source = ReplaySource(scenario.workload_for(seed), vocab_size, scale,
                               SamplingParams(temperature=temperature))

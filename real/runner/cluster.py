@@ -2,10 +2,10 @@
 
 Each :class:`Slot` wraps one :class:`real.protocol.Engine` (an in-process engine, one server, or
 a router standing for the servers behind it) and counts, from the runner's side, the tokens its
-results carried and the time it had at least one request outstanding (its busy time). Routing
-picks the live slot with the fewest requests outstanding (ties: round robin), which is what the
-simulator's default ``round_robin`` router does for equal loads. A slot whose engine failed a
-request and then a health check is marked dead and gets no more work.
+results carried and the time it had at least one request outstanding (its busy time). Routing uses the
+simulator's routers (``aprilsim.engine.router``: the scenario's ``cluster.router``, round robin by
+default) over the live slots, with each slot's outstanding requests as its load. A slot whose
+engine failed a request and then a health check is marked dead and gets no more work.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from aprilsim.engine.router import RoundRobin, Router
 from real.protocol import Engine, GenerateRequest, GenerateResult, WeightSync
 
 
@@ -80,7 +81,7 @@ class Cluster:
             raise ValueError("a cluster needs at least one engine")
         names = list(names or [getattr(e, "name", f"engine-{i}") for i, e in enumerate(engines)])
         self.slots = [Slot(e, n, i) for i, (e, n) in enumerate(zip(engines, names, strict=True))]
-        self._rr = 0
+        self.router: Router = RoundRobin()
 
     def __len__(self) -> int:
         return len(self.slots)
@@ -94,14 +95,11 @@ class Cluster:
         return sum(s.tokens for s in self.slots)
 
     def pick(self) -> Slot:
-        """The live slot with the fewest outstanding requests; raises AllEnginesDown."""
+        """The live slot the router chooses (loads: outstanding requests); raises AllEnginesDown."""
         live = self.alive
         if not live:
             raise AllEnginesDown("every engine is gone")
-        n = len(self.slots)
-        order = sorted(live, key=lambda s: (s.outstanding, (s.index - self._rr) % n))
-        self._rr = (order[0].index + 1) % n
-        return order[0]
+        return live[self.router.pick([s.outstanding for s in live])]
 
     async def generate(self, slot: Slot, request: GenerateRequest) -> GenerateResult:
         slot.started()
