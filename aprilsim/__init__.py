@@ -1,3 +1,13 @@
 """aprilsim: simulate, compare and tune rollout schedulers (APRIL and friends) for RL on LLMs."""
 
-__version__ = "0.1.0"
+from aprilsim._version import __version__
+
+__all__ = ["__version__", "check_scheduler"]
+
+
+def __getattr__(name: str):  # lazy: `import aprilsim` stays light (no scipy, no simpy)
+    if name == "check_scheduler":
+        from aprilsim.conformance import check_scheduler
+
+        return check_scheduler
+    raise AttributeError(f"module 'aprilsim' has no attribute {name!r}")

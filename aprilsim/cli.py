@@ -8,15 +8,10 @@ from pathlib import Path
 
 import click
 
-from aprilsim import __version__
+from aprilsim._version import __version__
+from aprilsim.cli_errors import EXIT_USAGE, fail
 
-EXIT_USAGE = 2
-
-
-def fail(message: str) -> None:
-    """One line on stderr, exit code 2: never a traceback for bad input."""
-    click.echo(f"aprilsim: error: {message}", err=True)
-    sys.exit(EXIT_USAGE)
+__all__ = ["EXIT_USAGE", "fail", "main"]
 
 
 class _LazyGroup(click.Group):

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aprilsim import __version__
+from aprilsim._version import __version__
 from aprilsim.workload.fitting.data import LengthData
 from aprilsim.workload.fitting.drift_fit import DriftFitter
 from aprilsim.workload.fitting.errors import LengthDataError
