@@ -122,6 +122,27 @@ def test_failed_requests_are_resubmitted(servers, fault):
     _check(case, "april")
 
 
+def test_timed_out_requests_are_resubmitted(servers):
+    """Streams that go silent hit the client's read timeout: the partial output is kept and the
+    remainder resubmitted; nothing is lost."""
+    from hang_proxy import HangProxy
+
+    cfg = ClientConfig(retry=RetryPolicy(max_attempts=1), read_timeout_s=0.4, connect_timeout_s=2)
+
+    async def main():
+        async with HangProxy(servers[0].url, n=2) as proxy:
+            cluster = Cluster([SGLangClient(proxy.url, config=cfg)], names=["proxy"])
+            try:
+                return await live_run(tiny_scenario(steps=1), "sync", cluster, vocab=VOCAB)
+            finally:
+                await cluster.close()
+
+    case = run(main())
+    assert [f.kind for f in case.run.faults] == ["request_failed"] * 2
+    assert all("Timeout" in f.message for f in case.run.faults)
+    _check(case, "sync")
+
+
 def _cli(*args: str, **kw) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "aprilsim", "run", *args], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
