@@ -9,12 +9,12 @@ from pathlib import Path
 import click
 
 from aprilsim._version import __version__
-from aprilsim.cli_errors import EXIT_USAGE, fail
+from aprilsim.cli_errors import EXIT_USAGE, OneLineGroup, fail
 
 __all__ = ["EXIT_USAGE", "fail", "main"]
 
 
-class _LazyGroup(click.Group):
+class _LazyGroup(OneLineGroup):
     """Commands that live outside `aprilsim` (the live runner in `real/`) load when invoked, so
     that importing aprilsim never imports real/, torch or aiohttp."""
 

@@ -20,6 +20,8 @@ from typing import Any
 
 import click
 
+from aprilsim.cli_errors import OneLineCommand
+
 EXIT_ENGINES_GONE, EXIT_INTERRUPTED = 1, 130
 LOCAL_MAX_LEN = 64  # --local scales the scenario so that max_response_len is about this
 
@@ -182,7 +184,7 @@ def main_async(sc, names: list[str], opts: dict[str, Any], progress_for) -> Outc
     return out
 
 
-@click.command("run", short_help="Run schedulers on live engines and record what simulate records.")
+@click.command("run", cls=OneLineCommand, short_help="Run schedulers on live engines and record what simulate records.")
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--scheduler", "-s", "schedulers", multiple=True, help="Scheduler to run (repeatable); default: the scenario's `compare` list.")
 @click.option("--steps", type=click.IntRange(min=1), help="Training steps (overrides the scenario).")
