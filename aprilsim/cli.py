@@ -136,11 +136,20 @@ def schedulers_command(names, as_json) -> None:
             click.echo(f"  {k['name']} = {json.dumps(k['default'])}  ({k['type']})")
 
 
+@main.group(short_help="Figures: of a sweep, ...")
+def plot() -> None:
+    """Figures from aprilsim's outputs."""
+
+
 def _register_subcommands() -> None:
     """Sub-commands that live beside the code they drive."""
+    from aprilsim.sweep.cli import plot_sweep_command, sweep_command, tune_command
     from aprilsim.workload.fitting.cli import fit_command
 
     main.add_command(fit_command, "fit")
+    main.add_command(sweep_command, "sweep")
+    main.add_command(tune_command, "tune")
+    plot.add_command(plot_sweep_command, "sweep")
 
 
 _register_subcommands()
