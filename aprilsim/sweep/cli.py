@@ -53,9 +53,11 @@ def _fmt(x: float) -> str:
 
 def summary_lines(df, keys: list[str], baseline: str | None) -> list[str]:
     """The aggregate as a short text table: throughput with its interval, gain, costs."""
+    from aprilsim.sweep.plots import distinct_keys
     from aprilsim.sweep.stats import aggregate
 
     agg = aggregate(df, keys, baseline).set_index(["point_id", "scheduler", "metric"])
+    shown = distinct_keys(df, keys) or keys[:1]
     lines = []
     head = f"{'point':<36} {'scheduler':<12} {'rollout tok/s [95% CI]':<26} {'gain [95% CI]':<22} off-policy  len bias"
     lines.append(head)
@@ -64,7 +66,7 @@ def summary_lines(df, keys: list[str], baseline: str | None) -> list[str]:
         off = agg.loc[(pid, sched, "offpolicy_token_fraction")]
         lb = agg.loc[(pid, sched, "length_bias")]
         at = df[df["point_id"] == pid].iloc[0]
-        point = " ".join(f"{k.split('.')[-1]}={at[k]}" for k in keys if k in df.columns) or "-"
+        point = " ".join(f"{k.split('.')[-1]}={at[k]}" for k in shown if k in df.columns) or "-"
         tput = f"{_fmt(t['mean'])} [{_fmt(t['ci_lo'])}, {_fmt(t['ci_hi'])}]"
         gain = "-"
         if "ratio_mean" in t and isinstance(t["baseline"], str):
