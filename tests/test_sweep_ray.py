@@ -7,9 +7,10 @@ import pytest
 pytest.importorskip("pandas", reason="sweeps need the `sweep` extra (pandas)")
 ray = pytest.importorskip("ray", reason="ray is not importable: pip install 'aprilsim[sweep]'")
 
+from sweep_helpers import tiny  # noqa: E402
+
 import aprilsim  # noqa: E402
 from aprilsim.sweep.api import run_sweep  # noqa: E402
-from sweep_helpers import tiny  # noqa: E402
 
 RATIO = "schedulers.april.ratio"
 

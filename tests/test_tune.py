@@ -6,9 +6,8 @@ import pytest
 
 pytest.importorskip("pandas", reason="tuning needs the `sweep` extra (pandas)")
 
-import tomllib  # noqa: E402
-
 import numpy as np  # noqa: E402
+import tomllib  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
 from sweep_helpers import TINY_TOML, tiny  # noqa: E402
 

@@ -72,6 +72,7 @@ def run_plan(
     ray: str | bool | None = None,
     journal: Journal | None = None,
     progress: Callable[[int, int], None] | None = None,
+    dedupe: bool = True,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run what is not yet in the journal; return (rows of the whole journal or plan, stats).
 
@@ -82,12 +83,13 @@ def run_plan(
     runs = [r for r in plan.runs() if (r.point_id, r.scheduler, r.seed) not in done]
     by_key: dict[str, list] = {}
     for r in runs:
-        by_key.setdefault(plan.run_key(r), []).append(r)
+        by_key.setdefault(plan.run_key(r) if dedupe else repr(r), []).append(r)
     unique = [group[0] for group in by_key.values()]
     points = {p.id: p for p in plan.points}
     rows: list[dict[str, Any]] = [] if journal is None else journal.rows
     total = len(runs)
     finished = 0
+    sim_s = 0.0
     t0 = time.perf_counter()
     if ray:
         results = execute.on_ray(plan, unique, None if ray is True else str(ray))
@@ -95,8 +97,10 @@ def run_plan(
         results = execute.local_pool(plan, unique, jobs or execute.default_jobs())
     try:
         for index, metrics in results:
+            sim_s += metrics.get("sim_s", 0.0)
             new = []
-            for r in by_key[plan.run_key(unique[index])]:
+            first = unique[index]
+            for r in by_key[plan.run_key(first) if dedupe else repr(first)]:
                 row = {"point_id": r.point_id,
                        **{k: _cell(v) for k, v in points[r.point_id].overrides},
                        **metrics, "scheduler": r.scheduler, "seed": r.seed}
@@ -112,7 +116,7 @@ def run_plan(
         results.close()
     stats = {
         "runs": total, "simulated": len(unique), "skipped": len(plan.runs()) - total,
-        "wall_s": time.perf_counter() - t0,
+        "wall_s": time.perf_counter() - t0, "sim_s": sim_s,
     }
     return rows, stats
 

@@ -9,7 +9,6 @@ Intervals are Student-t intervals over seeds (NaN with a single seed).
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 from scipy import stats as sps
@@ -51,6 +50,23 @@ def pick_baseline(schedulers: list[str], baseline: str | None) -> str | None:
     return "sync" if "sync" in schedulers else None
 
 
+def _summarise(wide, by: list[str], metrics: list[str], level: float, prefix: str):
+    """Per group: n, mean and t-interval of each metric, as a long table."""
+    import pandas as pd
+
+    g = wide.groupby(by, sort=False)[metrics]
+    n, mean, std = g.count(), g.mean(), g.std(ddof=1)
+    long = pd.concat({"n": n.stack(), "mean": mean.stack(), "std": std.stack()}, axis=1)
+    long.index = long.index.set_names([*by, "metric"])
+    cnt = long["n"].to_numpy(dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q = sps.t.ppf(0.5 + level / 2, np.where(cnt >= 2, cnt - 1, np.nan))
+        half = q * long["std"].to_numpy(dtype=float) / np.sqrt(cnt)
+    long[f"{prefix}lo"] = long["mean"] - half
+    long[f"{prefix}hi"] = long["mean"] + half
+    return long
+
+
 def aggregate(df, keys: list[str], baseline: str | None = None, level: float = 0.95):
     """Long table: one row per (point, scheduler, metric).
 
@@ -61,29 +77,31 @@ def aggregate(df, keys: list[str], baseline: str | None = None, level: float = 0
     """
     import pandas as pd
 
+    keys = [k for k in keys if k in df.columns]
     base = pick_baseline(sorted(df["scheduler"].unique()), baseline)
     metrics = metric_columns(df, keys)
-    out: list[dict[str, Any]] = []
-    for pid, at_point in df.groupby("point_id", sort=False):
-        point = {k: at_point[k].iloc[0] for k in keys if k in at_point}
-        ref = at_point[at_point["scheduler"] == base].set_index("seed") if base else None
-        for sched, g in at_point.groupby("scheduler", sort=False):
-            g = g.set_index("seed")
-            for m in metrics:
-                vals = g[m].to_numpy(dtype=float)
-                mean, std, lo, hi = t_interval(vals, level)
-                row = {**point, "point_id": pid, "scheduler": sched, "metric": m,
-                       "n": int(np.isfinite(vals).sum()), "mean": mean, "std": std,
-                       "ci_lo": lo, "ci_hi": hi, "baseline": base}
-                if ref is not None:
-                    common = g.index.intersection(ref.index)
-                    a = g.loc[common, m].to_numpy(dtype=float)
-                    b = ref.loc[common, m].to_numpy(dtype=float)
-                    d_mean, _, d_lo, d_hi = t_interval(a - b, level)
-                    with np.errstate(divide="ignore", invalid="ignore"):
-                        r = np.where(b != 0, a / b, np.nan)
-                    r_mean, _, r_lo, r_hi = t_interval(r, level)
-                    row.update(diff_mean=d_mean, diff_lo=d_lo, diff_hi=d_hi,
-                               ratio_mean=r_mean, ratio_lo=r_lo, ratio_hi=r_hi)
-                out.append(row)
-    return pd.DataFrame(out)
+    by = ["point_id", "scheduler"]
+    out = _summarise(df, by, metrics, level, "ci_")
+    out["baseline"] = base
+    if base is not None:
+        mine = df.set_index(["point_id", "seed"])
+        ref = df[df["scheduler"] == base].set_index(["point_id", "seed"])[metrics]
+        a = mine[metrics].to_numpy(dtype=float)
+        b = ref.reindex(mine.index).to_numpy(dtype=float)  # the baseline on the same seed
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = np.where(b != 0, a / b, np.nan)
+        ids = mine.index.to_frame(index=False).assign(scheduler=mine["scheduler"].to_numpy())
+        for name, values in (("diff", a - b), ("ratio", ratio)):
+            wide = pd.concat([ids, pd.DataFrame(values, columns=metrics)], axis=1)
+            s = _summarise(wide, by, metrics, level, f"{name}_")
+            out = out.join(s[["mean", f"{name}_lo", f"{name}_hi"]]
+                           .rename(columns={"mean": f"{name}_mean"}))
+    out = out.reset_index()
+    points = df.drop_duplicates("point_id").set_index("point_id")[keys]
+    out = out.join(points, on="point_id")
+    out["n"] = out["n"].astype(int)
+    cols = [*keys, "point_id", "scheduler", "metric", "n", "mean", "std", "ci_lo", "ci_hi",
+            "baseline"]
+    if base is not None:
+        cols += ["diff_mean", "diff_lo", "diff_hi", "ratio_mean", "ratio_lo", "ratio_hi"]
+    return out[cols]
