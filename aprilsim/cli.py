@@ -94,12 +94,53 @@ def with_overrides(sc, *, steps: int | None = None, warmup: int | None = None):
     return out
 
 
-@main.command(short_help="Print the default scenario (a template).")
-def scenario() -> None:
-    """Print the embedded default scenario (a starting point for your own)."""
-    from aprilsim.config import default_scenario_text
+@main.command(short_help="Print the default scenario, or convert slime/verl launch configs.")
+@click.option("--from-slime", "from_slime", metavar="FILE_OR_ARGS", help="A slime launch script, or its arguments as one string: print the scenario it maps to.")
+@click.option("--from-verl", "from_verl", metavar="CONFIG", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A verl PPO/GRPO config (YAML, or a script of hydra overrides): print the scenario it maps to.")
+@click.option("--to-slime", "to_slime", metavar="SCENARIO.toml", type=click.Path(dir_okay=False, path_type=Path), help="Print the slime flags that launch this scenario.")
+@click.option("--scheduler", "-s", "target", help="With --to-slime: the scheduler to launch (default: the last non-sync one in `compare`).")
+def scenario(from_slime, from_verl, to_slime, target) -> None:
+    """Print the embedded default scenario (a starting point for your own), or convert one.
 
-    click.echo(default_scenario_text(), nl=False)
+    Settings with no aprilsim counterpart are listed in one warning on stderr.
+    """
+    from aprilsim.config import ScenarioError, default_scenario_text
+
+    chosen = [o for o in (from_slime, from_verl, to_slime) if o is not None]
+    if len(chosen) > 1:
+        fail("give at most one of --from-slime, --from-verl, --to-slime")
+        return
+    if not chosen:
+        click.echo(default_scenario_text(), nl=False)
+        return
+    from aprilsim import interop
+
+    try:
+        if to_slime is not None:
+            from aprilsim.config import load_scenario
+
+            argv, notes = interop.to_slime(load_scenario(to_slime), target)
+            click.echo(interop.format_flags(argv, notes), nl=False)
+            return
+        if from_slime is not None:
+            p = Path(from_slime)
+            text = p.read_text() if p.is_file() else from_slime
+            res, what, origin = interop.from_slime(text), "slime flags", from_slime
+        else:
+            res, what, origin = interop.from_verl(from_verl.read_text()), "verl keys", str(from_verl)
+        from aprilsim.config import scenario_from_dict
+
+        scenario_from_dict(res.data)  # validate before printing
+    except (ScenarioError, ValueError, OSError) as e:
+        fail(str(e))
+        return
+    warning = res.warning(what)
+    if warning:
+        click.echo(f"aprilsim: warning: {warning}", err=True)
+    for note in res.notes:
+        click.echo(f"aprilsim: note: {note}", err=True)
+    origin = origin if len(origin) < 80 else origin[:77] + "..."
+    click.echo(interop.scenario_toml(res.data, header=f"imported from {origin} by aprilsim"), nl=False)
 
 
 @main.command(short_help="List engine presets and where their numbers come from.")
@@ -136,17 +177,14 @@ def schedulers_command(names, as_json) -> None:
             click.echo(f"  {k['name']} = {json.dumps(k['default'])}  ({k['type']})")
 
 
-@main.group(short_help="Figures: of a sweep, ...")
-def plot() -> None:
-    """Figures from aprilsim's outputs."""
-
-
 def _register_subcommands() -> None:
     """Sub-commands that live beside the code they drive."""
+    from aprilsim.report.plot_cli import plot
     from aprilsim.sweep.cli import plot_sweep_command, sweep_command, tune_command
     from aprilsim.workload.fitting.cli import fit_command
 
     main.add_command(fit_command, "fit")
+    main.add_command(plot, "plot")
     main.add_command(sweep_command, "sweep")
     main.add_command(tune_command, "tune")
     plot.add_command(plot_sweep_command, "sweep")

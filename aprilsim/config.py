@@ -88,6 +88,27 @@ class WorkloadSection(_Strict):
     drift: dict[str, Any] | None = None
 
 
+class LaunchSection(_Strict):
+    """How the run is launched, beyond what the simulator models.
+
+    The simulator reads none of these keys. They keep the launch settings of an imported slime or
+    verl config (`aprilsim scenario --from-slime`) so that `--to-slime` writes them back unchanged;
+    `None` means "not set, use the framework's default".
+    """
+
+    colocate: bool | None = None  # slime --colocate: training and rollout share the GPUs
+    trainer_nodes: int | None = Field(default=None, ge=1)  # slime --actor-num-nodes
+    trainer_gpus_per_node: int | None = Field(default=None, ge=1)  # --actor-num-gpus-per-node
+    rollout_gpus: int | None = Field(default=None, ge=0)  # slime --rollout-num-gpus
+    gpus_per_engine: int | None = Field(default=None, ge=1)  # --rollout-num-gpus-per-engine
+    temperature: float | None = Field(default=None, gt=0)  # --rollout-temperature
+    global_batch_size: int | None = Field(default=None, ge=1)  # samples per optimizer step
+    mem_fraction_static: float | None = Field(default=None, gt=0, le=1)  # SGLang
+    chunked_prefill_size: int | None = None  # SGLang; -1 disables chunking
+    dynamic_sampling_filter: str | None = None  # slime --dynamic-sampling-filter-path
+    buffer_filter: str | None = None  # slime --buffer-filter-path
+
+
 class Scenario(_Strict):
     """The whole experiment. `lengths` is a length-model dict or {from = "model.toml"}."""
 
@@ -105,10 +126,12 @@ class Scenario(_Strict):
     prompts: dict[str, Any] = {"family": "lognormal", "mu": 5.3, "sigma": 0.5, "max_len": 2048}
     workload: WorkloadSection = WorkloadSection()
     schedulers: dict[str, dict[str, Any]] = {}
+    launch: LaunchSection = LaunchSection()
     base_dir: str = "."
 
     # ------------------------------------------------------------------ builders
     def engine_spec(self) -> EngineSpec:
+        """The engine of one replica: the cluster's preset with the scenario's overrides."""
         c = self.cluster
         spec = PRESETS[c.preset]
         over: dict[str, Any] = {
@@ -122,6 +145,7 @@ class Scenario(_Strict):
         return replace(spec, **over) if over else spec
 
     def trainer_model(self) -> TrainerModel:
+        """The training and weight-sync time model of `[trainer]`."""
         return TrainerModel(**self.trainer.model_dump())
 
     def length_model(self) -> tuple[LengthModel, dict[str, Any]]:
@@ -145,6 +169,7 @@ class Scenario(_Strict):
             raise ScenarioError(f"lengths: {e}") from None
 
     def workload_for(self, seed: int | None = None) -> Workload:
+        """The group generator: lengths, prompts, rewards and drift (seed: the scenario's)."""
         lengths, extra = self.length_model()
         p = dict(self.prompts)
         max_prompt = int(p.pop("max_len", 2048))
@@ -178,6 +203,7 @@ class Scenario(_Strict):
         )
 
     def settings_for(self, scheduler: str) -> dict[str, Any]:
+        """The knobs of `[schedulers.NAME]` for `scheduler` (empty: its defaults)."""
         return dict(self.schedulers.get(scheduler, {}))
 
     def check(self) -> Scenario:
@@ -257,4 +283,5 @@ def default_scenario() -> Scenario:
 
 
 def default_scenario_text() -> str:
+    """The embedded default scenario (the APRIL paper's setup), as TOML text with its comments."""
     return resources.files("aprilsim").joinpath("scenarios/default.toml").read_text()

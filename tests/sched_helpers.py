@@ -3,17 +3,11 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from aprilsim.config import Scenario, scenario_from_dict
-from aprilsim.metrics.records import RunResult
-from aprilsim.policies.base import Action, CloseBatch, Context, Event
-from aprilsim.policies.registry import make_scheduler
-from aprilsim.sim.build import build_simulation
-from aprilsim.sim.runtime import Simulation
-from aprilsim.types import Group
+from aprilsim.conformance import BatchRecorder, ConformanceRun, run_under_check
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -34,6 +28,8 @@ def small_scenario(
     alpha: float = 0.5,
     beta: float = 0.5,
     schedulers: dict[str, dict[str, Any]] | None = None,
+    kv: int | None = None,
+    router: str = "round_robin",
 ) -> Scenario:
     """A few seconds of simulated cluster: long-tailed lengths, Beta(alpha, beta) pass rates."""
     return scenario_from_dict(
@@ -44,7 +40,8 @@ def small_scenario(
             "batch_size": batch,
             "group_size": group,
             "max_response_len": max_len,
-            "cluster": {"engines": engines},
+            "cluster": {"engines": engines, "router": router,
+                        **({"kv_capacity": kv} if kv is not None else {})},
             "trainer": {"base_s": 1.0, "per_token_s": 1e-5, "sync_s": 0.5},
             "lengths": {
                 "family": "lognormal_mixture",
@@ -59,38 +56,8 @@ def small_scenario(
     )
 
 
-@dataclass
-class Spy:
-    """Wraps a scheduler and records every batch it closes (the runtime sees the same object)."""
-
-    inner: Any
-    batches: list[tuple[Group, ...]] = field(default_factory=list)
-
-    force_sample_events: bool = False  # deliver SampleFinished even if the scheduler opts out
-
-    def __post_init__(self) -> None:
-        self.name = self.inner.name
-        self.mode = self.inner.mode
-        # forward the opt-out, so the production path (no SampleFinished events) is the one tested
-        self.sample_events = self.force_sample_events or getattr(self.inner, "sample_events", True)
-
-    def handle(self, event: Event, ctx: Context) -> list[Action]:
-        actions = list(self.inner.handle(event, ctx))
-        for a in actions:
-            if isinstance(a, CloseBatch):
-                self.batches.append(a.groups)
-        return actions
-
-    def step_stats(self) -> dict[str, float]:
-        return self.inner.step_stats()
-
-
-@dataclass
-class Run:
-    result: RunResult
-    sim: Simulation
-    spy: Spy
-    scenario: Scenario
+Spy = BatchRecorder  # the conformance module's recorder: it forwards `sample_events`
+Run = ConformanceRun
 
 
 def run(
@@ -100,9 +67,8 @@ def run(
     *,
     force_sample_events: bool = False,
     engine_factory: Any = None,
-) -> Run:
-    sched = make_scheduler(name, settings if settings is not None else scenario.settings_for(name))
-    spy = Spy(sched, force_sample_events=force_sample_events)
+) -> ConformanceRun:
+    """Run scheduler `name` (knobs: `settings`, else the scenario's) under a BatchRecorder."""
     kw = {"engine_factory": engine_factory} if engine_factory is not None else {}
-    sim = build_simulation(scenario, spy, **kw)  # type: ignore[arg-type]
-    return Run(sim.run(), sim, spy, scenario)
+    knobs = settings if settings is not None else scenario.settings_for(name)
+    return run_under_check(name, knobs, scenario, force_sample_events=force_sample_events, **kw)

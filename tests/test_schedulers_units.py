@@ -50,7 +50,7 @@ def test_dynamic_sampling_round_cap_error_or_train():
     with pytest.raises(SchedulerError, match="max_rounds=1"):
         run(sc, "dynamic_sampling", {"max_rounds": 1})
     r = run(sc, "dynamic_sampling", {"max_rounds": 1, "on_cap": "train"})
-    for rec, batch in zip(r.result.steps, r.spy.batches):
+    for rec, batch in zip(r.result.steps, r.recorder.batches):
         assert rec.scheduler_stats["rounds"] == 1 and rec.scheduler_stats["short_batch"] == 1.0
         assert len(batch) < sc.batch_size and all(g.reward_std() > 0 for g in batch)
         assert rec.wasted_tokens > 0
@@ -91,14 +91,14 @@ def test_fully_async_interrupt_resubmits_under_new_weights():
     sc = small_scenario(steps=5)
     r = run(sc, "fully_async", {"interrupt": True})
     assert sum(rec.scheduler_stats["interrupted_samples"] for rec in r.result.steps) > 0
-    multi = [s for b in r.spy.batches for g in b for s in g.samples if len(s.segments) > 1]
+    multi = [s for b in r.recorder.batches for g in b for s in g.samples if len(s.segments) > 1]
     assert multi and all(
         s.segments[i].version < s.segments[i + 1].version
         for s in multi
         for i in range(len(s.segments) - 1)
     )
     cont = run(sc, "fully_async", {"interrupt": False})
-    assert all(len(s.segments) == 1 for b in cont.spy.batches for g in b for s in g.samples)
+    assert all(len(s.segments) == 1 for b in cont.recorder.batches for g in b for s in g.samples)
 
 
 def test_tail_batching_keeps_first_to_finish_and_runs_long_rounds():
@@ -106,7 +106,7 @@ def test_tail_batching_keeps_first_to_finish_and_runs_long_rounds():
     r = run(sc, "tail_batching", {"prompt_ratio": 1.5, "long_round_size": 3})
     kinds = [rec.scheduler_stats["long_round"] for rec in r.result.steps]
     assert 0.0 in kinds and 1.0 in kinds
-    short = [b for b, k in zip(r.spy.batches, kinds) if not k]
+    short = [b for b, k in zip(r.recorder.batches, kinds) if not k]
     # short rounds train the first group_size of group_size + 2 responses: shorter than the rest
     for batch in short:
         for g in batch:
@@ -122,7 +122,7 @@ def test_april_token_budget_parks_and_resumes():
     sc = small_scenario(steps=5)
     r = run(sc, "april", {"token_budget": 500})
     assert sum(rec.scheduler_stats["capped_samples"] for rec in r.result.steps) > 0
-    long = [s for b in r.spy.batches for g in b for s in g.samples if s._target_len > 500]
+    long = [s for b in r.recorder.batches for g in b for s in g.samples if s._target_len > 500]
     assert long and all(len(s.segments) >= -(-s._target_len // 500) for s in long)
 
 

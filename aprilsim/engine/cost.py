@@ -29,6 +29,7 @@ class CostModel:
             raise ValueError("cost coefficients a and b cannot both be zero (iterations take time)")
 
     def decode_time(self, batch: int, kv_tokens: float) -> float:
+        """Seconds of one decode iteration with `batch` running requests holding `kv_tokens`."""
         return self.a + self.b * batch + self.c * kv_tokens
 
     def decode_span(self, n: int, batch: int, kv_tokens: float) -> float:
@@ -36,6 +37,7 @@ class CostModel:
         return n * (self.a + self.b * batch + self.c * kv_tokens) + self.c * batch * n * (n - 1) / 2
 
     def prefill_time(self, tokens: int) -> float:
+        """Seconds to prefill a batch of `tokens` input tokens."""
         return self.p0 + self.p1 * tokens + self.p2 * tokens * tokens
 
 

@@ -34,9 +34,11 @@ class StepRecord:
     partial_samples: int = 0  # unfinished samples carried to later steps (buffer)
     retractions: int = 0
     kv_peak_tokens: int = 0
+    generation_paused_s: float = 0.0  # time submissions were held by PauseGeneration
     scheduler_stats: dict[str, float] = field(default_factory=dict)  # what the scheduler adds
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (one line of `simulate --steps-out`); staleness keys as strings."""
         d = asdict(self)
         d["staleness"] = {str(k): v for k, v in sorted(self.staleness.items())}
         return d
@@ -44,6 +46,8 @@ class StepRecord:
 
 @dataclass
 class RunResult:
+    """One scheduler's simulated run: its step records and what the summary needs besides."""
+
     scheduler: str
     steps: list[StepRecord]
     n_engines: int
@@ -114,4 +118,5 @@ def summarize(run: RunResult, warmup: int = 0) -> dict[str, Any]:
         "mean_partial_samples": _mean([s.partial_samples for s in st]),
         "retractions": sum(s.retractions for s in st),
         "kv_peak_tokens": max((s.kv_peak_tokens for s in st), default=0),
+        "generation_paused_s": sum(s.generation_paused_s for s in st),
     }

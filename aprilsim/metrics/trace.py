@@ -70,6 +70,7 @@ class Trace:
     phases: list[PhaseSpan] = field(default_factory=list)
 
     def rows(self) -> Iterator[dict[str, Any]]:
+        """The trace as JSON-ready rows: the meta row, then requests, engine samples, phases."""
         yield {
             "kind": "meta",
             "format": TRACE_FORMAT_VERSION,
@@ -95,6 +96,7 @@ class Trace:
 
     @classmethod
     def from_rows(cls, rows: Iterable[dict[str, Any]]) -> Trace:
+        """Rebuild a trace from `rows()` output; ValueError on a missing meta row or bad kind."""
         it = iter(rows)
         meta = next(it, None)
         if meta is None or meta.get("kind") != "meta":
@@ -114,5 +116,6 @@ class Trace:
 
     @classmethod
     def read(cls, path: str | Path) -> Trace:
+        """Read a trace written by `write`."""
         with Path(path).open() as f:
             return cls.from_rows(json.loads(line) for line in f if line.strip())

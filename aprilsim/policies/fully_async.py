@@ -7,7 +7,12 @@ trainer takes batches whenever it is ready, and the weights are synced after eve
 Staleness bound `eta` (AReaL's max_head_offpolicyness): a new group is started only while the
 groups started so far (in closed batches, complete, or in flight) are fewer than
 (version + eta + 1) * N, i.e. while it would be trained at most eta versions after the weights it
-is generated under; otherwise generation pauses until the next weight update. A group that still
+is generated under; otherwise generation pauses until the next weight update: the scheduler sends
+PauseGeneration when the bound leaves room for no new group and ResumeGeneration when a weight update
+makes room,
+and the runtime holds every new submission in between, recording how long generation stood paused
+(`generation_paused_s`); samples interrupted by a weight update are committed work and go back at
+once. A group that still
 ends up too old for the batch it would enter (a long response from early on) is dropped and
 counted as waste, so no trained token is ever more than eta versions old.
 
@@ -34,6 +39,8 @@ from aprilsim.policies.base import (
     Event,
     GroupFinished,
     Mode,
+    PauseGeneration,
+    ResumeGeneration,
     RolloutStarted,
     SamplesReturned,
     Submit,
@@ -84,7 +91,11 @@ class FullyAsyncScheduler:
             return [UpdateWeights(interrupt=self.interrupt)]
         if isinstance(event, SamplesReturned):  # interrupted by the weight update: re-prefill
             self._stats["interrupted_samples"] += len(event.samples)
-            return [Submit(event.samples)] if event.samples else ()
+            if not event.samples:
+                return ()
+            if self._paused:  # committed work: resubmit it through the gate, then close it again
+                return [ResumeGeneration(), Submit(event.samples), PauseGeneration()]
+            return [Submit(event.samples)]
         return ()
 
     def _committed(self, ctx: Context) -> int:
@@ -96,17 +107,22 @@ class FullyAsyncScheduler:
         committed = self._committed(ctx)
         stale_limit = (ctx.version + self.eta + 1) * n - committed
         end_limit = want if ctx.total_steps is None else ctx.total_steps * n - committed
-        blocked = want > 0 and stale_limit < min(want, end_limit)  # the staleness bound binds
+        # the staleness bound stops every new group (it may also just trim k: that is no pause)
+        blocked = stale_limit <= 0 < min(want, end_limit)
+        actions: list[Action] = []
+        if not blocked and self._paused:
+            actions.append(ResumeGeneration())
+        k = min(want, stale_limit, end_limit)  # never start more than the run can train
+        if k > 0:
+            groups = ctx.new_groups(k)
+            for g in groups:
+                self._live[g.gid] = g
+            actions.append(Submit(tuple(s for g in groups for s in g.samples)))
         if blocked and not self._paused:
             self._stats["staleness_pauses"] += 1
+            actions.append(PauseGeneration())
         self._paused = blocked
-        k = min(want, stale_limit, end_limit)  # never start more than the run can train
-        if k <= 0:
-            return []
-        groups = ctx.new_groups(k)
-        for g in groups:
-            self._live[g.gid] = g
-        return [Submit(tuple(s for g in groups for s in g.samples))]
+        return actions
 
     def _close_ready(self, ctx: Context) -> list[Action]:
         actions: list[Action] = []

@@ -129,7 +129,9 @@ class Simulation:
         self._armed = [INF] * n_engines  # t_event each engine has in the heap
         self._heap: list[tuple[float, int]] = []  # (t_event, engine index), lazily invalidated
         self._wake: simpy.Event | None = None
-        self._paused = False
+        self._paused = False  # PauseGeneration: submissions are held until ResumeGeneration
+        self._paused_since = 0.0
+        self._paused_s = 0.0  # paused time accumulated in the current step
         self._held: list[tuple[Sample, int | None]] = []
         self._closed: list[tuple[Group, ...]] = []
         self._ready: simpy.Event | None = None
@@ -265,6 +267,11 @@ class Simulation:
         rec.resumed_tokens = self._step_resumed
         rec.scheduler_stats = dict(self.scheduler.step_stats())
         rec.partial_samples = self._n_partial
+        paused = self._paused_s + (self.now - self._paused_since if self._paused else 0.0)
+        rec.generation_paused_s = paused
+        self._paused_s = 0.0
+        if self._paused:
+            self._paused_since = self.now
         self.records.append(rec)
         return rec
 
@@ -339,8 +346,11 @@ class Simulation:
         elif isinstance(action, UpdateWeights):
             self._update_weights(action.interrupt)
         elif isinstance(action, PauseGeneration):
-            self._paused = True
+            if not self._paused:
+                self._paused, self._paused_since = True, self.now
         elif isinstance(action, ResumeGeneration):
+            if self._paused:
+                self._paused_s += self.now - self._paused_since
             self._paused = False
             held, self._held = self._held, []
             by_cap: dict[int | None, list[Sample]] = {}

@@ -1,0 +1,210 @@
+"""A conformance check any scheduler can be put through, like scikit-learn's `check_estimator`.
+
+`check_scheduler("april")` or `check_scheduler(MyScheduler, {"knob": 1})` runs the scheduler on small
+simulated scenarios (ordinary rewards, and U-shaped pass rates where most groups have all-equal
+rewards) and checks the invariants every scheduler must keep, whatever it promises on top:
+
+* ledger: every sample created is in exactly one state at the end, the engines' token count equals
+  the samples', trained tokens in the step records are the trained samples' tokens;
+* batches: one per step, of N finished groups of full size (fewer only when the step record says
+  `short_batch`), each sample trained once and finished exactly where the workload ends it;
+* max length: no sample exceeds max_response_len, its segments add up to what it generated;
+* determinism: the same seed gives the same run, bit for bit; another seed gives another run;
+* honest opt-out: a scheduler that sets `sample_events = False` gives the same run when it is sent
+  SampleFinished events anyway (it claimed to ignore them).
+
+It lives above `aprilsim.policies` (it runs the simulator), so schedulers never import the runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aprilsim.config import Scenario, scenario_from_dict
+from aprilsim.metrics.records import RunResult
+from aprilsim.policies.base import Action, CloseBatch, Context, Event, Scheduler
+from aprilsim.policies.registry import make_scheduler
+from aprilsim.sim.build import build_simulation
+from aprilsim.sim.runtime import Simulation
+from aprilsim.types import Group, SampleStatus
+
+__all__ = [
+    "BatchRecorder", "ConformanceError", "ConformanceRun", "check_scheduler", "conformance_scenario",
+    "run_under_check",
+]
+
+
+class ConformanceError(AssertionError):
+    """A scheduler broke an invariant; the message names the check and the scenario."""
+
+
+@dataclass
+class BatchRecorder:
+    """Wraps a scheduler, records every batch it closes, and forwards its `sample_events` opt-out
+    (or forces SampleFinished events on, to test that the opt-out is honest)."""
+
+    inner: Any
+    force_sample_events: bool = False
+    batches: list[tuple[Group, ...]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.name = self.inner.name
+        self.mode = self.inner.mode
+        self.sample_events = self.force_sample_events or getattr(self.inner, "sample_events", True)
+
+    def handle(self, event: Event, ctx: Context) -> Sequence[Action]:
+        actions = list(self.inner.handle(event, ctx))
+        self.batches += [a.groups for a in actions if isinstance(a, CloseBatch)]
+        return actions
+
+    def step_stats(self) -> dict[str, float]:
+        return self.inner.step_stats()
+
+
+def conformance_scenario(*, seed: int = 0, rewards: tuple[float, float] = (1.0, 1.0),
+                         steps: int = 5, **cluster: Any) -> Scenario:
+    """A few seconds of simulated cluster with long-tailed lengths (the checks' default scenario)."""
+    a, b = rewards
+    return scenario_from_dict({
+        "name": "conformance", "seed": seed, "steps": steps, "warmup_steps": 0, "batch_size": 6,
+        "group_size": 4, "max_response_len": 3072,
+        "cluster": {"engines": 2, **cluster},
+        "trainer": {"base_s": 1.0, "per_token_s": 1e-5, "sync_s": 0.5},
+        "lengths": {"family": "lognormal_mixture", "weights": [0.7, 0.3], "mus": [5.7, 7.3],
+                    "sigmas": [0.6, 0.7]},
+        "prompts": {"family": "lognormal", "mu": 4.5, "sigma": 0.5, "max_len": 512},
+        "workload": {"rewards": {"alpha": a, "beta": b, "difficulty_length_corr": 0.5}},
+    })
+
+
+@dataclass
+class ConformanceRun:
+    """One finished run under the checks: the simulation, its result, the batches closed."""
+
+    sim: Simulation
+    recorder: BatchRecorder
+    scenario: Scenario
+    result: RunResult
+
+
+def run_under_check(scheduler: str | type, settings: dict[str, Any] | None, scenario: Scenario,
+                    *, force_sample_events: bool = False, **build: Any) -> ConformanceRun:
+    """Build a fresh scheduler, wrap it in a BatchRecorder, run it on `scenario`."""
+    policy = _make(scheduler, settings)
+    rec = BatchRecorder(policy, force_sample_events=force_sample_events)
+    sim = build_simulation(scenario, rec, **build)  # type: ignore[arg-type]
+    return ConformanceRun(sim, rec, scenario, sim.run())
+
+
+def _make(scheduler: str | type, settings: dict[str, Any] | None) -> Scheduler:
+    if isinstance(scheduler, str):
+        return make_scheduler(scheduler, settings or {})
+    return scheduler(**(settings or {}))
+
+
+def _fail(check: str, where: str, msg: str) -> None:
+    raise ConformanceError(f"{check} [{where}]: {msg}")
+
+
+def check_ledger(r: ConformanceRun, where: str = "") -> None:
+    end = r.result.end_state
+    states = [st.value for st in SampleStatus]
+    handed_out = sum(g.size for g in r.sim.groups.values())
+    if sum(end[f"samples_{s}"] for s in states) != handed_out:
+        _fail("ledger", where, f"samples by state {end} do not add up to the {handed_out} created")
+    if end["engine_tokens"] != sum(end[f"tokens_{s}"] for s in states):
+        _fail("ledger", where, "tokens generated by the engines != tokens held by samples")
+    if sum(s.trained_tokens for s in r.result.steps) != end["tokens_trained"]:
+        _fail("ledger", where, "trained tokens in step records != tokens of trained samples")
+    wasted = sum(s.wasted_tokens for s in r.result.steps)
+    if r.recorder.mode == "colocated" and wasted != end["tokens_discarded"]:
+        _fail("ledger", where, f"wasted tokens {wasted} != discarded tokens {end['tokens_discarded']}")
+    if wasted > end["tokens_discarded"]:
+        _fail("ledger", where, "more tokens counted as waste than were discarded")
+
+
+def check_batches(r: ConformanceRun, where: str = "") -> None:
+    steps, n, gsize = r.scenario.steps, r.scenario.batch_size, r.scenario.group_size
+    batches = r.recorder.batches
+    if not len(r.result.steps) == steps == len(batches):
+        _fail("batches", where, f"{len(batches)} batches closed, {len(r.result.steps)} records, "
+              f"{steps} steps")
+    seen: set[int] = set()
+    for rec, batch in zip(r.result.steps, batches):
+        short = rec.scheduler_stats.get("short_batch") == 1.0
+        if len(batch) != n and not (short and len(batch) < n):
+            _fail("batches", where, f"step {rec.step}: {len(batch)} groups, N = {n}")
+        if rec.trained_groups != len(batch):
+            _fail("batches", where, f"step {rec.step}: record says {rec.trained_groups} groups")
+        for g in batch:
+            if g.size != gsize:
+                _fail("batches", where, f"group {g.gid} trained with {g.size} of {gsize} samples")
+            for s in g.samples:
+                if s.status is not SampleStatus.TRAINED or not s.complete:
+                    _fail("batches", where, f"sample {s.uid} trained while {s.status.value}")
+                if s.generated != s._target_len:
+                    _fail("batches", where, f"sample {s.uid} trained at {s.generated} tokens, "
+                          f"its response has {s._target_len}")
+                if s.uid in seen:
+                    _fail("batches", where, f"sample {s.uid} trained twice")
+                seen.add(s.uid)
+
+
+def check_max_length(r: ConformanceRun, where: str = "") -> None:
+    max_len = r.scenario.max_response_len
+    for g in r.sim.groups.values():
+        for s in g.samples:
+            if not 0 <= s.generated <= min(max_len, s._target_len):
+                _fail("max length", where, f"sample {s.uid} generated {s.generated} tokens")
+            if sum(seg.tokens for seg in s.segments) != s.generated:
+                _fail("max length", where, f"sample {s.uid}: segments do not add up")
+
+
+def _fingerprint(r: ConformanceRun) -> tuple:
+    return (r.result.summary(), [s.to_dict() for s in r.result.steps], r.result.end_state)
+
+
+def check_scheduler(
+    scheduler: str | type,
+    settings: dict[str, Any] | None = None,
+    *,
+    scenarios: dict[str, Scenario] | None = None,
+) -> list[str]:
+    """Run every shared check on `scheduler` (a registered name, `module:Class`, or a class);
+    raise ConformanceError at the first broken invariant; return the names of the checks passed."""
+    scenarios = scenarios or {
+        "plain": conformance_scenario(rewards=(1.0, 1.0)),
+        "u_shaped": conformance_scenario(rewards=(0.3, 0.3)),
+    }
+    passed: list[str] = []
+    policy = _make(scheduler, settings)
+    opts_out = not getattr(policy, "sample_events", True)
+    for label, sc in scenarios.items():
+        r = run_under_check(scheduler, settings, sc)
+        for check in (check_ledger, check_batches, check_max_length):
+            check(r, label)
+            passed.append(f"{check.__name__}[{label}]")
+        again = run_under_check(scheduler, settings, sc)
+        if _fingerprint(again) != _fingerprint(r):
+            _fail("determinism", label, "the same seed gave a different run")
+        passed.append(f"determinism[{label}]")
+        if opts_out:
+            try:
+                forced = run_under_check(scheduler, settings, sc, force_sample_events=True)
+            except Exception as e:  # noqa: BLE001 - any failure here is the finding
+                _fail("sample_events opt-out", label, f"sending SampleFinished events broke the "
+                      f"run of a scheduler that opts out: {type(e).__name__}: {e}")
+            if _fingerprint(forced) != _fingerprint(r):
+                _fail("sample_events opt-out", label,
+                      "sending SampleFinished events changed the run of a scheduler that opts out")
+            passed.append(f"sample_events_opt_out[{label}]")
+    first = next(iter(scenarios.values()))
+    other = first.model_copy(update={"seed": first.seed + 1})
+    a = run_under_check(scheduler, settings, first)
+    b = run_under_check(scheduler, settings, other)
+    if a.result.summary()["generated_tokens"] == b.result.summary()["generated_tokens"]:
+        _fail("seed", "", "another seed gave the same generated tokens")
+    passed.append("another_seed")
+    return passed

@@ -1,0 +1,187 @@
+"""verl PPO/GRPO configs -> aprilsim scenarios.
+
+Key names and meanings follow verl's `verl/trainer/config/ppo_trainer.yaml` (and its generated
+full form), the DAPO recipe (`algorithm.filter_groups`, `data.gen_batch_size`), the one-step-off
+policy config (a top-level `rollout:` section giving the rollout GPUs) and the fully-async policy
+config (`async_training:`). Input is a YAML file or hydra overrides (`data.train_batch_size=256 ...`,
+as verl launch scripts pass them). Reading YAML needs PyYAML (`pip install 'aprilsim[interop]'`).
+
+| verl key | scenario key |
+|---|---|
+| `data.train_batch_size` | `batch_size` |
+| `actor_rollout_ref.rollout.n` (or the fully-async `rollout.n`) | `group_size` |
+| `data.max_response_length` | `max_response_len` |
+| `data.max_prompt_length` | `prompts.max_len` |
+| `trainer.total_training_steps` | `steps` |
+| `trainer.nnodes`, `trainer.n_gpus_per_node`, `rollout.nnodes`, `rollout.n_gpus_per_node`, `actor_rollout_ref.rollout.tensor_model_parallel_size` | `cluster.engines` |
+| `actor_rollout_ref.rollout.max_num_seqs` | `cluster.max_running` |
+| `actor_rollout_ref.rollout.max_num_batched_tokens` | `cluster.max_prefill_tokens` |
+| `algorithm.filter_groups.*`, `data.gen_batch_size` | `dynamic_sampling` knobs |
+| `async_training.partial_rollout` | `fully_async.interrupt` |
+| `actor_rollout_ref.rollout.temperature`, `.gpu_memory_utilization` | `[launch]` (not simulated) |
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from aprilsim.interop.common import ImportResult, base_scenario, fit_warmup
+from aprilsim.interop.shell import parse_command
+
+_R = "actor_rollout_ref.rollout."
+_DIRECT: dict[str, tuple[tuple[str, ...], type]] = {
+    "data.train_batch_size": (("batch_size",), int),
+    _R + "n": (("group_size",), int),
+    "rollout.n": (("group_size",), int),  # the fully-async config's own rollout section
+    "data.max_response_length": (("max_response_len",), int),
+    "data.max_prompt_length": (("prompts", "max_len"), int),
+    "trainer.total_training_steps": (("steps",), int),
+    _R + "max_num_seqs": (("cluster", "max_running"), int),
+    _R + "max_num_batched_tokens": (("cluster", "max_prefill_tokens"), int),
+    _R + "temperature": (("launch", "temperature"), float),
+    _R + "gpu_memory_utilization": (("launch", "mem_fraction_static"), float),
+    _R + "tensor_model_parallel_size": (("launch", "gpus_per_engine"), int),
+}
+_CLUSTER = ("trainer.nnodes", "trainer.n_gpus_per_node", "rollout.nnodes", "rollout.n_gpus_per_node")
+_SCHEDULER = ("algorithm.filter_groups.enable", "algorithm.filter_groups.max_num_gen_batches",
+              "algorithm.filter_groups.metric", "data.gen_batch_size",
+              "async_training.partial_rollout")
+MAPPED_KEYS: tuple[str, ...] = (*_DIRECT, *_CLUSTER, *_SCHEDULER)
+_OVERRIDE = re.compile(r"^[+~]{0,2}([A-Za-z_][\w.]*)=(.*)$", re.S)
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}; lists and scalars are leaves."""
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _yaml() -> Any:
+    try:
+        import yaml
+    except ImportError:  # pragma: no cover - exercised only without the extra
+        raise ValueError("reading verl YAML needs PyYAML: pip install 'aprilsim[interop]'") from None
+    return yaml
+
+
+def read_settings(text: str) -> dict[str, Any]:
+    """Dotted key -> value from a verl YAML config or from hydra overrides in a command/script."""
+    yaml = _yaml()
+    try:
+        tree = yaml.safe_load(text)
+    except yaml.YAMLError:
+        tree = None
+    if isinstance(tree, dict):
+        return flatten(tree)
+    cmd = parse_command(text, ("main_ppo", "main_dapo", "fully_async_main", "main_ppo_sync"))
+    out: dict[str, Any] = {}
+    for tok in cmd.argv:
+        m = _OVERRIDE.match(tok)
+        if m:
+            out[m.group(1)] = yaml.safe_load(m.group(2)) if m.group(2) else None
+    return out
+
+
+def _is_set(v: Any) -> bool:
+    """False for verl's placeholders: null, "???" and `${...}` interpolations."""
+    return v is not None and not (isinstance(v, str) and (v == "???" or v.startswith("${")))
+
+
+def from_verl(text: str) -> ImportResult:
+    """Map a verl config (YAML text or hydra overrides) to a scenario dict (see the module table)."""
+    settings = read_settings(text)
+    if not settings:
+        raise ValueError("no verl settings found (give a YAML config or key=value overrides)")
+    data = base_scenario()
+    data["name"] = "verl-import"
+    res = ImportResult(data=data)
+    for key, value in settings.items():
+        if key not in _DIRECT and key not in _CLUSTER and key not in _SCHEDULER:
+            res.unmapped.append(key)
+            continue
+        if not _is_set(value):
+            if value is not None:  # "???" or an unresolved ${...}: say so, never drop it
+                res.unmapped.append(f"{key} (value {value!r} not resolved)")
+            continue
+        if key in _DIRECT:
+            path, typ = _DIRECT[key]
+            try:
+                v = typ(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"{key}: {value!r} is not {typ.__name__}") from None
+            res.mapped[key] = v
+            d = data
+            for p in path[:-1]:
+                d = d.setdefault(p, {})
+            d[path[-1]] = v
+        else:
+            res.mapped[key] = value
+    _cluster(res)
+    _scheduler(res)
+    fit_warmup(res)
+    if _R + "gpu_memory_utilization" in res.mapped:
+        res.notes.append("gpu_memory_utilization: the KV pool it leaves depends on the GPU and the "
+                         "model, so cluster.kv_capacity comes from the preset")
+    if _R + "max_num_batched_tokens" in res.mapped:
+        res.notes.append("max_num_batched_tokens is the engine's token budget per iteration; the "
+                         "simulator applies it to prefill batches only")
+    return res
+
+
+def _cluster(res: ImportResult) -> None:
+    m, launch = res.mapped, res.data.setdefault("launch", {})
+    tp = int(m.get(_R + "tensor_model_parallel_size", 2))  # verl's default
+    separate = "rollout.n_gpus_per_node" in m or "rollout.nnodes" in m
+    if separate:
+        gpus = int(m.get("rollout.nnodes", 1)) * int(m.get("rollout.n_gpus_per_node", 8))
+    else:
+        gpus = int(m.get("trainer.nnodes", 1)) * int(m.get("trainer.n_gpus_per_node", 8))
+        launch["trainer_nodes"] = int(m.get("trainer.nnodes", 1))
+        launch["trainer_gpus_per_node"] = int(m.get("trainer.n_gpus_per_node", 8))
+    launch["colocate"] = not separate
+    launch["rollout_gpus"] = gpus
+    if gpus % tp:
+        res.notes.append(f"cluster.engines: {gpus} rollout GPUs are not a multiple of TP {tp}")
+    res.data["cluster"]["engines"] = max(1, gpus // tp)
+
+
+def _scheduler(res: ImportResult) -> None:
+    m, data = res.mapped, res.data
+    if "async_training.partial_rollout" in m or any(k.startswith("async_training.")
+                                                     for k in res.unmapped):
+        name = "fully_async"
+        knobs: dict[str, Any] = {"interrupt": bool(m.get("async_training.partial_rollout", True))}
+        res.notes.append("async_training.staleness_threshold counts samples, not policy versions; "
+                         "fully_async.eta keeps its default")
+    elif "rollout.n_gpus_per_node" in m or "rollout.nnodes" in m:
+        name, knobs = "async_one_step", {}
+    elif m.get("algorithm.filter_groups.enable"):
+        name, knobs = "dynamic_sampling", {"on_cap": "error"}
+        if "data.gen_batch_size" in m:
+            knobs["gen_batch_size"] = int(m["data.gen_batch_size"])
+        cap = m.get("algorithm.filter_groups.max_num_gen_batches")
+        if cap is not None:
+            if int(cap) > 0:
+                knobs["max_rounds"] = int(cap)
+            else:
+                knobs["max_rounds"] = 1_000_000
+                res.notes.append("max_num_gen_batches <= 0 (no limit): max_rounds = 1,000,000")
+        metric = m.get("algorithm.filter_groups.metric")
+        if metric is not None:
+            res.notes.append(f"filter_groups.metric {metric!r}: simulated as the reward's std")
+    else:
+        name, knobs = "sync", {}
+    data["compare"] = ["sync"] if name == "sync" else ["sync", name]
+    data["schedulers"] = {name: knobs} if knobs else {}
+    used = {"dynamic_sampling": _SCHEDULER[:4], "fully_async": _SCHEDULER[4:]}.get(name, ())
+    for key in _SCHEDULER:
+        if key in m and key not in used:  # read, but it changes nothing for this scheduler
+            del m[key]
+            res.unmapped.append(key)

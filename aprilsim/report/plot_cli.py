@@ -1,0 +1,62 @@
+"""`aprilsim plot ...`: figures from the files the other commands write.
+
+A click group so that each figure is one sub-command (`steps`, `timeline`; `sweep` can join).
+Rendering lives in `aprilsim.report`; this module only parses arguments and reports errors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from aprilsim.cli import fail
+
+
+@click.group(short_help="Figures from simulation outputs (needs matplotlib).")
+def plot() -> None:
+    """Figures from the files `aprilsim simulate` writes (needs matplotlib: aprilsim[plot])."""
+
+
+@plot.command("steps", short_help="Per-step curves of a --steps-out file, one line per scheduler.")
+@click.argument("steps_file", metavar="STEPS.jsonl", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("steps.png"), show_default=True, help="Figure file (PNG, PDF or SVG by suffix).")
+def plot_steps_command(steps_file, out) -> None:
+    """Rollout time, throughput, buffer size and off-policy share per step, for each scheduler.
+
+    STEPS.jsonl is what `aprilsim simulate --steps-out STEPS.jsonl` writes.
+    """
+    from aprilsim.report.steps_plot import plot_steps, read_steps
+
+    try:
+        plot_steps(read_steps(steps_file), out)
+    except ImportError:
+        fail("plotting needs matplotlib: pip install 'aprilsim[plot]'")
+        return
+    except (ValueError, OSError) as e:
+        fail(str(e))
+        return
+    click.echo(f"wrote {out}")
+
+
+@plot.command("timeline", short_help="Per-engine request timeline of a trace (PNG or HTML).")
+@click.argument("trace_file", metavar="TRACE.jsonl", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("timeline.png"), show_default=True, help="PNG/PDF/SVG (matplotlib) or HTML (plotly, self-contained) by suffix.")
+def plot_timeline_command(trace_file, out) -> None:
+    """Requests per engine coloured by policy version, aborts/retractions/resumes, batch and KV
+    curves, training and weight-sync bands. TRACE.jsonl is a per-request trace
+    (aprilsim.metrics.trace)."""
+    from aprilsim.metrics.trace import Trace
+    from aprilsim.report.timeline import write_timeline
+
+    try:
+        trace = Trace.read(trace_file)
+        write_timeline(trace, out)
+    except ImportError as e:
+        extra = "interactive" if out.suffix.lower() in (".html", ".htm") else "plot"
+        fail(f"this figure needs {e.name}: pip install 'aprilsim[{extra}]'")
+        return
+    except (ValueError, KeyError, TypeError, OSError) as e:
+        fail(f"{trace_file}: {e}")
+        return
+    click.echo(f"wrote {out}")

@@ -1,0 +1,78 @@
+"""verl configs -> scenarios: the DAPO e2e config, the fully-async config, hydra overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from aprilsim.config import scenario_from_dict
+from aprilsim.interop import from_verl
+
+pytest.importorskip("yaml")
+DATA = Path(__file__).parent / "data"
+
+
+def test_dapo_config_maps_exact_values():
+    res = from_verl((DATA / "verl-dapo-e2e.yaml").read_text())
+    sc = scenario_from_dict(res.data)
+    assert (sc.batch_size, sc.group_size, sc.max_response_len, sc.steps) == (256, 4, 2048, 1)
+    assert sc.prompts["max_len"] == 1024
+    assert sc.cluster.engines == 4  # 8 GPUs, rollout TP 2, colocated (hybrid engine)
+    assert sc.compare == ["sync", "dynamic_sampling"]
+    assert sc.schedulers["dynamic_sampling"] == {"on_cap": "error", "gen_batch_size": 1024,
+                                                 "max_rounds": 10}
+    assert sc.launch.colocate is True and sc.launch.mem_fraction_static == 0.8
+    assert "actor_rollout_ref.actor.optim.lr" in res.unmapped
+    assert "data.train_batch_size" not in res.unmapped
+
+
+def test_fully_async_config():
+    res = from_verl((DATA / "verl-fully_async_ppo_trainer.yaml").read_text())
+    sc = scenario_from_dict(res.data)
+    assert sc.compare == ["sync", "fully_async"]
+    assert sc.schedulers["fully_async"] == {"interrupt": True}
+    assert sc.group_size == 4 and sc.cluster.engines == 4 and sc.launch.colocate is False
+    assert "async_training.staleness_threshold" in res.unmapped
+    assert "data.gen_batch_size" in res.unmapped  # read, but meaningless without filter_groups
+
+
+def test_hydra_overrides_in_a_command():
+    res = from_verl(
+        "python3 -m verl.trainer.main_ppo data.train_batch_size=64 actor_rollout_ref.rollout.n=16 "
+        "data.max_response_length=4096 trainer.n_gpus_per_node=4 "
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1 "
+        "actor_rollout_ref.rollout.max_num_seqs=512 trainer.logger=console"
+    )
+    sc = scenario_from_dict(res.data)
+    assert (sc.batch_size, sc.group_size, sc.max_response_len) == (64, 16, 4096)
+    assert sc.cluster.engines == 4 and sc.cluster.max_running == 512
+    assert sc.compare == ["sync"]
+    assert res.unmapped == ["trainer.logger"]
+
+
+def test_one_step_off_policy():
+    res = from_verl("rollout:\n  nnodes: 1\n  n_gpus_per_node: 4\ndata:\n  train_batch_size: 32\n")
+    assert res.data["compare"] == ["sync", "async_one_step"]
+    assert res.data["cluster"]["engines"] == 2
+
+
+def test_verl_launch_script_with_shell_arithmetic_matches_its_yaml():
+    """verl's own DAPO e2e script (variables, $((...)), hydra overrides) maps like its YAML."""
+    script = from_verl((DATA / "verl-run_dapo.sh").read_text())
+    yaml_form = from_verl((DATA / "verl-dapo-e2e.yaml").read_text())
+    assert script.mapped == yaml_form.mapped
+    assert script.data == yaml_form.data
+    assert set(script.unmapped) == set(yaml_form.unmapped)  # paths under ${HOME} included
+
+
+def test_unresolved_values_of_mapped_keys_are_listed():
+    res = from_verl("python3 -m verl.trainer.main_ppo data.train_batch_size=${BS} "
+                    "actor_rollout_ref.rollout.n=8")
+    assert res.mapped == {"actor_rollout_ref.rollout.n": 8}
+    assert res.unmapped == ["data.train_batch_size (value '${BS}' not resolved)"]
+
+
+def test_a_one_step_config_keeps_one_summarised_step():
+    res = from_verl((DATA / "verl-dapo-e2e.yaml").read_text())  # trainer.total_training_steps: 1
+    assert res.data["steps"] == 1 and res.data.get("warmup_steps", 0) == 0
