@@ -218,7 +218,7 @@ def tune_command(scenario, knobs, maximize, constraints, scheduler, seeds, round
               f"setting: {setting}; {res.objective} {res.mean:,.6g} "
               f"(95% CI {res.lo:,.6g} .. {res.hi:,.6g}) on fresh seeds {res.fresh_seeds}")
     try:
-        from aprilsim.sweep.toml_out import dumps
+        from aprilsim.interop.toml_out import dumps
 
         out.write_text(dumps(data, header))
     except OSError as e:

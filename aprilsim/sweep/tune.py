@@ -141,7 +141,7 @@ class TuneResult:
     history: list[dict[str, Any]] = field(default_factory=list)
 
     def scenario_toml(self, header: str = "") -> str:
-        from aprilsim.sweep.toml_out import dumps
+        from aprilsim.interop.toml_out import dumps
 
         return dumps(self.scenario, header)
 
