@@ -33,9 +33,12 @@ def main() -> None:
 @click.option("--warmup", type=click.IntRange(min=0), help="Steps left out of the summary (overrides the scenario's warmup_steps, default 1).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object per scheduler.")
 @click.option("--steps-out", type=click.Path(dir_okay=False, path_type=Path), help="Also write per-step records as JSON lines to this file (warm-up steps included, marked).")
-def simulate(scenario, schedulers, steps, seed, warmup, as_json, steps_out) -> None:
+@click.option("--trace", "trace_out", type=click.Path(dir_okay=False, path_type=Path), help="Write each scheduler's per-request trace (JSON lines; NAME inserted before the suffix when several schedulers run).")
+@click.option("--timeline", type=click.Path(dir_okay=False, path_type=Path), help="Draw each scheduler's timeline: .png/.pdf/.svg, or .html (interactive; needs the `interactive` extra).")
+def simulate(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trace_out, timeline) -> None:
     """Simulate SCENARIO (a TOML file; default: the embedded APRIL-paper setup) and compare schedulers."""
     from aprilsim.config import ScenarioError, load_scenario
+    from aprilsim.metrics.trace import Trace
     from aprilsim.report.table import format_table
     from aprilsim.sim.run import simulate as run_sim
     from aprilsim.sim.runtime import SchedulerError
@@ -43,6 +46,7 @@ def simulate(scenario, schedulers, steps, seed, warmup, as_json, steps_out) -> N
     try:
         sc = with_overrides(load_scenario(scenario), steps=steps, warmup=warmup)
         names = list(schedulers) or list(sc.compare)
+        outputs = _per_scheduler_paths(names, trace_out=trace_out, timeline=timeline)
         rows, records = [], []
         live = sys.stderr.isatty()
         for name in names:
@@ -52,9 +56,18 @@ def simulate(scenario, schedulers, steps, seed, warmup, as_json, steps_out) -> N
                     click.echo(f"\r\033[Ksimulating {name}: step {done}/{total}", err=True, nl=False)
             elif not as_json:
                 click.echo(f"simulating {name} ...", err=True)
-            run = run_sim(sc, name, seed=seed, progress=progress)
+            trace = Trace(name, sc.cluster.engines) if outputs.get(name) else None
+            run = run_sim(sc, name, seed=seed, progress=progress, trace=trace)
             if live:
                 click.echo("\r\033[K", err=True, nl=False)
+            for kind, path in outputs.get(name, {}).items():
+                if kind == "trace":
+                    trace.write(path)
+                else:
+                    from aprilsim.report.timeline import write_timeline
+
+                    write_timeline(trace, path)
+                click.echo(f"wrote {path}", err=True)
             rows.append(run.summary())
             records += [
                 {"scheduler": name, "warmup": r.step < run.warmup_steps, **r.to_dict()}
@@ -72,6 +85,25 @@ def simulate(scenario, schedulers, steps, seed, warmup, as_json, steps_out) -> N
                    f"{sc.group_size} samples, max {sc.max_response_len} tokens, {sc.steps} steps, "
                    f"the first {sc.warmup_steps} left out as warm-up)")
         click.echo(format_table(rows))
+
+
+def _per_scheduler_paths(names: list[str], **paths: Path | None) -> dict[str, dict[str, Path]]:
+    """{scheduler: {kind: path}}: with several schedulers, NAME goes before each path's suffix.
+    Paths are checked before any simulation runs, so a bad one costs nothing."""
+    out: dict[str, dict[str, Path]] = {}
+    for kind, path in paths.items():
+        if path is None:
+            continue
+        kind = "trace" if kind == "trace_out" else kind
+        if kind == "timeline" and path.suffix.lower() not in (".png", ".pdf", ".svg", ".html", ".htm"):
+            raise ValueError(f"--timeline {path}: the file must end in .png, .pdf, .svg or .html")
+        if not path.parent.exists() or not path.parent.is_dir():
+            raise ValueError(f"--{kind} {path}: folder {path.parent} does not exist")
+        for name in names:
+            safe = name.replace(":", "_").replace("/", "_")
+            p = path if len(names) == 1 else path.with_name(f"{path.stem}_{safe}{path.suffix}")
+            out.setdefault(name, {})[kind] = p
+    return out
 
 
 def with_overrides(sc, *, steps: int | None = None, warmup: int | None = None):

@@ -124,3 +124,26 @@ def test_lengths_from_a_model_file(tmp_path):
     assert r.returncode == 0, r.stderr
     (row,) = json.loads(r.stdout)
     assert abs(row["workload_mean_length"] - 1200) < 60  # gamma mean = shape * scale
+
+
+def test_simulate_writes_traces_and_timelines_per_scheduler(tmp_path):
+    from aprilsim.metrics.trace import Trace
+
+    r = aprilsim("simulate", "--steps", "2", "--trace", str(tmp_path / "t.jsonl"),
+                 "--timeline", str(tmp_path / "tl.png"))
+    assert r.returncode == 0, r.stderr
+    for name in ("sync", "april"):
+        tr = Trace.read(tmp_path / f"t_{name}.jsonl")
+        assert tr.scheduler == name and tr.source == "sim" and tr.n_engines == 4
+        assert {p.phase for p in tr.phases} == {"rollout", "train", "sync"}
+        assert tr.engine_samples and all(s.kv_tokens >= 0 for s in tr.engine_samples)
+        assert sum(q.tokens for q in tr.requests) > 0
+        assert (tmp_path / f"tl_{name}.png").stat().st_size > 10_000
+        assert f"wrote {tmp_path / f'tl_{name}.png'}" in r.stderr
+    april = Trace.read(tmp_path / "t_april.jsonl")
+    assert any(q.reason == "abort" for q in april.requests)
+    assert any(q.carried > 0 for q in april.requests)  # resumed partials
+    bad = aprilsim("simulate", "--steps", "2", "--timeline", str(tmp_path / "x.gif"))
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    missing = aprilsim("simulate", "--steps", "2", "--trace", str(tmp_path / "no" / "t.jsonl"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr

@@ -66,13 +66,29 @@ class FastEngine:
         """Most KV tokens held since the last `reset_peak`."""
         return self.kv_peak
 
+    @property
+    def n_running(self) -> int:
+        """Requests decoding or prefilling (the running batch; queued requests excluded)."""
+        return len(self.running) + len(self.batch)
+
     def is_idle(self) -> bool:
         """True when nothing is queued, prefilling or decoding."""
         return self.phase == IDLE and self.load == 0
 
-    def reset_peak(self) -> None:
-        """Start a new peak-KV window at the KV currently held."""
-        self.kv_peak = self.kv
+    def reset_peak(self, now: float) -> None:
+        """Start a new peak-KV window at the KV held at `now`."""
+        self.kv_peak = self.progress_at(now)[2]
+
+    def progress_at(self, now: float) -> tuple[int, float, int]:
+        """(tokens, busy seconds, KV tokens) as of `now`, inside a decode span included."""
+        tokens, busy, kv = self.tokens, self.busy_time, self.kv
+        if self.phase != IDLE and now > self.t:
+            busy += min(now, self.t_event) - self.t
+            if self.phase == DECODE:
+                m = self._iterations_within(now - self.t)
+                tokens += m * len(self.running)
+                kv += m * len(self.running)
+        return tokens, busy, kv
 
     def block_until(self, t: float) -> None:
         """Start nothing before `t`; only valid on an idle engine (after `abort_all`)."""

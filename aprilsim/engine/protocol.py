@@ -27,6 +27,11 @@ class SimEngine(Protocol):
         ...
 
     @property
+    def n_running(self) -> int:
+        """Requests decoding or prefilling (the running batch; queued requests excluded)."""
+        ...
+
+    @property
     def peak_kv(self) -> int:
         """Most KV tokens held since the last `reset_peak`."""
         ...
@@ -35,8 +40,14 @@ class SimEngine(Protocol):
         """True when nothing is queued, prefilling or decoding."""
         ...
 
-    def reset_peak(self) -> None:
-        """Start a new peak-KV window at the KV currently held (a new step)."""
+    def reset_peak(self, now: float) -> None:
+        """Start a new peak-KV window at the KV held at `now` (a new step)."""
+        ...
+
+    def progress_at(self, now: float) -> tuple[int, float, int]:
+        """(tokens generated, busy seconds, KV tokens held) as of `now`, counting the decode
+        iterations of a span in progress that have ended by then: a step boundary that falls
+        inside a span is measured exactly, the same on every engine implementation."""
         ...
 
     def submit(self, reqs: list[Request], now: float) -> None:

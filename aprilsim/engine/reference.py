@@ -60,13 +60,25 @@ class ReferenceEngine:
         """Most KV tokens held since the last `reset_peak`."""
         return self.kv_peak
 
+    @property
+    def n_running(self) -> int:
+        """Requests decoding or prefilling (the running batch; queued requests excluded)."""
+        return len(self.running) + len(self.batch)
+
     def is_idle(self) -> bool:
         """True when nothing is queued, prefilling or decoding."""
         return self.phase == IDLE and self.load == 0
 
-    def reset_peak(self) -> None:
-        """Start a new peak-KV window at the KV currently held."""
-        self.kv_peak = self.kv
+    def reset_peak(self, now: float) -> None:
+        """Start a new peak-KV window at the KV held at `now`."""
+        self.kv_peak = self.progress_at(now)[2]
+
+    def progress_at(self, now: float) -> tuple[int, float, int]:
+        """(tokens, busy seconds, KV tokens) as of `now` (iterations are counted when they end)."""
+        busy = self.busy_time
+        if self.phase != IDLE and now > self.t:
+            busy += min(now, self.t_event) - self.t
+        return self.tokens, busy, self.kv
 
     def block_until(self, t: float) -> None:
         """Start nothing before `t`; only valid on an idle engine (after `abort_all`)."""

@@ -29,7 +29,7 @@ from aprilsim.engine.protocol import SimEngine
 from aprilsim.engine.request import Completion, Request
 from aprilsim.engine.router import Router, make_router
 from aprilsim.metrics.records import RunResult, StepRecord
-from aprilsim.metrics.trace import PhaseSpan, RequestSpan, Trace
+from aprilsim.metrics.trace import EngineSample, PhaseSpan, RequestSpan, Trace
 from aprilsim.policies.base import (
     AbortAll,
     Action,
@@ -51,6 +51,7 @@ from aprilsim.policies.base import (
     UpdateWeights,
     WeightsUpdated,
 )
+from aprilsim.sim.ledger import StepLedger
 from aprilsim.trainer import TrainerModel
 from aprilsim.types import Group, Sample, SampleStatus
 from aprilsim.workload.generator import Workload
@@ -130,21 +131,15 @@ class Simulation:
         self._heap: list[tuple[float, int]] = []  # (t_event, engine index), lazily invalidated
         self._wake: simpy.Event | None = None
         self._paused = False  # PauseGeneration: submissions are held until ResumeGeneration
-        self._paused_since = 0.0
-        self._paused_s = 0.0  # paused time accumulated in the current step
         self._held: list[tuple[Sample, int | None]] = []
         self._closed: list[tuple[Group, ...]] = []
         self._ready: simpy.Event | None = None
         self._batches = simpy.Store(self.env)
         self._synced: simpy.Event | None = None
         self._updating = False
-        self.records: list[StepRecord] = []
-        self._cur: StepRecord | None = None
-        self._step_waste = 0
-        self._step_discarded = 0
-        self._step_resumed = 0
+        self.ledger = StepLedger(self.engines, workload.expected_length, scheduler.step_stats)
+        self.records = self.ledger.records
         self._finished = False
-        self._n_partial = 0
         # schedulers that ignore SampleFinished may say so (a speed-up on large clusters)
         self._sample_events = bool(getattr(scheduler, "sample_events", True))
         self._cap: dict[int, int] = {}  # rid -> the max_new_tokens cap of its submission
@@ -244,70 +239,22 @@ class Simulation:
     # ------------------------------------------------------------------ step records
     def _begin_rollout(self, step: int) -> None:
         self.ctx.step = step
-        self._cur = StepRecord(step=step, rollout_start_s=self.now, rollout_time_s=0.0)
-        self._gen0 = sum(e.tokens for e in self.engines)
-        self._busy0 = [e.busy_time for e in self.engines]
-        self._retr0 = sum(e.retractions for e in self.engines)
-        for e in self.engines:
-            e.reset_peak()
-        self._step_waste = self._step_discarded = self._step_resumed = 0
+        self.ledger.begin(step, self.now)
 
     def _close_record(self) -> StepRecord:
-        """Fill the rollout-phase figures of the current step from the engines' counters."""
-        rec = self._cur
-        assert rec is not None
-        rec.rollout_time_s = self.now - rec.rollout_start_s
-        rec.generated_tokens = sum(e.tokens for e in self.engines) - self._gen0
-        rec.busy_by_engine_s = [e.busy_time - b0 for e, b0 in zip(self.engines, self._busy0)]
-        rec.busy_time_s = sum(rec.busy_by_engine_s)
-        rec.retractions = sum(e.retractions for e in self.engines) - self._retr0
-        rec.kv_peak_tokens = max(e.peak_kv for e in self.engines)
-        rec.wasted_tokens = self._step_waste
-        rec.discarded_samples = self._step_discarded
-        rec.resumed_tokens = self._step_resumed
-        rec.scheduler_stats = dict(self.scheduler.step_stats())
-        rec.partial_samples = self._n_partial
-        paused = self._paused_s + (self.now - self._paused_since if self._paused else 0.0)
-        rec.generation_paused_s = paused
-        self._paused_s = 0.0
-        if self._paused:
-            self._paused_since = self.now
-        self.records.append(rec)
-        return rec
+        return self.ledger.close(self.now)
 
     def _end_rollout(self, groups: tuple[Group, ...]) -> StepRecord:
         """Colocated: the batch is closed and the engines are drained; train on it now."""
         rec = self._close_record()
-        self._fill_trained(rec, groups, trainer_version=self.version)
+        self.ledger.trained(rec, groups, trainer_version=self.version)
         return rec
 
     def _trained_record(self, k: int, groups: tuple[Group, ...]) -> StepRecord:
         """Disaggregated: the record of step k was opened when its batch closed."""
-        rec = self.records[k]
-        self._fill_trained(rec, groups, trainer_version=k)
+        rec = self.ledger.records[k]
+        self.ledger.trained(rec, groups, trainer_version=k)
         return rec
-
-    def _fill_trained(self, rec: StepRecord, groups: tuple[Group, ...], trainer_version: int) -> None:
-        hist: dict[int, int] = {}
-        tokens = prompt = trunc = n = 0
-        for g in groups:
-            for s in g.samples:
-                n += 1
-                tokens += s.generated
-                prompt += s.prompt_len
-                trunc += s.truncated
-                for seg in s.segments:
-                    lag = trainer_version - seg.version
-                    hist[lag] = hist.get(lag, 0) + seg.tokens
-        rec.trained_groups = len(groups)
-        rec.trained_samples = n
-        rec.trained_tokens = tokens
-        rec.trained_prompt_tokens = prompt
-        rec.truncated_samples = trunc
-        rec.mean_trained_length = tokens / n if n else 0.0
-        rec.workload_mean_length = self.workload.expected_length(rec.step)
-        rec.staleness = hist
-        rec.offpolicy_tokens = sum(v for k, v in hist.items() if k > 0)
 
     # ------------------------------------------------------------------ events and actions
     def _emit(self, event: Event) -> None:
@@ -346,12 +293,11 @@ class Simulation:
         elif isinstance(action, UpdateWeights):
             self._update_weights(action.interrupt)
         elif isinstance(action, PauseGeneration):
-            if not self._paused:
-                self._paused, self._paused_since = True, self.now
+            self._paused = True
+            self.ledger.pause(self.now)
         elif isinstance(action, ResumeGeneration):
-            if self._paused:
-                self._paused_s += self.now - self._paused_since
             self._paused = False
+            self.ledger.resume(self.now)
             held, self._held = self._held, []
             by_cap: dict[int | None, list[Sample]] = {}
             for s, cap in held:
@@ -371,15 +317,16 @@ class Simulation:
         inflight, version = self._inflight, self.version + 1 if self._updating else self.version
         pending, partial_st, running = SampleStatus.PENDING, SampleStatus.PARTIAL, SampleStatus.RUNNING
         rid = self._next_rid
+        ledger = self.ledger
         for s in samples:
             st = s.status
             if st is partial_st:
-                self._n_partial -= 1
+                ledger.n_partial -= 1
             elif st is not pending:
                 raise SchedulerError(f"cannot submit sample {s.uid} in status {st.value}")
             g = s.generated
             if g:
-                self._step_resumed += g
+                ledger.resumed(g)
             if cap is None or cap >= s.max_len - g:
                 req = Request(rid, s.prompt_len + g, s.max_len - g, s._target_len - g)
             else:  # a token budget: stop this submission after `cap` tokens
@@ -418,13 +365,13 @@ class Simulation:
             self._close_span(c, s)
         if c.reason == "abort":
             s.status = _PARTIAL
-            self._n_partial += 1
+            self.ledger.n_partial += 1
             if self._cap:
                 self._cap.pop(c.rid, None)
             return s
         if self._cap and self._cap.pop(c.rid, None) is not None and s.generated < s._target_len:
             s.status = _PARTIAL  # used its token budget unfinished
-            self._n_partial += 1
+            self.ledger.n_partial += 1
             self._events.append(SampleCapped(s))
             return None
         s.status = _DONE
@@ -463,10 +410,9 @@ class Simulation:
             if s.status in (SampleStatus.RUNNING, SampleStatus.TRAINED, SampleStatus.DISCARDED):
                 raise SchedulerError(f"cannot discard sample {s.uid} in status {s.status.value}")
             if s.status == SampleStatus.PARTIAL:
-                self._n_partial -= 1
+                self.ledger.n_partial -= 1
             s.status = SampleStatus.DISCARDED
-            self._step_waste += s.generated
-            self._step_discarded += 1
+            self.ledger.wasted(s.generated)
 
     def _close_batch(self, groups: Sequence[Group]) -> None:
         for g in groups:
@@ -545,8 +491,19 @@ class Simulation:
         """A simpy timeout firing at absolute simulated time t (env.now may lag self.now)."""
         return self.env.timeout(max(0.0, t - self.env.now))
 
+    def _sample_engine(self, i: int) -> None:
+        """Trace the running batch and KV of engine i now (only when tracing)."""
+        e = self.engines[i]
+        assert self.trace is not None
+        self.trace.engine_samples.append(
+            EngineSample(i, self.now, e.n_running, e.progress_at(self.now)[2])
+        )
+
     def _rearm(self) -> None:
         """Push the new next-event time of every engine whose plan changed."""
+        if self.trace is not None:
+            for i in self._dirty:
+                self._sample_engine(i)
         for i in self._dirty:
             te = self.engines[i].t_event
             if te != self._armed[i]:
@@ -579,6 +536,8 @@ class Simulation:
             e = engines[i]
             for c in e.advance():
                 self._complete(c)
+            if self.trace is not None:
+                self._sample_engine(i)
             if self._events:
                 armed[i] = INF
                 self._dirty.add(i)
@@ -603,17 +562,7 @@ class Simulation:
                 done = c.reason != "abort" and s.generated >= s._target_len
                 s.status = SampleStatus.DONE if done else SampleStatus.PARTIAL
                 s.complete = done
-        counts = dict.fromkeys(SampleStatus, 0)
-        tokens = dict.fromkeys(SampleStatus, 0)
-        for g in self.groups.values():
-            for s in g.samples:
-                counts[s.status] += 1
-                tokens[s.status] += s.generated
-        out = {f"samples_{k.value}": v for k, v in counts.items()}
-        out.update({f"tokens_{k.value}": v for k, v in tokens.items()})
-        out["samples_created"] = sum(counts.values())
-        out["engine_tokens"] = sum(e.tokens for e in self.engines)
-        return out
+        return self.ledger.end_state(self.groups.values())
 
     def _peak_tokens_per_s(self) -> float:
         """Ideal per-engine decode rate: a full batch at the workload's mean context (docs)."""

@@ -1,0 +1,133 @@
+"""The step ledger: what each training step generated, trained, wasted and carried over.
+
+The runtime reports what happens (a rollout begins, tokens are wasted, generation pauses, a batch is
+trained); the ledger turns it into `StepRecord`s and, at the end, into the conservation ledger
+(`RunResult.end_state`). It reads engines only through the SimEngine protocol, at the simulated
+time it is given, so a step boundary inside a decode span is measured exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from aprilsim.engine.protocol import SimEngine
+from aprilsim.metrics.records import StepRecord
+from aprilsim.types import Group, SampleStatus
+
+
+class StepLedger:
+    """Per-step accounting of one run (see docs/metrics.md for every figure)."""
+
+    def __init__(
+        self,
+        engines: Sequence[SimEngine],
+        expected_length: Callable[[int], float],
+        scheduler_stats: Callable[[], dict[str, float]],
+    ) -> None:
+        self.engines = engines
+        self._expected_length = expected_length
+        self._scheduler_stats = scheduler_stats
+        self.records: list[StepRecord] = []
+        self.current: StepRecord | None = None
+        self.n_partial = 0  # unfinished samples held for later (the buffer)
+        self._gen0 = 0
+        self._busy0: list[float] = []
+        self._retr0 = 0
+        self._waste = self._discarded = self._resumed = 0
+        self._paused = False
+        self._paused_since = 0.0
+        self._paused_s = 0.0
+
+    # ------------------------------------------------------------------ during a rollout
+    def begin(self, step: int, now: float) -> StepRecord:
+        """A rollout for `step` starts at `now`."""
+        self.current = StepRecord(step=step, rollout_start_s=now, rollout_time_s=0.0)
+        progress = [e.progress_at(now) for e in self.engines]
+        self._gen0 = sum(p[0] for p in progress)
+        self._busy0 = [p[1] for p in progress]
+        self._retr0 = sum(e.retractions for e in self.engines)
+        for e in self.engines:
+            e.reset_peak(now)
+        self._waste = self._discarded = self._resumed = 0
+        return self.current
+
+    def wasted(self, tokens: int) -> None:
+        """A sample carrying `tokens` was discarded."""
+        self._waste += tokens
+        self._discarded += 1
+
+    def resumed(self, tokens: int) -> None:
+        """A sample carrying `tokens` was resubmitted (slime's resumed-token count)."""
+        self._resumed += tokens
+
+    def pause(self, now: float) -> None:
+        if not self._paused:
+            self._paused, self._paused_since = True, now
+
+    def resume(self, now: float) -> None:
+        if self._paused:
+            self._paused_s += now - self._paused_since
+        self._paused = False
+
+    def close(self, now: float) -> StepRecord:
+        """The rollout of the current step ends at `now`: fill its rollout-phase figures."""
+        rec = self.current
+        assert rec is not None, "close() without begin()"
+        progress = [e.progress_at(now) for e in self.engines]
+        rec.rollout_time_s = now - rec.rollout_start_s
+        rec.generated_tokens = sum(p[0] for p in progress) - self._gen0
+        rec.busy_by_engine_s = [p[1] - b0 for p, b0 in zip(progress, self._busy0)]
+        rec.busy_time_s = sum(rec.busy_by_engine_s)
+        rec.retractions = sum(e.retractions for e in self.engines) - self._retr0
+        rec.kv_peak_tokens = max(max(e.peak_kv, p[2]) for e, p in zip(self.engines, progress))
+        rec.wasted_tokens = self._waste
+        rec.discarded_samples = self._discarded
+        rec.resumed_tokens = self._resumed
+        rec.scheduler_stats = dict(self._scheduler_stats())
+        rec.partial_samples = self.n_partial
+        rec.generation_paused_s = self._paused_s + (now - self._paused_since if self._paused else 0.0)
+        self._paused_s = 0.0
+        if self._paused:
+            self._paused_since = now
+        self.records.append(rec)
+        return rec
+
+    # ------------------------------------------------------------------ training
+    def trained(self, rec: StepRecord, groups: Iterable[Group], trainer_version: int) -> None:
+        """Fill the trained-batch figures of `rec`; staleness is against `trainer_version`."""
+        hist: dict[int, int] = {}
+        tokens = prompt = trunc = n = n_groups = 0
+        for g in groups:
+            n_groups += 1
+            for s in g.samples:
+                n += 1
+                tokens += s.generated
+                prompt += s.prompt_len
+                trunc += s.truncated
+                for seg in s.segments:
+                    lag = trainer_version - seg.version
+                    hist[lag] = hist.get(lag, 0) + seg.tokens
+        rec.trained_groups = n_groups
+        rec.trained_samples = n
+        rec.trained_tokens = tokens
+        rec.trained_prompt_tokens = prompt
+        rec.truncated_samples = trunc
+        rec.mean_trained_length = tokens / n if n else 0.0
+        rec.workload_mean_length = self._expected_length(rec.step)
+        rec.staleness = hist
+        rec.offpolicy_tokens = sum(v for k, v in hist.items() if k > 0)
+
+    # ------------------------------------------------------------------ end of run
+    def end_state(self, groups: Iterable[Group]) -> dict[str, int]:
+        """Where every sample is, by status, in samples and in tokens (the conservation ledger)."""
+        counts = dict.fromkeys(SampleStatus, 0)
+        tokens = dict.fromkeys(SampleStatus, 0)
+        for g in groups:
+            for s in g.samples:
+                counts[s.status] += 1
+                tokens[s.status] += s.generated
+        out = {f"samples_{k.value}": v for k, v in counts.items()}
+        out.update({f"tokens_{k.value}": v for k, v in tokens.items()})
+        out["samples_created"] = sum(counts.values())
+        out["engine_tokens"] = sum(e.tokens for e in self.engines)
+        return out
