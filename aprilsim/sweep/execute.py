@@ -85,7 +85,12 @@ def on_ray(plan: Plan, runs: list[Run], address: str | None) -> Iterator[Result]
     except ImportError:
         raise ValueError("--ray needs ray: pip install 'aprilsim[sweep]'") from None
     if not ray.is_initialized():
-        ray.init(address=address or "auto", include_dashboard=False, log_to_driver=False)
+        try:
+            ray.init(address=address or "auto", include_dashboard=False, log_to_driver=False)
+        except Exception as e:  # Ray raises ConnectionError, RuntimeError, ... by version
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise ValueError(f"--ray: cannot connect to a Ray cluster at {address or 'auto'}: "
+                             f"{first}") from None
     remote = ray.remote(num_cpus=1)(worker.ray_task)
     base = ray.put(plan.base)
     fp = plan.fingerprint()
