@@ -140,9 +140,12 @@ def plot_sweep(results: Path, out: Path, *, x: str | None = None,
         ax.set_xlabel(x)
         ax.grid(alpha=0.3)
     handles, labels_ = axes.flat[0].get_legend_handles_labels()
+    linked = [k for k in keys if k != x and k not in others
+              and (df[k].astype(str) == df[x].astype(str)).all()]
+    linked_note = f"; {x} set together with {', '.join(linked)}" if linked else ""
     n_seeds = int(df.groupby(["point_id", "scheduler"])["seed"].nunique().min())
     fig.legend(handles, labels_, loc="outside lower center", ncol=min(6, max(1, len(labels_))),
-               title=f"scheduler (bands: 95 % interval over {n_seeds} seeds)")
+               title=f"scheduler (bands: 95 % interval over {n_seeds} seeds)" + linked_note)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=130)
