@@ -1,11 +1,16 @@
 """aprilsim: simulate, compare and tune rollout schedulers (APRIL and friends) for RL on LLMs."""
 
-__version__ = "0.1.0"
+from aprilsim._version import __version__
+
+__all__ = ["__version__", "check_scheduler", "sweep"]
 
 
-def __getattr__(name: str):
-    """`aprilsim.sweep(...)` without importing sweeps (or pandas) when aprilsim is imported."""
-    if name == "sweep":
+def __getattr__(name: str):  # lazy: `import aprilsim` stays light (no scipy, no simpy, no pandas)
+    if name == "check_scheduler":
+        from aprilsim.conformance import check_scheduler
+
+        return check_scheduler
+    if name == "sweep":  # the package aprilsim.sweep, callable as aprilsim.sweep(scenario, grid)
         import importlib
 
         return importlib.import_module("aprilsim.sweep")

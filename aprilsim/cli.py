@@ -8,18 +8,13 @@ from pathlib import Path
 
 import click
 
-from aprilsim import __version__
+from aprilsim._version import __version__
+from aprilsim.cli_errors import EXIT_USAGE, OneLineGroup, fail
 
-EXIT_USAGE = 2
-
-
-def fail(message: str) -> None:
-    """One line on stderr, exit code 2: never a traceback for bad input."""
-    click.echo(f"aprilsim: error: {message}", err=True)
-    sys.exit(EXIT_USAGE)
+__all__ = ["EXIT_USAGE", "fail", "main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="aprilsim")
 def main() -> None:
     """Simulate, compare and tune rollout schedulers (APRIL and friends) for RL on LLMs."""

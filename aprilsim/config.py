@@ -13,9 +13,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from aprilsim.engine.cost import PRESETS, CostModel, EngineSpec
+from aprilsim.engine.cost import PRESETS, CostModel, EngineSpec, TabulatedCost
 from aprilsim.engine.router import ROUTERS
 from aprilsim.trainer import TrainerModel
 from aprilsim.workload.generator import RewardModel, Workload
@@ -37,12 +37,35 @@ class _Strict(BaseModel):
 
 
 class CostSection(_Strict):
-    a: float = Field(ge=0)
-    b: float = Field(ge=0)
-    c: float = Field(ge=0)
+    """Decode t(B, K) = a + b*B + c*K, or f(B) + g(B)*K from tables over B; prefill
+    p0 + p1*sum(n) + p2*sum(n^2). Give either a, b, c or table_b, table_f, table_g."""
+
+    a: float | None = Field(default=None, ge=0)
+    b: float | None = Field(default=None, ge=0)
+    c: float | None = Field(default=None, ge=0)
+    table_b: list[int] | None = None
+    table_f: list[float] | None = None
+    table_g: list[float] | None = None
     p0: float = Field(ge=0)
     p1: float = Field(ge=0)
     p2: float = Field(default=0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> CostSection:
+        linear = [k for k in ("a", "b", "c") if getattr(self, k) is not None]
+        tables = [k for k in ("table_b", "table_f", "table_g") if getattr(self, k) is not None]
+        if linear and tables:
+            raise ValueError("give either a, b, c or table_b, table_f, table_g, not both")
+        if len(linear) not in (0, 3) or len(tables) not in (0, 3) or not (linear or tables):
+            raise ValueError("give all of a, b, c, or all of table_b, table_f, table_g")
+        return self
+
+    def model(self) -> CostModel | TabulatedCost:
+        """The cost model this section describes (validated by its own constructor)."""
+        if self.table_b is not None:
+            return TabulatedCost(tuple(self.table_b), tuple(self.table_f or ()),
+                                 tuple(self.table_g or ()), self.p0, self.p1, self.p2)
+        return CostModel(a=self.a, b=self.b, c=self.c, p0=self.p0, p1=self.p1, p2=self.p2)
 
 
 class ClusterSection(_Strict):
@@ -140,7 +163,10 @@ class Scenario(_Strict):
             if getattr(c, k) is not None
         }
         if c.cost is not None:
-            over["cost"] = CostModel(**c.cost.model_dump())
+            try:
+                over["cost"] = c.cost.model()
+            except ValueError as e:
+                raise ScenarioError(f"cluster.cost: {e}") from None
             over["label"] = "custom"
         return replace(spec, **over) if over else spec
 

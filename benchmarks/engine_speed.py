@@ -1,12 +1,15 @@
-"""Bundled torch engine speed: decode tokens/s at batch 1, 8, 32, and HTTP overhead per request.
+"""Bundled torch engine speed: decode tokens/s at batch 1, 8, 32, HTTP overhead, TTFT/ITL.
 
-    python benchmarks/engine_speed.py --json
+    python benchmarks/engine_speed.py --json [--bench-serving]
 
 Decode throughput times only decode steps of :class:`real.torch_engine.BatchEngine` (B requests
 running together, prompt 16 tokens, ``--decode-tokens`` each). HTTP overhead is the median
 latency of a 1-token request through ``real.serve``'s HTTP server and
 :class:`real.sglang_http.SGLangClient` (streaming), minus the same request on
-:class:`real.torch_engine.local.LocalEngine` in-process.
+:class:`real.torch_engine.local.LocalEngine` in-process. ``--bench-serving`` also starts
+``python -m real.serve`` (with the bundled tokenizer) and runs SGLang's own benchmark client
+(vendored in ``tests/real/third_party/sglang_bench``) against it: TTFT and ITL as SGLang reports
+them (random dataset, ``--bench-prompts`` requests of 32 input / 64 output tokens, all at once).
 """
 
 from __future__ import annotations
@@ -81,6 +84,57 @@ async def http_overhead(model: TinyDecoder, n: int) -> dict:
             "http_overhead_ms": (hm - lm) * 1e3, "requests": n}
 
 
+def bench_serving(prompts: int, vocab: int) -> dict:
+    """TTFT/ITL from SGLang's bench_serving client against a real.serve subprocess."""
+    import os
+    import subprocess
+    import tempfile
+
+    from real.torch_engine.tokenizer import corpus, ensure_tokenizer
+
+    root = Path(__file__).resolve().parents[1]
+    tmp = Path(tempfile.mkdtemp(prefix="engine-speed-"))
+    tok = ensure_tokenizer(vocab, tmp)
+    lines = corpus(400, seed=1)
+    data = [{"conversations": [{"from": "human", "value": " ".join(lines[i:i + 8])},
+                               {"from": "gpt", "value": lines[i + 8]}]} for i in range(0, 390, 9)]
+    (tmp / "sharegpt.json").write_text(json.dumps(data))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "real.serve", "--port", str(port),
+                               "--vocab-size", str(vocab), "--max-running-requests", "64",
+                               "--tokenizer-path", str(tok)], cwd=root,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        import urllib.request
+
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        out = tmp / "bench.jsonl"
+        subprocess.run(
+            [sys.executable, "-c", "from sglang.benchmark.serving import cli_main; cli_main()",
+             "--backend", "sglang", "--base-url", f"http://127.0.0.1:{port}",
+             "--dataset-name", "random", "--dataset-path", str(tmp / "sharegpt.json"),
+             "--random-input-len", "32", "--random-output-len", "64", "--random-range-ratio", "1",
+             "--num-prompts", str(prompts), "--tokenizer", str(tok), "--model", "bench",
+             "--output-file", str(out), "--seed", "1", "--disable-tqdm"],
+            cwd=tmp, check=True, capture_output=True, timeout=600,
+            env={**os.environ, "PYTHONPATH": str(root / "tests/real/third_party/sglang_bench"),
+                 "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+        res = json.loads(out.read_text().splitlines()[-1])
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    keys = ("mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_itl_ms", "median_itl_ms",
+            "p99_itl_ms", "output_throughput", "completed")
+    return {k: res[k] for k in keys}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -94,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads (default 1, as real.serve; 0 = torch's default)")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--bench-serving", action="store_true",
+                   help="also run SGLang's bench_serving client against real.serve (TTFT/ITL)")
+    p.add_argument("--bench-prompts", type=int, default=32)
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -110,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         "cpu": platform.processor() or platform.machine(),
         "decode_tokens_per_s": decode, **http,
     }
+    if args.bench_serving:
+        result["bench_serving"] = bench_serving(args.bench_prompts, args.vocab_size)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -117,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"decode batch {b:>3}: {v:10.0f} tok/s")
         print(f"HTTP overhead per request: {http['http_overhead_ms']:.2f} ms "
               f"(local {http['local_latency_ms']:.2f} ms, HTTP {http['http_latency_ms']:.2f} ms)")
+        if "bench_serving" in result:
+            print("bench_serving:", json.dumps(result["bench_serving"]))
     return 0
 
 

@@ -18,6 +18,7 @@ from aiohttp import web
 from .torch_engine import EngineConfig, ModelConfig, build_engine
 from .torch_engine.http_server import EngineHTTPServer, ServerConfig
 from .torch_engine.runner import EngineRunner
+from .torch_engine.tokenizer import MIN_VOCAB, ensure_tokenizer
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -47,12 +48,35 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="torch intra-op threads (default 1: a tiny model gains nothing from more, "
                         "and OpenMP spin-waits badly on a shared CPU); 0 leaves torch's default")
     e.add_argument("--weight-version", default="default")
+    e.add_argument("--init-new-token-ratio", type=float, default=0.7,
+                   help="SGLang's SGLANG_INIT_NEW_TOKEN_RATIO (admission reserve)")
+    e.add_argument("--clip-max-new-tokens", type=int, default=4096,
+                   help="SGLang's SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION")
+    e.add_argument("--iteration-log", default=None,
+                   help="append one JSON line per engine step (phase, batch, KV, duration) here")
     s = p.add_argument_group("server")
     s.add_argument("--incremental-streaming-output", action="store_true",
                    help="stream per-chunk deltas instead of cumulative output_ids (as SGLang)")
     s.add_argument("--model-path", default="aprilsim/tiny-random")
+    s.add_argument("--tokenizer-path", default="auto",
+                   help="directory with tokenizer.json; 'auto' builds the bundled byte-level BPE "
+                        "for --vocab-size (cached under $APRILSIM_TOKENIZER_CACHE or "
+                        "~/.cache/aprilsim); 'none' serves token ids only")
     s.add_argument("--log-level", default="warning")
     return p.parse_args(argv)
+
+
+def resolve_tokenizer(arg: str, vocab_size: int) -> str | None:
+    """The tokenizer directory to serve with (``auto``: the bundled BPE for this vocab size)."""
+    if arg == "none":
+        return None
+    if arg != "auto":
+        return arg
+    if vocab_size < MIN_VOCAB:
+        logging.warning("vocab size %d is too small for the bundled tokenizer: serving ids only",
+                        vocab_size)
+        return None
+    return str(ensure_tokenizer(vocab_size))
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -66,13 +90,19 @@ async def serve(args: argparse.Namespace) -> None:
     engine_cfg = EngineConfig(max_running_requests=args.max_running_requests,
                               kv_budget_tokens=args.kv_budget_tokens,
                               max_prefill_tokens=args.max_prefill_tokens, device=args.device,
-                              dtype=args.dtype, min_step_seconds=args.min_step_seconds)
+                              dtype=args.dtype, min_step_seconds=args.min_step_seconds,
+                              init_new_token_ratio=args.init_new_token_ratio,
+                              clip_max_new_tokens=args.clip_max_new_tokens)
     engine = build_engine(model_cfg, engine_cfg, seed=args.seed, checkpoint=args.checkpoint)
-    runner = EngineRunner(engine, weight_version=args.weight_version)
+    runner = EngineRunner(engine, weight_version=args.weight_version,
+                          iteration_log=args.iteration_log)
     server = EngineHTTPServer(runner, ServerConfig(
         host=args.host, port=args.port, model_path=args.model_path,
-        incremental_streaming_output=args.incremental_streaming_output))
-    app_runner = web.AppRunner(server.app, access_log=None)
+        incremental_streaming_output=args.incremental_streaming_output,
+        tokenizer_path=resolve_tokenizer(args.tokenizer_path, engine.vocab_size)))
+    # handler_cancellation: a client that disconnects cancels its handler, which aborts the
+    # request (SGLang does the same), streaming or not.
+    app_runner = web.AppRunner(server.app, access_log=None, handler_cancellation=True)
     await app_runner.setup()
     site = web.TCPSite(app_runner, args.host, args.port)
     await site.start()

@@ -1,8 +1,18 @@
 """Simulated inference engines: cost model, the fast event-jumping engine, the router."""
 
-from aprilsim.engine.cost import PRESETS, CostModel, EngineSpec
+from aprilsim.engine.cost import PRESETS, CostModel, DecodeCost, EngineSpec, TabulatedCost
 from aprilsim.engine.fast import FastEngine
 from aprilsim.engine.protocol import SimEngine
 from aprilsim.engine.request import Completion, Request
 
-__all__ = ["PRESETS", "Completion", "CostModel", "EngineSpec", "FastEngine", "Request", "SimEngine"]
+__all__ = [
+    "PRESETS",
+    "Completion",
+    "CostModel",
+    "DecodeCost",
+    "EngineSpec",
+    "FastEngine",
+    "Request",
+    "SimEngine",
+    "TabulatedCost",
+]

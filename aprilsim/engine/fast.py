@@ -1,7 +1,8 @@
 """The fast simulated engine: continuous batching that jumps from event to event.
 
 Between two events the batch B is fixed and the KV cache grows by B tokens per iteration, so n
-decode iterations take n*(a + b*B + c*K0) + c*B*n*(n-1)/2: closed form and invertible. Events are
+decode iterations take n*(f(B) + g(B)*K0) + g(B)*B*n*(n-1)/2 (`aprilsim.engine.cost`): closed form
+and invertible, for the three-coefficient and the tabulated cost model alike. Events are
 a prefill batch ending, the first running request finishing (a heap keyed by the iteration at which
 it ends), the KV cache filling up (retraction), and outside calls (submit, abort, pause). Each costs
 O(log n); there is no loop over tokens or iterations.
@@ -10,8 +11,9 @@ Rules (SGLang-like, shared with the reference engine through `admission`): at ea
 prefill batch runs first if the head of the queue can be admitted; else the running batch decodes,
 after retracting the requests with the fewest generated tokens if the next iteration would overflow
 the KV cache. After a retraction no request is admitted until one finishes (SGLang raises its
-new-token ratio for the same reason: to avoid re-admitting what it just evicted). The first token
-of a request comes from its first decode iteration, not from prefill.
+new-token ratio for the same reason: to avoid re-admitting what it just evicted). As in SGLang,
+the prefill forward pass emits a request's next token (a request with one token left finishes at
+the end of its prefill); a running request holds input_len + gen - 1 KV tokens (see `admission`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ class FastEngine:
     def __init__(self, spec: EngineSpec, name: int = 0) -> None:
         self.spec = spec
         self.cost = spec.cost
+        self.kv_capacity = spec.kv_capacity
+        self.max_running = spec.max_running
         self.name = name
         self.waiting: deque[Request] = deque()
         self.running: dict[int, Request] = {}
@@ -46,6 +50,8 @@ class FastEngine:
         self.phase = IDLE
         self.n = 0  # planned decode iterations
         self.batch: list[Request] = []  # the prefill batch in progress
+        self.batch_tokens = 0  # its input tokens
+        self.batch_time = 0.0  # and its duration
         self.t_event = INF
         # statistics
         self.busy_time = 0.0
@@ -112,19 +118,8 @@ class FastEngine:
     def advance(self) -> list[Completion]:
         """Carry out the event due at `t_event`; return the requests that finished there."""
         done: list[Completion] = []
-        if self.phase == PREFILL:
-            tokens = self._batch_tokens()
-            self.prefill_tokens += tokens
-            dur = self.cost.prefill_time(tokens)
-            self.t += dur
-            self.busy_time += dur
-            running, finish, it, push = self.running, self._finish, self.it, heapq.heappush
-            for r in self.batch:  # join the running batch: gen == base + it from now on
-                r.base = base = r.gen - it
-                running[r.rid] = r
-                push(finish, (r.target_new - base, r.rid))
-            self.batch = []
-        elif self.phase == DECODE:  # _apply_decode(self.n), with the span already known
+        phase = self.phase
+        if phase == DECODE:  # _apply_decode(self.n), with the span already known (the common case)
             m, b = self.n, len(self.running)
             self.busy_time += self.t_event - self.t
             self.t = self.t_event
@@ -137,6 +132,27 @@ class FastEngine:
             if self.kv > self.kv_peak:
                 self.kv_peak = self.kv
             done = self._pop_finished()
+        elif phase == PREFILL:
+            self.prefill_tokens += self.batch_tokens
+            self.busy_time += self.batch_time
+            self.t = t = self.t + self.batch_time
+            running, finish, it, push = self.running, self._finish, self.it, heapq.heappush
+            n = len(self.batch)
+            self.tokens += n  # the prefill emits each request's next token
+            self.reserve -= n
+            for r in self.batch:
+                gen = r.gen = r.gen + 1
+                if gen == r.target_new:  # done at its prefill: its last token has no KV entry
+                    self.kv -= r.input_len + gen - 1
+                    self.reserve -= r.max_new - gen
+                    self.hold = False
+                    done.append(Completion(r.rid, gen, "length" if gen == r.max_new else "stop", t))
+                    continue
+                r.base = base = gen - it  # running: gen == base + it from now on
+                running[r.rid] = r
+                push(finish, (r.target_new - base, r.rid))
+            self.batch = []
+            self.batch_tokens = 0
         self.phase = IDLE
         self._plan()
         return done
@@ -158,6 +174,7 @@ class FastEngine:
             out.append(Completion(r.rid, r.gen, "abort", now))
         self.running.clear()
         self.batch = []
+        self.batch_tokens = 0
         self.waiting.clear()
         self._finish.clear()
         self.kv = self.reserve = 0
@@ -182,9 +199,6 @@ class FastEngine:
         return out
 
     # ---------------------------------------------------------------- internals
-    def _batch_tokens(self) -> int:
-        return sum(r.input_len + r.gen for r in self.batch)
-
     def _apply_decode(self, m: int) -> None:
         if m <= 0:
             return
@@ -201,20 +215,24 @@ class FastEngine:
             self.kv_peak = self.kv
 
     def _pop_finished(self) -> list[Completion]:
+        """Remove the requests whose finish iteration has come (the heap holds exactly the
+        running requests: no stale entries to skip)."""
+        heap, it = self._finish, self.it
+        if not heap or heap[0][0] > it:
+            return []
         done = []
-        heap, it, running, t = self._finish, self.it, self.running, self.t
-        pop = heapq.heappop
+        running, t, pop = self.running, self.t, heapq.heappop
+        freed = 0
         while heap and heap[0][0] <= it:
-            fi, rid = pop(heap)
-            r = running.get(rid)
-            if r is None or r.target_new - r.base != fi:
-                continue  # stale entry (retracted, re-admitted)
-            del running[rid]
+            rid = pop(heap)[1]
+            r = running.pop(rid)
             gen = r.gen = r.target_new
-            self.kv -= r.input_len + gen
-            self.reserve -= r.max_new - gen
-            self.hold = False
-            done.append(Completion(rid, gen, "length" if gen == r.max_new else "stop", t))
+            max_new = r.max_new
+            freed += r.input_len + gen - 1
+            self.reserve -= max_new - gen
+            done.append(Completion(rid, gen, "length" if gen == max_new else "stop", t))
+        self.kv -= freed
+        self.hold = False
         return done
 
     def _retract_until_fits(self) -> None:
@@ -225,12 +243,14 @@ class FastEngine:
             r = min(running.values(), key=lambda x: (x.base, -x.rid))
             del running[r.rid]
             r.gen = r.base + self.it
-            self.kv -= r.input_len + r.gen
+            self.kv -= r.input_len + r.gen - 1
             self.reserve -= r.max_new - r.gen
             r.retractions += 1
             self.retractions += 1
             self.waiting.appendleft(r)
             self.hold = True
+        self._finish = [e for e in self._finish if e[1] in running]
+        heapq.heapify(self._finish)
 
     def _plan(self) -> None:
         """At a boundary: admit a prefill batch, else decode until the next event, else idle."""
@@ -238,25 +258,29 @@ class FastEngine:
         if (
             self.waiting
             and not self.hold
+            and len(running) < self.max_running  # can_admit_head's first test, inlined: hot path
             and can_admit_head(self.spec, self.waiting, len(running), self.kv, self.reserve)
         ):
-            self.batch = select_prefill_batch(
+            self.batch, tokens, sq, added = select_prefill_batch(
                 self.spec, self.waiting, len(running), self.kv, self.reserve
             )
-            tokens = self._batch_tokens()
-            self.kv += tokens
-            self.reserve += sum(r.max_new - r.gen for r in self.batch)
-            if self.kv > self.kv_peak:
-                self.kv_peak = self.kv
+            self.batch_tokens = tokens
+            kv = self.kv = self.kv + tokens
+            self.reserve += added
+            if kv > self.kv_peak:
+                self.kv_peak = kv
             self.phase = PREFILL
-            self.t_event = self.t + self.cost.prefill_time(tokens)
+            self.batch_time = dur = self.cost.prefill_time(tokens, sq)
+            self.t_event = self.t + dur
             return
         if running:
-            if self.kv + len(running) > self.spec.kv_capacity:
-                self._retract_until_fits()
+            cap = self.kv_capacity
             b = len(running)
-            n_fin = self._next_finish_iter() - self.it
-            n_kv = (self.spec.kv_capacity - self.kv) // b
+            if self.kv + b > cap:
+                self._retract_until_fits()
+                b = len(running)
+            n_fin = self._finish[0][0] - self.it
+            n_kv = (cap - self.kv) // b
             n = n_fin if n_fin < n_kv else n_kv
             self.n = n if n > 1 else 1
             self.phase = DECODE
@@ -264,42 +288,19 @@ class FastEngine:
             return
         self.phase, self.n, self.t_event = IDLE, 0, INF
 
-    def _next_finish_iter(self) -> int:
-        heap, running = self._finish, self.running
-        while True:
-            fi, rid = heap[0]
-            r = running.get(rid)
-            if r is not None and r.target_new - r.base == fi:
-                return fi
-            heapq.heappop(heap)
-
     def _unplan(self) -> None:
         """Undo a plan that has not progressed (it starts at the current boundary)."""
         if self.phase == PREFILL:
-            self.kv -= self._batch_tokens()
+            self.kv -= self.batch_tokens
             self.reserve -= sum(r.max_new - r.gen for r in self.batch)
             self.waiting.extendleft(reversed(self.batch))
             self.batch = []
+            self.batch_tokens = 0
         self.phase, self.n, self.t_event = IDLE, 0, INF
 
     def _iterations_within(self, dt: float) -> int:
-        """Largest m <= n whose m iterations end no later than dt after the boundary."""
-        b, k0 = len(self.running), self.kv
-        span = self.cost.decode_span
-        if dt <= 0:
-            return 0
-        a2 = self.cost.c * b / 2
-        lin = self.cost.a + self.cost.b * b + self.cost.c * k0 - a2
-        if a2 > 0:
-            m = int((-lin + math.sqrt(lin * lin + 4 * a2 * dt)) / (2 * a2))
-        else:
-            m = int(dt / lin)
-        m = min(max(m, 0), self.n)
-        while m < self.n and span(m + 1, b, k0) <= dt:
-            m += 1
-        while m > 0 and span(m, b, k0) > dt:
-            m -= 1
-        return m
+        """Decode iterations of the current plan that end no later than dt after the boundary."""
+        return self.cost.iterations_within(dt, len(self.running), self.kv, self.n)
 
     def _cut_decode_for_admission(self, now: float) -> None:
         """A newcomer is admitted at the first boundary >= now if the queue head fits there."""

@@ -1,7 +1,9 @@
 """The per-iteration reference engine: the obviously-correct oracle for `FastEngine`.
 
 It applies the same admission and retraction rules but advances one decode iteration per event,
-summing iteration times one by one. It is slow on purpose; tests and benchmarks check that the fast
+summing iteration times one by one, and recounts the KV cache from the requests at every use. A
+prefill emits each request's next token (SGLang); a running request holds input_len + gen - 1 KV
+tokens, a request being prefilled input_len + gen. It is slow on purpose; tests and benchmarks check that the fast
 engine reproduces its completion times and token counts.
 """
 
@@ -10,7 +12,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from aprilsim.engine.admission import can_admit_head, select_prefill_batch
+from aprilsim.engine.admission import can_admit_head, prefill_sizes, select_prefill_batch
 from aprilsim.engine.cost import EngineSpec
 from aprilsim.engine.request import Completion, Request, check_requests
 
@@ -41,7 +43,7 @@ class ReferenceEngine:
 
     @property
     def kv(self) -> int:
-        return sum(r.input_len + r.gen for r in self.running) + sum(
+        return sum(r.input_len + r.gen - 1 for r in self.running) + sum(
             r.input_len + r.gen for r in self.batch
         )
 
@@ -104,7 +106,15 @@ class ReferenceEngine:
             self.busy_time += dur
             self.prefill_tokens += sum(r.input_len + r.gen for r in self.batch)
             self.t = self.t_event
-            self.running.extend(self.batch)
+            for r in self.batch:
+                r.gen += 1
+                self.tokens += 1
+                if r.gen == r.target_new:
+                    reason = "length" if r.gen == r.max_new else "stop"
+                    done.append(Completion(r.rid, r.gen, reason, self.t))
+                    self.hold = False
+                else:
+                    self.running.append(r)
             self.batch = []
         elif self.phase == DECODE:
             self.busy_time += self.t_event - self.t
@@ -159,11 +169,11 @@ class ReferenceEngine:
     def _plan(self) -> None:
         kv, reserve = self.kv, self.reserve
         if not self.hold and can_admit_head(self.spec, self.waiting, len(self.running), kv, reserve):
-            self.batch = select_prefill_batch(self.spec, self.waiting, len(self.running), kv, reserve)
-            tokens = sum(r.input_len + r.gen for r in self.batch)
+            self.batch = select_prefill_batch(self.spec, self.waiting, len(self.running), kv, reserve)[0]
+            tokens, sq = prefill_sizes(self.batch)  # recounted: the oracle trusts no shortcut
             self.kv_peak = max(self.kv_peak, kv + tokens)
             self.phase = PREFILL
-            self.t_event = self.t + self.cost.prefill_time(tokens)
+            self.t_event = self.t + self.cost.prefill_time(tokens, sq)
             return
         if self.running:
             while self.kv + len(self.running) > self.spec.kv_capacity:

@@ -21,17 +21,7 @@ __all__ = [
     "SchedulerError",
     "SyncScheduler",
     "TailBatchingScheduler",
-    "check_scheduler",
     "make_scheduler",
     "register",
 ]
 
-
-def check_scheduler(scheduler, settings=None, **kwargs):  # noqa: ANN001, ANN201
-    """Put a scheduler through the shared conformance checks (see `aprilsim.conformance`).
-
-    Imported on call: the checks run the simulator, which sits above this package.
-    """
-    from aprilsim.conformance import check_scheduler as _check
-
-    return _check(scheduler, settings, **kwargs)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from aprilsim.cli import fail
+from aprilsim.cli_errors import fail
 
 
 @click.group(short_help="Figures from simulation outputs (needs matplotlib).")

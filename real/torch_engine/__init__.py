@@ -1,8 +1,12 @@
 """The bundled engine: a small torch transformer with continuous batching and a real KV cache.
 
 - :mod:`.model`: the decoder and its slot-based KV pool;
-- :mod:`.engine`: :class:`BatchEngine`, synchronous continuous batching (admission, prefill,
-  decode, stop/length/abort);
+- :mod:`.engine`: :class:`BatchEngine`, synchronous continuous batching (SGLang's admission
+  reserve and retraction, prefill, decode, stop/length/abort, log-probs, iteration records);
+- :mod:`.sampling`: SGLang's sampling-parameter validation and the sampler;
+- :mod:`.tokenizer`: the bundled byte-level BPE, generated deterministically;
+- :mod:`.generate_api`: ``/generate`` request parsing and response rendering;
+- :mod:`.openai_api`: the minimal OpenAI-compatible endpoints;
 - :mod:`.runner`: :class:`EngineRunner`, the asyncio step loop;
 - :mod:`.local`: :class:`LocalEngine`, the runner behind the :class:`real.protocol.Engine`
   protocol, in-process (no HTTP);

@@ -1,19 +1,25 @@
-"""An aiohttp server for the bundled engine that speaks SGLang's native HTTP API (a subset).
+"""An aiohttp server for the bundled engine that speaks SGLang's HTTP API (the subset in docs/real.md).
 
-The point is that :class:`real.sglang_http.SGLangClient` and the real sglang-router can be run
-end to end in CI against a live engine, without a GPU. Endpoints and shapes follow SGLang 0.5.23
-(``sglang/srt/entrypoints/http_server.py``):
+The point is that SGLang clients (:class:`real.sglang_http.SGLangClient`, the real
+sglang-router, ``sglang.bench_serving``, RL frameworks' rollout code, OpenAI clients) can run
+end to end in CI against a live engine, without a GPU. Shapes follow SGLang 0.5.23
+(``sglang/srt/entrypoints/http_server.py``, ``managers/io_struct.py``):
 
-- ``POST /generate``: ``input_ids`` (one prompt), ``sampling_params``, ``rid``, ``stream``.
-  Streaming sends ``data: {json}\\n\\n`` per step and ``data: [DONE]``; ``output_ids`` are
-  cumulative, or per-chunk deltas when started with ``incremental_streaming_output``.
-  Validation errors are HTTP 400 with an error body; unknown sampling params are rejected.
-- ``POST /abort_request``: ``{"rid": prefix, "abort_all": bool}``. A running request ends with
-  its partial output and finish reason ``{"type": "abort"}``; a queued one with message
-  "Abort in waiting queue" and no ``prompt_tokens`` in its meta_info, as SGLang does.
-- ``GET /health``, ``/health_generate``, ``/server_info`` (+ ``/get_server_info``),
-  ``/model_info`` (+ ``/get_model_info``), ``/v1/loads``; ``POST /update_weight_version``,
-  ``/flush_cache``.
+- ``POST /generate``: see :mod:`.generate_api`. Streaming sends ``data: {json}\\n\\n`` per step
+  and ``data: [DONE]``; ``output_ids``/``text``/log-probs are cumulative, or per-chunk deltas
+  when started with ``incremental_streaming_output``. Invalid or unsupported fields get a 400
+  naming them. A client that disconnects (streaming or not) has its request aborted.
+- ``POST /abort_request``: ``{"rid": prefix, "abort_all": bool}``.
+- RL control: ``/pause_generation`` (modes abort / retract / in_place), ``/continue_generation``,
+  ``/update_weights_from_disk`` (a checkpoint directory of the bundled model),
+  ``/update_weight_version``, ``/get_weight_version``, ``/release_memory_occupation``,
+  ``/resume_memory_occupation``, ``/flush_cache``.
+- Info: ``/health``, ``/health_generate``, ``/server_info`` (+ ``/get_server_info``),
+  ``/model_info`` (+ ``/get_model_info``), ``/v1/loads``, ``/v1/models``, ``/iteration_log``.
+- OpenAI: ``/v1/completions``, ``/v1/chat/completions`` (:mod:`.openai_api`).
+
+No handler can take the server down: a middleware turns any unexpected exception into a 500 with
+a message (and logs its traceback).
 """
 
 from __future__ import annotations
@@ -21,25 +27,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
+import os
 import time
-import uuid
+import traceback
 from dataclasses import asdict, dataclass
 
 from aiohttp import web
 
-from .engine import EngineRequest, Finished
+from .engine import Finished
+from .generate_api import GenerateOptions, ResponseBuilder, parse_generate
 from .runner import EngineRunner, RequestHandle, TokenEvent
+from .sampling import ParamError
+from .tokenizer import TextCodec
 
-SERVER_VERSION = "aprilsim-torch-0.1"
-
-# sglang.api.v1.SamplingParams fields: anything else is rejected (as SGLang does, with 400).
-KNOWN_SAMPLING_KEYS = frozenset({
-    "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k",
-    "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n",
-    "json_schema", "regex", "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens",
-    "spaces_between_special_tokens", "no_stop_trim", "stream_interval", "logit_bias",
-    "sampling_seed", "custom_params", "beam_width", "watermark", "choice",
-})
+log = logging.getLogger(__name__)
+SERVER_VERSION = "aprilsim-torch-0.2"
 
 
 @dataclass(frozen=True)
@@ -48,11 +51,12 @@ class ServerConfig:
     port: int = 30000
     incremental_streaming_output: bool = False
     model_path: str = "aprilsim/tiny-random"
+    tokenizer_path: str | None = None  # a directory with tokenizer.json; None = no tokenizer
 
 
-def error_response(status: int, message: str) -> web.Response:
+def error_response(status: int, message: str, param: str | None = None) -> web.Response:
     """SGLang's legacy ErrorResponse shape (``object/message/type/param/code``)."""
-    body = {"object": "error", "message": message, "type": _phrase(status), "param": None,
+    body = {"object": "error", "message": message, "type": _phrase(status), "param": param,
             "code": status}
     return web.json_response(body, status=status)
 
@@ -66,62 +70,52 @@ def _phrase(status: int) -> str:
         return str(status)
 
 
-def _parse_generate(body: object) -> EngineRequest:
-    """Build an EngineRequest from a /generate body; ValueError on anything unsupported."""
-    if not isinstance(body, dict):
-        raise ValueError("request body must be a JSON object")
-    ids = body.get("input_ids")
-    if ids is None:
-        raise ValueError("input_ids is required (this engine has no tokenizer)")
-    if not isinstance(ids, list) or not ids or not all(
-        isinstance(t, int) and not isinstance(t, bool) for t in ids
-    ):
-        raise ValueError("input_ids must be a non-empty list of integers (batches unsupported)")
-    sp = body.get("sampling_params") or {}
-    if not isinstance(sp, dict):
-        raise ValueError("sampling_params must be an object (batches unsupported)")
-    unknown = sorted(set(sp) - KNOWN_SAMPLING_KEYS)
-    if unknown:
-        raise ValueError(f"unknown field `{unknown[0]}` in sampling_params")
-    rid = body.get("rid")
-    if rid is not None and not isinstance(rid, str):
-        raise ValueError("rid must be a string (batches unsupported)")
+@web.middleware
+async def _never_crash(request: web.Request, handler) -> web.StreamResponse:
+    """Any unexpected exception becomes a 500 with a message, logged with its traceback."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status >= 400 and exc.content_type != "application/json":
+            return error_response(exc.status, exc.reason or exc.text or _phrase(exc.status))
+        raise
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception as exc:
+        log.error("unhandled error in %s %s:\n%s", request.method, request.path,
+                  traceback.format_exc())
+        return error_response(500, f"Internal server error: {type(exc).__name__}: {exc}")
 
-    def num(key: str, default, kind):
-        v = sp.get(key)
-        if v is None:
-            return default
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise ValueError(f"sampling_params.{key} must be a number")
-        if kind is int and not isinstance(v, int):
-            raise ValueError(f"sampling_params.{key} must be an integer")
-        return kind(v)
 
-    stop_ids = sp.get("stop_token_ids") or []
-    if not isinstance(stop_ids, list) or not all(isinstance(t, int) for t in stop_ids):
-        raise ValueError("sampling_params.stop_token_ids must be a list of integers")
-    return EngineRequest(
-        rid=rid or uuid.uuid4().hex,
-        prompt_ids=list(ids),
-        max_new_tokens=num("max_new_tokens", 128, int),
-        ignore_eos=bool(sp.get("ignore_eos") or False),
-        stop_token_ids=tuple(stop_ids),
-        temperature=num("temperature", 1.0, float),
-        top_p=num("top_p", 1.0, float),
-        top_k=num("top_k", -1, int),
-        seed=sp.get("sampling_seed"),
-    )
+async def read_json(request: web.Request, required: bool = True) -> object:
+    """The request's JSON body; ParamError (400) when it is not JSON."""
+    raw = await request.read()
+    if not raw.strip():
+        if required:
+            raise ParamError("body", "request body must be JSON")
+        return {}
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ParamError("body", f"request body is not valid JSON: {exc}") from None
 
 
 class EngineHTTPServer:
-    """Routes SGLang-native endpoints onto an :class:`EngineRunner`."""
+    """Routes SGLang endpoints onto an :class:`EngineRunner`."""
 
     def __init__(self, runner: EngineRunner, cfg: ServerConfig) -> None:
         self.runner = runner
         self.cfg = cfg
+        self.codec = TextCodec(cfg.tokenizer_path) if cfg.tokenizer_path else None
+        if self.codec is not None:
+            if self.codec.vocab_size != runner.engine.vocab_size:
+                raise ValueError(f"tokenizer has {self.codec.vocab_size} tokens, model "
+                                 f"{runner.engine.vocab_size}")
+            runner.engine.decode_text = self.codec.decode
         self.started = time.time()
         self.total_requests = 0
-        self.app = web.Application(client_max_size=64 * 1024 * 1024)
+        self._updating = asyncio.Event()  # set while a weight update waits for the engine
+        self.app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[_never_crash])
         self.app.on_startup.append(self._on_startup)
         self.app.on_cleanup.append(self._on_cleanup)
         r = self.app.router
@@ -135,8 +129,19 @@ class EngineHTTPServer:
         for path in ("/model_info", "/get_model_info"):
             r.add_get(path, self.model_info)
         r.add_get("/v1/loads", self.loads)
+        r.add_get("/iteration_log", self.iteration_log)
         r.add_post("/update_weight_version", self.update_weight_version)
+        r.add_get("/get_weight_version", self.get_weight_version)
+        r.add_post("/update_weights_from_disk", self.update_weights_from_disk)
+        r.add_post("/pause_generation", self.pause_generation)
+        r.add_post("/continue_generation", self.continue_generation)
+        for path in ("/release_memory_occupation", "/resume_memory_occupation"):
+            r.add_route("GET", path, self.memory_occupation)
+            r.add_route("POST", path, self.memory_occupation)
         r.add_route("*", "/flush_cache", self.flush_cache)
+        from .openai_api import OpenAIRoutes
+
+        OpenAIRoutes(self).register(r)
 
     async def _on_startup(self, app: web.Application) -> None:
         self.runner.start()
@@ -145,98 +150,117 @@ class EngineHTTPServer:
         await self.runner.close()
 
     # ---- /generate -------------------------------------------------------------------------
-    def _meta(self, h: RequestHandle, f: Finished | None, n_out: int) -> dict:
-        meta: dict = {"id": h.request.rid, "finish_reason": None if f is None else f.reason}
-        if f is None or not f.queued:
-            meta["prompt_tokens"] = len(h.request.prompt_ids)
-        meta["completion_tokens"] = n_out
-        meta["cached_tokens"] = 0
-        meta["weight_version"] = self.runner.weight_version
-        if f is not None:
-            meta["e2e_latency"] = time.monotonic() - h.submitted
-        return meta
+    async def submit(self, body: object) -> tuple[RequestHandle, GenerateOptions]:
+        """Parse and queue one /generate body (also used by the OpenAI routes)."""
+        req, opts = parse_generate(body, self.runner.engine.vocab_size, self.codec)
+        while self._updating.is_set():  # a weight update holds new requests back (SGLang's lock)
+            await asyncio.sleep(0.005)
+        handle = self.runner.submit(req)
+        self.total_requests += 1
+        return handle, opts
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         try:
-            body = await request.json()
-            req = _parse_generate(body)
-            handle = self.runner.submit(req)
-            self.total_requests += 1
-        except (ValueError, json.JSONDecodeError) as exc:
+            body = await read_json(request)
+            handle, opts = await self.submit(body)
+        except ParamError as exc:
+            return error_response(400, str(exc), exc.param)
+        except ValueError as exc:
             return error_response(400, str(exc))
         except RuntimeError as exc:
             return error_response(503, str(exc))
-        if not body.get("stream"):
-            return await self._generate_once(handle)
-        return await self._generate_stream(request, handle)
+        builder = ResponseBuilder(handle.request, opts, self.codec,
+                                  self.cfg.incremental_streaming_output)
+        if not opts.stream:
+            return await self._generate_once(handle, builder)
+        return await self._generate_stream(request, handle, builder)
 
-    async def _next_batch(self, handle: RequestHandle) -> tuple[list[int], Finished | None]:
-        """Wait for at least one event, then drain what is queued (one chunk per engine step)."""
+    async def next_events(self, handle: RequestHandle, at_least: int = 1
+                          ) -> tuple[list[int], Finished | None]:
+        """Wait for ``at_least`` tokens (or the end), then drain what is queued."""
         new: list[int] = []
-        ev = await handle.events.get()
         while True:
-            if isinstance(ev, Finished):
-                return new, ev
-            assert isinstance(ev, TokenEvent)
-            new.append(ev.token)
-            try:
-                ev = handle.events.get_nowait()
-            except asyncio.QueueEmpty:
+            ev = await handle.events.get()
+            while True:
+                if isinstance(ev, Finished):
+                    return new, ev
+                assert isinstance(ev, TokenEvent)
+                new.append(ev.token)
+                try:
+                    ev = handle.events.get_nowait()
+                except asyncio.QueueEmpty:
+                    break
+            if len(new) >= at_least:
                 return new, None
 
-    async def _generate_once(self, handle: RequestHandle) -> web.Response:
-        while True:
-            _, fin = await self._next_batch(handle)
-            if fin is not None:
-                ids = fin.output_ids
-                return web.json_response(
-                    {"text": "", "output_ids": ids, "meta_info": self._meta(handle, fin, len(ids))}
-                )
+    async def _abort_on_disconnect(self, handle: RequestHandle) -> None:
+        if handle.finished is None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.runner.abort(handle.request.rid))
 
-    async def _generate_stream(self, request: web.Request, handle: RequestHandle) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache"})
-        await resp.prepare(request)
-        incremental = self.cfg.incremental_streaming_output
-        out: list[int] = []
+    async def wait_finished(self, handle: RequestHandle) -> Finished:
+        """The end of a request; aborts it if the caller (the client's handler) is cancelled."""
         try:
             while True:
-                new, fin = await self._next_batch(handle)
-                out += new
+                _, fin = await self.next_events(handle)
                 if fin is not None:
-                    ids = fin.output_ids
-                    if incremental:
-                        # SGLang: a queued abort repeats the last token (or none); normal ends send
-                        # the last delta. completion_tokens is the authority.
-                        chunk_ids = new if not fin.queued else ids[-1:]
-                    else:
-                        chunk_ids = ids
-                    chunk = {"text": "", "output_ids": chunk_ids,
-                             "meta_info": self._meta(handle, fin, len(ids))}
-                    await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-                    break
-                chunk = {"text": "", "output_ids": new if incremental else list(out),
-                         "meta_info": self._meta(handle, None, len(out))}
+                    return fin
+        except (asyncio.CancelledError, ConnectionResetError):
+            await self._abort_on_disconnect(handle)  # SGLang aborts a disconnected request
+            raise
+
+    def _elapsed(self, handle: RequestHandle) -> float:
+        return time.monotonic() - handle.submitted
+
+    async def _generate_once(self, handle: RequestHandle,
+                             builder: ResponseBuilder) -> web.Response:
+        fin = await self.wait_finished(handle)
+        code = fin.reason.get("status_code")
+        if fin.reason.get("type") == "abort" and isinstance(code, int) and 400 <= code < 600:
+            return error_response(code, str(fin.reason.get("message", "")))
+        return web.json_response(builder.render(fin.output_ids, fin, self.runner.weight_version,
+                                                self._elapsed(handle)))
+
+    async def _generate_stream(self, request: web.Request, handle: RequestHandle,
+                               builder: ResponseBuilder) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache"})
+        spec = handle.request.spec
+        interval = (spec.stream_interval if spec is not None else None) or 1
+        out: list[int] = []
+        try:
+            await resp.prepare(request)
+            while True:
+                new, fin = await self.next_events(handle, interval)
+                out += new
+                ids = fin.output_ids if fin is not None else list(out)
+                chunk = builder.render(ids, fin, self.runner.weight_version,
+                                       None if fin is None else self._elapsed(handle))
                 await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                if fin is not None:
+                    break
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
         except (ConnectionResetError, asyncio.CancelledError):
-            # The client went away: abort its request as SGLang does, then stop.
-            if handle.finished is None:
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(self.runner.abort(handle.request.rid))
+            await self._abort_on_disconnect(handle)  # the client went away: abort, then stop
             raise
         return resp
 
-    # ---- control -------------------------------------------------------------------------
+    # ---- control ---------------------------------------------------------------------------
+    async def _body(self, request: web.Request) -> dict:
+        body = await read_json(request, required=False)
+        if not isinstance(body, dict):
+            raise ParamError("body", "request body must be a JSON object")
+        return body
+
     async def abort_request(self, request: web.Request) -> web.Response:
         try:
-            body = await request.json()
-        except json.JSONDecodeError:
-            return error_response(400, "body must be JSON")
-        if not isinstance(body, dict):
-            return error_response(400, "body must be a JSON object")
+            body = await self._body(request)
+        except ParamError as exc:
+            return error_response(400, str(exc), exc.param)
         rid = body.get("rid") or ""
+        if not isinstance(rid, str):
+            return error_response(400, "rid: expected a string", "rid")
         abort_all = bool(body.get("abort_all", False))
         if not rid and not abort_all:
             return web.Response(status=200)  # SGLang: empty prefix without abort_all is a no-op
@@ -251,22 +275,47 @@ class EngineHTTPServer:
         return {
             "model_path": self.cfg.model_path,
             "served_model_name": self.cfg.model_path,
-            "tokenizer_path": "",
+            "tokenizer_path": self.cfg.tokenizer_path or "",
+            "skip_tokenizer_init": self.codec is None,
+            "context_length": e.max_context,
             "max_context_length": e.max_context,
             "max_total_num_tokens": e.kv_budget,
             "max_running_requests": e.cfg.max_running_requests,
             "max_prefill_tokens": e.cfg.max_prefill_tokens,
+            "max_req_input_len": e.max_req_input_len,
+            "chunked_prefill_size": -1,
+            "page_size": 1,
+            "schedule_policy": "fcfs",
+            "schedule_conservativeness": 1.0,
+            "disable_radix_cache": True,
+            "enable_memory_saver": True,
+            "weight_version": self.runner.weight_version,
+            "load_format": "aprilsim",
+            "dtype": e.cfg.dtype,
+            "tp_size": 1,
+            "dp_size": 1,
             "version": SERVER_VERSION,
-            "internal_states": [{"max_running_requests": e.cfg.max_running_requests,
-                                 "total_requests": self.total_requests,
-                                 "max_total_num_tokens": e.kv_budget,
-                                 "last_gen_throughput": self.runner.gen_throughput()}],
+            "internal_states": [{
+                "max_running_requests": e.cfg.max_running_requests,
+                "total_requests": self.total_requests,
+                "max_total_num_tokens": e.kv_budget,
+                "last_gen_throughput": self.runner.gen_throughput(),
+                "new_token_ratio": e.new_token_ratio,
+                "num_running_reqs": self.runner.num_running,
+                "num_waiting_reqs": self.runner.num_waiting,
+                "num_in_flight": self.runner.num_in_flight,
+                "kv_used_tokens": e.used_tokens,
+                "free_slots": len(e.pool.free),
+                "retracted_total": e.retracted_total,
+                "step_errors": self.runner.step_errors,
+                "paused": self.runner.paused,
+                "memory_released": sorted(self.runner.released),
+            }],
             "host": self.cfg.host,
             "port": self.cfg.port,
             "incremental_streaming_output": self.cfg.incremental_streaming_output,
             "disaggregation_mode": "null",
             "device": str(e.device),
-            "skip_tokenizer_init": True,
             "model_config": asdict(e.model.cfg),
             "startup_time": self.started,
         }
@@ -278,7 +327,7 @@ class EngineHTTPServer:
         return web.json_response({
             "model_path": self.cfg.model_path,
             "served_model_name": self.cfg.model_path,
-            "tokenizer_path": "",
+            "tokenizer_path": self.cfg.tokenizer_path or "",
             "is_generation": True,
             "preferred_sampling_params": None,
             "weight_version": self.runner.weight_version,
@@ -298,7 +347,7 @@ class EngineHTTPServer:
             "num_running_reqs": self.runner.num_running,
             "num_waiting_reqs": self.runner.num_waiting,
             "num_used_tokens": used,
-            "num_total_tokens": used + sum(len(r.prompt_ids) for r in e.waiting),
+            "num_total_tokens": used + sum(r.length for r in e.waiting),
             "max_total_num_tokens": e.kv_budget,
             "max_running_requests": e.cfg.max_running_requests,
             "token_usage": used / e.kv_budget if e.kv_budget else 0.0,
@@ -313,17 +362,120 @@ class EngineHTTPServer:
             "loads": [load],
         })
 
+    async def iteration_log(self, request: web.Request) -> web.Response:
+        """Per-step records (phase, batch size, KV tokens, duration) after ``?since=seq``."""
+        try:
+            since = int(request.query.get("since", "0"))
+        except ValueError:
+            return error_response(400, "since: expected an integer", "since")
+        recs = [r.to_dict() for r in list(self.runner.engine.iterations) if r.seq > since]
+        last = recs[-1]["seq"] if recs else since
+        return web.json_response({"records": recs, "last_seq": last})
+
     async def update_weight_version(self, request: web.Request) -> web.Response:
         try:
-            body = await request.json()
-            new = body["new_version"]
-        except (json.JSONDecodeError, KeyError, TypeError):
-            return error_response(400, "new_version is required")
+            body = await self._body(request)
+        except ParamError as exc:
+            return error_response(400, str(exc), exc.param)
+        new = body.get("new_version")
+        if not isinstance(new, str) or not new:
+            return error_response(400, "new_version is required (a string)", "new_version")
         if body.get("abort_all_requests"):
             await self.runner.abort(abort_all=True)
-        self.runner.weight_version = str(new)
-        return web.json_response({"success": True, "new_version": str(new),
+        self.runner.weight_version = new
+        return web.json_response({"success": True, "new_version": new,
                                   "message": f"Weight version updated to {new}"})
+
+    async def get_weight_version(self, request: web.Request) -> web.Response:
+        return web.json_response({"weight_version": self.runner.weight_version})
+
+    async def update_weights_from_disk(self, request: web.Request) -> web.Response:
+        """Load a checkpoint directory (``TinyDecoder.save``) into the served model.
+
+        As SGLang: unless generation is paused, new requests wait and the running ones finish
+        first (or are aborted with ``abort_all_requests``); ``weight_version`` is set when given.
+        """
+        try:
+            body = await self._body(request)
+        except ParamError as exc:
+            return error_response(400, str(exc), exc.param)
+        path = body.get("model_path")
+        version = body.get("weight_version")
+        bad = next((k for k in body if k not in _UPDATE_FROM_DISK_KEYS), None)
+        if bad is not None:
+            return error_response(400, f"unknown field `{bad}`", bad)
+        if not isinstance(path, str) or not path:
+            return error_response(400, "model_path is required (a checkpoint directory)",
+                                  "model_path")
+        if version is not None and not isinstance(version, str):
+            return error_response(400, "weight_version: expected a string", "weight_version")
+        if body.get("load_format") not in (None, "auto", "aprilsim"):
+            return error_response(400, f"load_format {body['load_format']!r} is not supported",
+                                  "load_format")
+        if not os.path.isdir(path):
+            return web.json_response({"success": False, "num_paused_requests": 0,
+                                      "message": f"Failed to update weights: no checkpoint "
+                                                 f"directory at {path}"}, status=400)
+        if body.get("abort_all_requests"):
+            await self.runner.abort(abort_all=True)
+        self._updating.set()
+        try:
+            if not self.runner.paused:
+                await self.runner.wait_idle()
+            await self.runner.load_weights(path)
+        except Exception as exc:  # a bad checkpoint: the old weights stay, the server serves
+            log.warning("update_weights_from_disk failed: %s", exc)
+            return web.json_response({"success": False, "num_paused_requests": 0,
+                                      "message": f"Failed to update weights: {exc}"}, status=400)
+        finally:
+            self._updating.clear()
+        msg = "Succeeded to update model weights."
+        if version is not None:
+            self.runner.weight_version = version
+            msg += f" Weight version updated to {version}."
+        return web.json_response({"success": True, "message": msg, "num_paused_requests": 0})
+
+    async def pause_generation(self, request: web.Request) -> web.Response:
+        try:
+            body = await self._body(request)
+            mode = body.get("mode", "abort")
+            await self.runner.pause(mode)
+        except ParamError as exc:
+            return error_response(400, str(exc), exc.param)
+        except ValueError as exc:
+            return error_response(400, str(exc), "mode")
+        return web.json_response({"message": "Generation paused successfully.", "status": "ok"})
+
+    async def continue_generation(self, request: web.Request) -> web.Response:
+        try:
+            await self._body(request)
+        except ParamError as exc:
+            return error_response(400, str(exc), exc.param)
+        self.runner.resume()
+        return web.json_response({"message": "Generation continued successfully.",
+                                  "status": "ok"})
+
+    async def memory_occupation(self, request: web.Request) -> web.Response:
+        try:
+            body = await self._body(request)
+            tags = body.get("tags")
+            if tags is not None and (not isinstance(tags, list)
+                                     or not all(isinstance(t, str) for t in tags)):
+                raise ParamError("tags", "tags: expected a list of strings")
+            if request.path.startswith("/release"):
+                await self.runner.release_memory(tags)
+            else:
+                await self.runner.resume_memory(tags)
+        except ValueError as exc:
+            return web.json_response({"error": {"message": str(exc)}}, status=400)
+        return web.json_response(None)
 
     async def flush_cache(self, request: web.Request) -> web.Response:
         return web.Response(status=200)  # no prefix cache: nothing to flush
+
+
+_UPDATE_FROM_DISK_KEYS = frozenset({
+    "model_path", "load_format", "abort_all_requests", "weight_version", "is_async",
+    "torch_empty_cache", "keep_pause", "recapture_cuda_graph", "token_step", "flush_cache",
+    "manifest", "rid",
+})

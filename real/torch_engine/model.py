@@ -68,6 +68,20 @@ class KVPool:
     def release(self, slot: int) -> None:
         self.free.append(slot)
 
+    def drop(self) -> None:
+        """Free the cache tensors (release_memory_occupation); :meth:`restore` reallocates."""
+        self._shape = self.k.shape
+        self.k = self.v = torch.empty(0, device=self.k.device, dtype=self.k.dtype)
+
+    def restore(self) -> None:
+        if self.k.numel() == 0 and hasattr(self, "_shape"):
+            self.k = torch.zeros(self._shape, device=self.k.device, dtype=self.k.dtype)
+            self.v = torch.zeros(self._shape, device=self.v.device, dtype=self.v.dtype)
+
+    @property
+    def allocated(self) -> bool:
+        return self.k.numel() > 0
+
 
 class Block(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
@@ -164,13 +178,17 @@ class TinyDecoder(nn.Module):
         return self.ln_f(h) @ self.tok.weight.T
 
     @torch.inference_mode()
-    def prefill(self, ids: torch.Tensor, pool: KVPool, slot: int) -> torch.Tensor:
-        """Run the prompt ``ids`` [T] into ``slot``; returns the logits of the last position [V]."""
+    def prefill(self, ids: torch.Tensor, pool: KVPool, slot: int,
+                all_logits: bool = False) -> torch.Tensor:
+        """Run the prompt ``ids`` [T] into ``slot``; the last position's logits [V].
+
+        With ``all_logits`` the logits of every position [T, V] (for input log-probs).
+        """
         t = ids.shape[0]
         x = self.tok(ids) + self.pos(torch.arange(t, device=ids.device))
         for i, blk in enumerate(self.blocks):
             x = blk.prefill(x, pool, i, slot)
-        return self._logits(x[-1])
+        return self._logits(x) if all_logits else self._logits(x[-1])
 
     @torch.inference_mode()
     def decode(self, ids: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor, pool: KVPool) -> torch.Tensor:

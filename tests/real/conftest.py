@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib.util
 import os
 import shutil
@@ -16,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -33,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = Path(__file__).parent / "sglang_schema" / "api_types.py"
 
 # What the bundled test servers run: tiny and slowed to >= STEP_S per step.
-VOCAB = 256
+VOCAB = 512
 STEP_S = 0.004
 SERVER_ARGS = ["--vocab-size", str(VOCAB), "--d-model", "64", "--n-layers", "2", "--n-heads", "4",
                "--max-context", "2048", "--max-running-requests", "8",
@@ -91,12 +93,30 @@ class Proc:
                 self.kill()
 
 
+@functools.cache
+def tokenizer_dir(vocab: int = VOCAB) -> Path:
+    """The bundled tokenizer for the test servers, built once per session in a temp dir."""
+    from real.torch_engine.tokenizer import ensure_tokenizer
+
+    return ensure_tokenizer(vocab, Path(tempfile.mkdtemp(prefix="aprilsim-tok-")))
+
+
+def stop_all(procs: list[Proc]) -> None:
+    """Terminate every process first, then wait: their shutdowns overlap."""
+    for p in procs:
+        if p.popen.poll() is None:
+            p.popen.terminate()
+    for p in procs:
+        p.stop()
+
+
 def start_server(tmp: Path, *extra: str) -> Proc:
     port = free_port()
     log = tmp / f"server-{port}.log"
+    tok = [] if "--tokenizer-path" in extra else ["--tokenizer-path", str(tokenizer_dir())]
     popen = subprocess.Popen(
         [sys.executable, "-m", "real.serve", "--host", "127.0.0.1", "--port", str(port),
-         *SERVER_ARGS, *extra],
+         *SERVER_ARGS, *tok, *extra],
         cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
@@ -167,8 +187,7 @@ def servers(tmp_logs) -> Iterator[list[Proc]]:
             procs.append(start_server(tmp_logs, "--seed", str(seed)))
         yield procs
     finally:
-        for p in procs:
-            p.stop()
+        stop_all(procs)
 
 
 @pytest.fixture(scope="session")

@@ -153,3 +153,30 @@ def test_error_chunk_shape_matches_schema(sglang_schema):
     chunk = {"error": {"message": "injected failure", "code": 500}}
     decoded = sglang_schema.GenerateStreamError.from_json_value(chunk)
     assert decoded.error.code == 500
+
+
+def test_logprob_responses_and_new_endpoints_match_schema(sglang_schema, servers):
+    """The RL-facing shapes: log-prob triples, top log-probs, model cards, server info."""
+    from http_util import call, stream
+
+    body = {"text": "Hello there", "return_logprob": True, "top_logprobs_num": 2,
+            "logprob_start_len": 0, "return_text_in_logprobs": True,
+            "sampling_params": {"max_new_tokens": 3, "ignore_eos": True, "stop": ["zz"]}}
+    req = sglang_schema.GenerateRequest.from_json_value(body)  # a body SGLang accepts too
+    assert req.return_logprob is True
+    status, once = call(servers[0].url, "/generate", body)
+    assert status == 200
+    chunks = stream(servers[0].url, "/generate", {**body, "stream": True})
+    for obj in [once, *chunks]:
+        meta = _check_generate_response(sglang_schema, obj).meta_info
+        assert [e.token_id for e in meta.output_token_logprobs] == obj["output_ids"]
+        assert all(e.logprob is not None and e.text is not None
+                   for e in meta.output_token_logprobs)
+    meta = sglang_schema.GenerateResponse.from_json_value(once).meta_info
+    assert meta.input_token_logprobs[0].logprob is None
+    assert len(meta.output_top_logprobs) == 3
+    card = call(servers[0].url, "/v1/models")[1]["data"][0]
+    assert sglang_schema.ModelCard.from_json_value(card).max_model_len == 2048
+    info = sglang_schema.GetServerInfoResponse.from_json_value(
+        call(servers[0].url, "/server_info")[1])
+    assert info.max_total_num_tokens == 8 * 2048

@@ -72,8 +72,14 @@ def test_requests_that_never_fit_are_rejected(model):
     eng = BatchEngine(model, EngineConfig(max_running_requests=2, kv_budget_tokens=50))
     with pytest.raises(ValueError, match="context"):
         eng.add(EngineRequest("a", [20] * 10, 600))
-    with pytest.raises(ValueError, match="budget"):
-        eng.add(EngineRequest("b", [20] * 10, 60))
+    # SGLang's limits: max_req_len = min(context - 1, budget - 1) = 49, prompts of
+    # max_req_len - 5 = 44 tokens or more are refused, max_new_tokens is clipped to fit.
+    with pytest.raises(ValueError, match=r"Input length \(44 tokens\) exceeds the maximum "
+                                         r"allowed length \(44 tokens\)"):
+        eng.add(EngineRequest("b", [20] * 44, 5))
+    clipped = EngineRequest("b2", [20] * 10, 60)
+    eng.add(clipped)
+    assert clipped.max_new_tokens == 49 - 10 - 1
     with pytest.raises(ValueError, match="vocabulary"):
         eng.add(EngineRequest("c", [500], 5))
     eng.add(EngineRequest("d", [20], 5))

@@ -19,6 +19,7 @@ from aprilsim.workload.fitting.fitter import LengthFitter
 from aprilsim.workload.fitting.prompt_split import PromptSplit
 from aprilsim.workload.fitting.readers import read_lengths
 from aprilsim.workload.fitting.report import FitReport
+from aprilsim.workload.fitting.skipped import MAX_SKIPPED, check_skipped
 
 
 def _is_curve(data: LengthData) -> bool:
@@ -41,18 +42,21 @@ def fit_log(
     drift_column: str | None = None,
     random_state: int | None = 0,
     progress: Callable[[str], None] | None = None,
+    max_skipped: float | None = MAX_SKIPPED,
 ) -> FitReport:
     """Fit a length model to a log file (or to `LengthData`) the way `aprilsim fit` does.
 
     A file whose step column has one row per step is a mean-length curve: only the drift is
     fitted. `drift_from` adds the drift of such a curve to a per-sample fit. When the per-sample
     data has a step column, the drift is fitted on it and the length model is rescaled to step 0.
+    More than `max_skipped` of the rows unusable (None: no limit) raises LengthDataError.
     """
     if isinstance(source, LengthData):
         data = source
     else:
         data = read_lengths(source, column, group_column, step_column)
     check_usable(data)
+    check_skipped(data, max_skipped)
     if _is_curve(data):
         assert data.steps is not None and data.lengths is not None
         drift = DriftFitter().fit(data.steps, data.lengths)
@@ -85,6 +89,7 @@ def fit_log(
         if drift is not None:
             raise LengthDataError("give either a step column or --drift-from, not both")
         curve = read_lengths(drift_from, drift_column, "none", None, round_values=True)
+        check_skipped(curve, max_skipped)
         if curve.steps is None or curve.lengths is None:
             raise LengthDataError(f"{drift_from}: no step column found; name it with a step column")
         drift = DriftFitter().fit(curve.steps, curve.lengths)

@@ -29,6 +29,25 @@ class CapInfo:
     share: float
     spike_count: int = 0
     expected_count: float = 0.0
+    window: int = 0  # integers below the maximum whose density gave expected_count
+    p_value: float = 1.0  # Poisson P(count >= spike_count | expected_count)
+
+    def explain(self) -> str:
+        """One line saying what the cap is and, for a detected one, why it was taken as one."""
+        if self.source == "given":
+            return (
+                f"cap {self.max_len} (given): {self.n_censored:,} lengths "
+                f"({percent(self.share)} %) at or above it, right-censored"
+            )
+        if self.source == "detected":
+            return (
+                f"cap {self.max_len} detected: {self.spike_count:,} lengths "
+                f"({percent(self.share)} %) sit exactly at the maximum, where the density over "
+                f"the {self.window:,} lengths below predicts {self.expected_count:.2f} (Poisson "
+                f"p = {self.p_value:.1e} < {SPIKE_P_VALUE:g}, at least {SPIKE_MIN_COUNT} needed); "
+                "treated as right-censored (--max-len to override, --no-detect-cap to turn off)"
+            )
+        return "no cap given or detected: every length is treated as exact"
 
     def to_dict(self) -> dict:
         return {
@@ -38,7 +57,27 @@ class CapInfo:
             "share": self.share,
             "spike_count": self.spike_count,
             "expected_count": self.expected_count,
+            "window": self.window,
+            "p_value": self.p_value,
         }
+
+
+def percent(share: float) -> str:
+    """A share as a percentage with two significant digits when small (0.031, not 0.00)."""
+    v = 100.0 * share
+    if v == 0 or v != v:
+        return "0" if v == 0 else "nan"
+    return f"{v:.2f}" if v >= 0.1 else f"{v:.2g}"
+
+
+def spike_window(hist: Histogram) -> tuple[int, float]:
+    """(width of the window below the maximum, Poisson p-value of the count at the maximum)."""
+    top = int(hist.values[-1])
+    width = max(20, int(round(0.05 * top)))
+    lo = max(top - width, 1)
+    in_window = hist.counts[(hist.values >= lo) & (hist.values < top)].sum()
+    expected = max(float(in_window) / max(top - lo, 1), 1.0 / max(top - lo, 1))
+    return top - lo, float(stats.poisson.sf(int(hist.counts[-1]) - 1, expected))
 
 
 def detect_cap(hist: Histogram) -> tuple[int | None, int, float]:
@@ -85,6 +124,14 @@ class CensoredHistogram:
     @property
     def binned(self) -> bool:
         return bool(np.any(np.asarray(self.values, float) - self.lower > 1.0))
+
+    @property
+    def exact_up_to(self) -> int:
+        """Lengths up to this one are kept exact (one bin per integer); above, bins are merged."""
+        wide = np.flatnonzero(np.asarray(self.values, float) - self.lower > 1.0)
+        if len(wide) == 0:
+            return int(self.values[-1]) if len(self.values) else 0
+        return int(self.lower[wide[0]])
 
     @property
     def midpoints(self) -> np.ndarray:
@@ -143,7 +190,8 @@ def resolve_cap(hist: Histogram, max_len: int | None, detect: bool = True) -> Ca
         return CapInfo(int(max_len), "given", n_c, n_c / n if n else 0.0)
     if detect:
         cap, at_top, expected = detect_cap(hist)
+        window, p = spike_window(hist) if len(hist.values) >= 2 else (0, 1.0)
         if cap is not None:
-            return CapInfo(cap, "detected", at_top, at_top / n, at_top, expected)
-        return CapInfo(None, "none", 0, 0.0, at_top, expected)
+            return CapInfo(cap, "detected", at_top, at_top / n, at_top, expected, window, p)
+        return CapInfo(None, "none", 0, 0.0, at_top, expected, window, p)
     return CapInfo(None, "none", 0, 0.0)

@@ -13,15 +13,24 @@ import sys
 
 import click
 
+from aprilsim.cli_errors import OneLineCommand
 from aprilsim.workload.fitting.errors import LengthDataError
 from aprilsim.workload.fitting.families import ALL_FAMILIES
+from aprilsim.workload.fitting.outputs import check_outputs
+from aprilsim.workload.fitting.skipped import MAX_SKIPPED, skipped_line
+from aprilsim.workload.fitting.text import printable, printable_lines
 
 EXIT_BAD_INPUT = 2
 
 
 def _fail(msg: str, code: int = EXIT_BAD_INPUT) -> None:
-    click.echo(f"aprilsim fit: error: {msg}", err=True)
+    one_line = " ".join(str(msg).split()) if "\n" in str(msg) else str(msg)
+    click.echo(f"aprilsim fit: error: {printable(one_line)}", err=True)
     sys.exit(code)
+
+
+def _note(msg: str) -> None:
+    click.echo(f"aprilsim fit: {printable(msg)}", err=True)
 
 
 def _jsonable(x):
@@ -61,10 +70,11 @@ def _families(value: str | None) -> tuple[str, ...]:
 
 @click.command(
     "fit",
+    cls=OneLineCommand,
     short_help="Fit length distributions to generation logs.",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("path", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--column", help="Length column (default: detected among common names).")
 @click.option("--group-column", help="Prompt id column, for the prompt split ('none': off).")
 @click.option("--step-column", help="Training step column, for the drift fit ('none': off).")
@@ -83,6 +93,13 @@ def _families(value: str | None) -> tuple[str, ...]:
     help="Resamples for the confidence intervals (0: none).",
 )
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--max-skipped",
+    type=click.FloatRange(0.0, 1.0),
+    default=MAX_SKIPPED,
+    show_default=True,
+    help="Refuse the file (exit 2) when more than this share of rows is unusable.",
+)
 @click.option(
     "--drift-from",
     type=click.Path(dir_okay=False),
@@ -106,12 +123,13 @@ def fit_command(
     criterion: str,
     n_bootstrap: int,
     seed: int,
+    max_skipped: float,
     drift_from: str | None,
     as_json: bool,
     out: str | None,
     plot: str | None,
 ) -> None:
-    """Fit response-length models to a log (CSV/TSV, JSONL, Parquet, plain; .gz ok) and rank them.
+    """Fit response-length models to a log (CSV/TSV, JSONL, Parquet, plain; .gz ok; - for stdin).
 
     Lengths at or above the cap (--max-len, or a spike detected at the maximum) are right-censored.
     With a prompt id column the length variance is split between and within prompts; with a step
@@ -120,11 +138,9 @@ def fit_command(
     try:
         from aprilsim.workload.fitting.api import fit_log
 
-        if plot:  # fail before a long fit, not after it
-            from aprilsim.workload.fitting.plots import _pyplot
-
-            _pyplot()
+        # fail before a long fit, not after it
         fams = _families(families)
+        out_path, plot_path = check_outputs(out, plot, (path, drift_from))
         report = fit_log(
             path,
             column=column,
@@ -138,35 +154,39 @@ def fit_command(
             drift_from=drift_from,
             random_state=seed,
             progress=_status_line() if sys.stderr.isatty() else None,
+            max_skipped=max_skipped,
         )
         if sys.stderr.isatty():
             click.echo("\r\033[K", err=True, nl=False)
-        if out:
-            report.write_model(out)
-        if plot:
-            report.plot(plot)
+        skipped = skipped_line(report.data)
+        if skipped:
+            _note(skipped)
+        for warning in report.warnings():
+            _note(f"warning: {warning}")
+        if as_json:
+            click.echo(json.dumps(_jsonable(report.to_dict()), indent=2))
+        else:
+            click.echo(printable_lines(report.table()))
+        written = []
+        if out_path is not None:
+            report.write_model(out_path)
+            written.append(out_path)
+        if plot_path is not None:
+            written.append(report.plot(plot_path))
+        if not as_json:
+            for w in written:
+                click.echo(printable(f"wrote {w}"))
     except LengthDataError as e:
         _fail(str(e))
     except click.BadParameter as e:
         _fail(f"--families: {e.message}")
     except OSError as e:
         _fail(f"{e.filename or path}: {e.strerror or e}")
+    except RecursionError:
+        _fail(f"{path}: input nested too deeply to read")
+    except MemoryError:
+        _fail(f"{path}: out of memory while reading or fitting")
     except Exception as e:  # never a traceback for the user; APRILSIM_DEBUG=1 shows it
         if os.environ.get("APRILSIM_DEBUG"):
             raise
         _fail(f"internal error ({type(e).__name__}: {e}); rerun with APRILSIM_DEBUG=1", 1)
-    d = report.data
-    if d.skipped:
-        click.echo(
-            f"aprilsim fit: skipped {d.n_skipped:,} of {d.rows_read:,} rows: "
-            + ", ".join(f"{v:,} {k}" for k, v in d.skipped.items()),
-            err=True,
-        )
-    if as_json:
-        click.echo(json.dumps(_jsonable(report.to_dict()), indent=2))
-    else:
-        click.echo(report.table())
-        if out:
-            click.echo(f"wrote {out}")
-        if plot:
-            click.echo(f"wrote {plot}")

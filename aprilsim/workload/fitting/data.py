@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from aprilsim.workload.fitting.errors import LengthDataError
+from aprilsim.workload.fitting.numbers import MAX_LENGTH
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class LengthData:
     steps: np.ndarray | None = None
     rows_read: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
+    skip_examples: dict[str, str] = field(default_factory=dict)  # first raw cell per reason
 
     @property
     def n(self) -> int:
@@ -114,6 +116,8 @@ class LengthData:
             raise LengthDataError(f"{int((~np.isfinite(x)).sum())} lengths are NaN or infinite")
         if np.any(x <= 0):
             raise LengthDataError(f"{int((x <= 0).sum())} lengths are zero or negative")
+        if np.any(x > MAX_LENGTH):
+            raise LengthDataError(f"{int((x > MAX_LENGTH).sum())} lengths are above 2^53")
         if np.any(x != np.round(x)):
             raise LengthDataError(f"{int((x != np.round(x)).sum())} lengths are not integers")
         xi = x.astype(np.int64)
@@ -132,7 +136,12 @@ def check_usable(data: LengthData, what: str = "lengths") -> None:
     h = data.histogram
     skipped = ""
     if data.skipped:
-        skipped = " (skipped: " + ", ".join(f"{v} {k}" for k, v in data.skipped.items()) + ")"
+        top = max(data.skipped, key=lambda r: data.skipped[r])
+        example = data.skip_examples.get(top)
+        seen = f"; {top}: e.g. {example!r}" if example is not None else ""
+        skipped = (
+            " (skipped: " + ", ".join(f"{v} {k}" for k, v in data.skipped.items()) + seen + ")"
+        )
     if h.n == 0:
         raise LengthDataError(f"{data.source}: no usable {what} in {data.rows_read} rows{skipped}")
     if len(h.values) == 1:

@@ -313,6 +313,7 @@ class LengthFitter:
                 return fam.to_model(maximise(fam, d, [theta], maxiter=40).theta)
 
             point = stats(best.model)
+
         def tick(done: int, total: int) -> None:
             self._say(f"bootstrap of {best.family}: {done}/{total} resamples")
 

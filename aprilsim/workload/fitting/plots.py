@@ -7,14 +7,22 @@ With a drift, a fourth panel shows mean length by step with the linear and table
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
+from aprilsim.workload.fitting.data import LengthData
+from aprilsim.workload.fitting.drift_fit import DriftFitter
 from aprilsim.workload.fitting.errors import LengthDataError
+from aprilsim.workload.fitting.fitter import LengthFitter
 
-if TYPE_CHECKING:  # pragma: no cover
-    from aprilsim.workload.fitting.report import FitReport
+
+class FitReport(Protocol):
+    """What the figure reads of a fit report (`report.FitReport` has it; no import back)."""
+
+    data: LengthData
+    fitter: LengthFitter | None
+    drift: DriftFitter | None
 
 MAX_CURVES = 4
 
@@ -116,8 +124,30 @@ def _drift_panel(ax, rep: FitReport) -> None:
     ax.legend(fontsize=7)
 
 
-def plot_report(rep: FitReport, path: str | Path, title: str | None = None) -> None:
-    """Write the fit figure to `path` (format from the suffix, e.g. .png or .pdf)."""
+def plot_target(path: str | Path) -> Path:
+    """The file a figure saved to `path` really lands in: matplotlib appends `.png` to a name
+    without a suffix. An unsupported suffix is a one-line error (before any fitting)."""
+    plt = _pyplot()
+    path = Path(path)
+    fmt = path.suffix[1:].lower()
+    if not fmt:
+        return path.with_name(path.name + ".png")
+    fig = plt.figure()
+    try:
+        known = fig.canvas.get_supported_filetypes()
+    finally:
+        plt.close(fig)
+    if fmt not in known:
+        raise LengthDataError(
+            f"--plot {path}: unknown figure format {fmt!r}; use one of {', '.join(sorted(known))}"
+        )
+    return path
+
+
+def plot_report(rep: FitReport, path: str | Path, title: str | None = None) -> Path:
+    """Write the fit figure to `path` (format from the suffix, e.g. .png or .pdf; none: .png)
+    and return the path written."""
+    path = plot_target(path)
     plt = _pyplot()
     panels = []
     if rep.fitter is not None:
@@ -135,3 +165,4 @@ def plot_report(rep: FitReport, path: str | Path, title: str | None = None) -> N
         raise LengthDataError(f"cannot write plot {path}: {e}") from None
     finally:
         plt.close(fig)
+    return path

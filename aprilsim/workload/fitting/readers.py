@@ -2,20 +2,22 @@
 
 Files are streamed in chunks: only the histogram of lengths is kept unless a group or step column
 is read, so memory is bounded by the number of distinct lengths. Rows that cannot be used are
-skipped and counted by reason (missing, not a number, NaN/inf, zero or negative, non-integer), and
-the counts travel with the data so the CLI can report them. A file with no usable rows raises
-`LengthDataError` with one line of explanation.
+skipped and counted by reason (missing, not a number, NaN/inf, zero or negative, non-integer, too
+large, ...) with the first rejected cell of each reason, and the counts travel with the data so
+the CLI can report them. Where the bytes come from (pipes, gzip, encodings) is `sources.py`; one
+cell to a number is `numbers.py`; JSON records and dotted paths are `json_records.py`. Anything
+unreadable raises `LengthDataError` with one line of explanation.
 """
 
 from __future__ import annotations
 
 import csv
 import gzip
-import io
-import json
 import shutil
 import tempfile
+import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,14 @@ from aprilsim.workload.fitting.columns import (
 )
 from aprilsim.workload.fitting.data import HistogramBuilder, LengthData
 from aprilsim.workload.fitting.errors import LengthDataError
+from aprilsim.workload.fitting.json_records import (
+    VALUE_COLUMN,
+    column_paths,
+    iter_records,
+    lookup,
+)
+from aprilsim.workload.fitting.numbers import MAX_LENGTH, TOO_LARGE, parse_number
+from aprilsim.workload.fitting.sources import Source
 
 CHUNK = 65536
 FORMATS = ("csv", "tsv", "jsonl", "json", "parquet", "plain")
@@ -47,30 +57,14 @@ _SUFFIX = {
 NONE = "none"  # pass as group/step column to switch auto-detection off
 
 
-def _is_gzip(path: Path) -> bool:
-    with open(path, "rb") as f:
-        return f.read(2) == b"\x1f\x8b"
-
-
-def _open_text(path: Path) -> io.TextIOBase:
-    if _is_gzip(path):
-        return gzip.open(path, "rt", encoding="utf-8", errors="replace", newline="")
-    return open(path, encoding="utf-8", errors="replace", newline="")
-
-
-def detect_format(path: Path) -> str:
+def detect_format(source: Source) -> str:
     """Format from the suffix (ignoring .gz), else from the first bytes / first line."""
-    suffixes = [s.lower() for s in path.suffixes]
-    if suffixes and suffixes[-1] == ".gz":
-        suffixes = suffixes[:-1]
+    suffixes = source.suffixes
     if suffixes and suffixes[-1] in _SUFFIX:
         return _SUFFIX[suffixes[-1]]
-    opener = gzip.open if _is_gzip(path) else open
-    with opener(path, "rb") as f:
-        head = f.read(4096)
-    if head[:4] == b"PAR1":
+    if source.head(4) == b"PAR1":
         return "parquet"
-    text = head.decode("utf-8", errors="replace").lstrip()
+    text = source.head_text().lstrip()
     first = text.splitlines()[0] if text else ""
     if first.startswith("{"):
         return "jsonl"
@@ -78,9 +72,33 @@ def detect_format(path: Path) -> str:
         return "json"
     if "\t" in first:
         return "tsv"
-    if "," in first:
+    if any(d in first for d in ",;|"):
         return "csv"
     return "plain"
+
+
+def sniff_delimiter(line: str) -> str:
+    """The most frequent of , ; tab | in a header line outside quotes (',' when none)."""
+    counts = dict.fromkeys(",\t;|", 0)
+    quoted = False
+    for ch in line:
+        if ch == '"':
+            quoted = not quoted
+        elif not quoted and ch in counts:
+            counts[ch] += 1
+    best = max(counts, key=lambda d: counts[d])  # ties: the order above
+    return best if counts[best] else ","
+
+
+@contextmanager
+def _no_field_limit() -> Iterator[None]:
+    """Lift the csv module's 131,072-character field limit (dumps keep whole responses)."""
+    old = csv.field_size_limit()
+    csv.field_size_limit(2**31 - 1)
+    try:
+        yield
+    finally:
+        csv.field_size_limit(old)
 
 
 class _Accumulator:
@@ -95,6 +113,7 @@ class _Accumulator:
         self.want_step = want_step
         self.hist = HistogramBuilder()
         self.skipped: dict[str, int] = {}
+        self.examples: dict[str, str] = {}  # the first raw cell skipped for each reason
         self.rows = 0
         self._buf_len: list[float] = []
         self._buf_grp: list[Any] = []
@@ -103,27 +122,19 @@ class _Accumulator:
         self._grp_chunks: list[np.ndarray] = []
         self._step_chunks: list[np.ndarray] = []
 
-    def skip(self, reason: str, n: int = 1) -> None:
+    def skip(self, reason: str, n: int = 1, example: Any = None) -> None:
         if n:
             self.skipped[reason] = self.skipped.get(reason, 0) + n
+            if example is not None and reason not in self.examples:
+                self.examples[reason] = str(example)[:60]
 
-    @staticmethod
-    def _number(raw: Any) -> float | str:
-        """A float, or the reason the raw cell is not one."""
-        if raw is None or (isinstance(raw, str) and not raw.strip()):
-            return "missing"
-        if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
-            return "not a number"
-        try:
-            return float(raw)
-        except ValueError:
-            return "not a number"
+    _number = staticmethod(parse_number)
 
     def add(self, raw_len: Any, raw_group: Any = None, raw_step: Any = None) -> None:
         self.rows += 1
         x = self._number(raw_len)
         if isinstance(x, str):
-            self.skip(x)
+            self.skip(x, example=raw_len)
             return
         if self.want_step:
             s = self._number(raw_step)
@@ -172,10 +183,12 @@ class _Accumulator:
         if self.round_values:
             x = np.round(x)
         nonpos = ~nan & (x <= 0)
-        self.skip("zero or negative", int(nonpos.sum()))
-        frac = ~nan & ~nonpos & (x != np.round(x))
-        self.skip("non-integer", int(frac.sum()))
-        ok = ~(nan | nonpos | frac)
+        self._skip_where("zero or negative", nonpos, x)
+        big = ~nan & (x > MAX_LENGTH)  # int64 would wrap these to negative lengths
+        self._skip_where(TOO_LARGE, big, x)
+        frac = ~nan & ~nonpos & ~big & (x != np.round(x))
+        self._skip_where("non-integer", frac, x)
+        ok = ~(nan | nonpos | big | frac)
         xi = x[ok].astype(np.int64)
         self.hist.add(xi)
         if self.keep_rows:
@@ -184,6 +197,11 @@ class _Accumulator:
                 self._grp_chunks.append(np.asarray(g)[ok])
             if s is not None:
                 self._step_chunks.append(np.asarray(s, float)[ok])
+
+    def _skip_where(self, reason: str, mask: np.ndarray, x: np.ndarray) -> None:
+        n = int(mask.sum())
+        if n:
+            self.skip(reason, n, example=f"{x[mask][0]:g}")
 
     def flush(self) -> None:
         if not self._buf_len:
@@ -214,13 +232,19 @@ class _Accumulator:
             steps=cat(self._step_chunks, float) if step is not None else None,
             rows_read=self.rows,
             skipped=dict(self.skipped),
+            skip_examples=dict(self.examples),
         )
 
 
 def _resolve(
     columns: list[str], column: str | None, group_column: str | None, step_column: str | None
 ) -> tuple[str, str | None, str | None]:
-    col = find_column(columns, column, "length") if column else detect_length_column(columns)
+    if column:
+        col = find_column(columns, column, "length")
+    elif columns == [VALUE_COLUMN]:  # a JSON list of bare numbers
+        col = VALUE_COLUMN
+    else:
+        col = detect_length_column(columns)
     rest = [c for c in columns if c != col]
 
     def optional(given: str | None, names: tuple[str, ...], what: str) -> str | None:
@@ -237,30 +261,25 @@ def _resolve(
     )
 
 
-def _flatten(rec: dict[str, Any]) -> dict[str, Any]:
-    out = {}
-    for k, v in rec.items():
-        if isinstance(v, dict):
-            for k2, v2 in v.items():
-                out[f"{k}.{k2}"] = v2
-        else:
-            out[k] = v
-    return out
+def _csv_rows(source: Source, fmt: str) -> tuple[list[str], Iterator[list[str]]]:
+    """The header (first non-blank line) and a reader over the rows, with the sniffed delimiter."""
+    f = source.open_text()
+    first = ""
+    for line in f:
+        if line.strip():
+            first = line
+            break
+    if not first:
+        raise LengthDataError(f"{source.name}: file is empty")
+    delimiter = "\t" if fmt == "tsv" else sniff_delimiter(first)
+    header = next(csv.reader([first], delimiter=delimiter))
+    return [h.strip() for h in header], csv.reader(f, delimiter=delimiter)
 
 
-def _csv_rows(path: Path, delimiter: str) -> tuple[list[str], Iterator[list[str]]]:
-    f = _open_text(path)
-    reader = csv.reader(f, delimiter=delimiter)
-    for header in reader:
-        if any(cell.strip() for cell in header):
-            return [h.strip() for h in header], reader
-    raise LengthDataError(f"{path}: file is empty")
-
-
-def _read_delimited(path, fmt, column, group_column, step_column, rnd) -> LengthData:
-    header, rows = _csv_rows(path, "\t" if fmt == "tsv" else ",")
+def _read_delimited(source, fmt, column, group_column, step_column, rnd) -> LengthData:
+    header, rows = _csv_rows(source, fmt)
     if len(header) == 1 and _Accumulator._number(header[0]) != "not a number" and not column:
-        return _read_plain(path, rnd)
+        return _read_plain(source, rnd)
     col, grp, stp = _resolve(header, column, group_column, step_column)
     ic, ig, is_ = (
         header.index(col),
@@ -274,43 +293,14 @@ def _read_delimited(path, fmt, column, group_column, step_column, rnd) -> Length
             continue
         if len(row) <= width:
             acc.rows += 1
-            acc.skip("short row")
+            acc.skip("short row", example=",".join(row))
             continue
         acc.add(row[ic], row[ig] if ig is not None else None, row[is_] if is_ is not None else None)
-    return acc.result(str(path), col, grp, stp)
+    return acc.result(source.name, col, grp, stp)
 
 
-def _json_records(path: Path, fmt: str) -> Iterator[dict[str, Any] | None]:
-    if fmt == "json":
-        with _open_text(path) as f:
-            try:
-                data = json.load(f)
-            except json.JSONDecodeError as e:
-                raise LengthDataError(
-                    f"{path}: not valid JSON ({e.msg} at line {e.lineno})"
-                ) from None
-        if isinstance(data, dict):
-            data = [data]
-        if not isinstance(data, list):
-            raise LengthDataError(f"{path}: JSON must be a list of records")
-        for rec in data:
-            yield _flatten(rec) if isinstance(rec, dict) else None
-        return
-    with _open_text(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                yield None
-                continue
-            yield _flatten(rec) if isinstance(rec, dict) else None
-
-
-def _read_json(path, fmt, column, group_column, step_column, rnd) -> LengthData:
-    records = _json_records(path, fmt)
+def _read_json(source, fmt, column, group_column, step_column, rnd) -> LengthData:
+    records = iter_records(source, fmt)
     first = None
     junk_before = 0
     for rec in records:
@@ -320,9 +310,15 @@ def _read_json(path, fmt, column, group_column, step_column, rnd) -> LengthData:
         junk_before += 1
     if first is None:
         if junk_before:
-            raise LengthDataError(f"{path}: no JSON records found ({junk_before} unparsable lines)")
-        raise LengthDataError(f"{path}: file is empty")
-    col, grp, stp = _resolve(list(first), column, group_column, step_column)
+            raise LengthDataError(
+                f"{source.name}: no JSON records found ({junk_before} unparsable lines)"
+            )
+        raise LengthDataError(f"{source.name}: file is empty")
+    paths = column_paths(first)
+    col, grp, stp = _resolve(list(paths), column, group_column, step_column)
+    pc = paths[col]
+    pg = paths[grp] if grp else None
+    ps = paths[stp] if stp else None
     acc = _Accumulator(grp is not None or stp is not None, grp is not None, stp is not None, rnd)
     acc.rows += junk_before
     acc.skip("unparsable line", junk_before)
@@ -331,8 +327,12 @@ def _read_json(path, fmt, column, group_column, step_column, rnd) -> LengthData:
             acc.rows += 1
             acc.skip("unparsable line")
             continue
-        acc.add(rec.get(col), rec.get(grp) if grp else None, rec.get(stp) if stp else None)
-    return acc.result(str(path), col, grp, stp)
+        acc.add(
+            lookup(rec, pc),
+            lookup(rec, pg) if pg else None,
+            lookup(rec, ps) if ps else None,
+        )
+    return acc.result(source.name, col, grp, stp)
 
 
 def _chain_first(first, rest):
@@ -340,19 +340,19 @@ def _chain_first(first, rest):
     yield from rest
 
 
-def _read_plain(path: Path, rnd: bool = False) -> LengthData:
+def _read_plain(source: Source, rnd: bool = False) -> LengthData:
     acc = _Accumulator(False, False, False, rnd)
-    with _open_text(path) as f:
+    with source.open_text() as f:
         for line in f:
             line = line.strip()
             if line:
                 acc.add(line)
     if acc.rows == 0:
-        raise LengthDataError(f"{path}: file is empty")
-    return acc.result(str(path), "(one length per line)", None, None)
+        raise LengthDataError(f"{source.name}: file is empty")
+    return acc.result(source.name, "(one length per line)", None, None)
 
 
-def _read_parquet(path, column, group_column, step_column, rnd) -> LengthData:
+def _read_parquet(source: Source, column, group_column, step_column, rnd) -> LengthData:
     try:
         import pyarrow.parquet as pq
     except ImportError:  # pragma: no cover - depends on the environment
@@ -361,30 +361,33 @@ def _read_parquet(path, column, group_column, step_column, rnd) -> LengthData:
         ) from None
     tmp = None
     try:
-        if _is_gzip(path):
+        if source.gzip:
             tmp = tempfile.NamedTemporaryFile(suffix=".parquet", delete=False)
-            with gzip.open(path, "rb") as src:
+            with source.open_binary() as src:
                 shutil.copyfileobj(src, tmp)
             tmp.close()
             path_to_read = tmp.name
         else:
-            path_to_read = str(path)
+            path_to_read = str(source.path)
         try:
             pf = pq.ParquetFile(path_to_read)
         except Exception as e:  # pyarrow raises several types for corrupt files
-            raise LengthDataError(f"{path}: not a readable Parquet file ({e})") from None
+            raise LengthDataError(f"{source.name}: not a readable Parquet file ({e})") from None
         names = list(pf.schema_arrow.names)
         col, grp, stp = _resolve(names, column, group_column, step_column)
         acc = _Accumulator(
             grp is not None or stp is not None, grp is not None, stp is not None, rnd
         )
         cols = [c for c in (col, grp, stp) if c]
-        for batch in pf.iter_batches(batch_size=CHUNK, columns=list(dict.fromkeys(cols))):
-            x, reasons = _arrow_floats(batch.column(col))
-            g = batch.column(grp).to_pylist() if grp else None
-            s = _arrow_floats(batch.column(stp))[0] if stp else None
-            acc.add_array(x, reasons, g, s)
-        return acc.result(str(path), col, grp, stp)
+        try:
+            for batch in pf.iter_batches(batch_size=CHUNK, columns=list(dict.fromkeys(cols))):
+                x, reasons = _arrow_floats(batch.column(col))
+                g = batch.column(grp).to_pylist() if grp else None
+                s = _arrow_floats(batch.column(stp))[0] if stp else None
+                acc.add_array(x, reasons, g, s)
+        except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid / ArrowIOError
+            raise LengthDataError(f"{source.name}: not a readable Parquet file ({e})") from None
+        return acc.result(source.name, col, grp, stp)
     finally:
         if tmp is not None:
             Path(tmp.name).unlink(missing_ok=True)
@@ -395,8 +398,15 @@ def _arrow_floats(arr) -> tuple[np.ndarray, np.ndarray]:
     import pyarrow as pa
 
     n = len(arr)
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
     null = np.asarray(arr.is_null().to_numpy(zero_copy_only=False), bool)
     reasons = np.where(null, "missing", "").astype(object)
+    if pa.types.is_decimal(arr.type):
+        vals = [parse_number(None if v is None else str(v)) for v in arr.to_pylist()]
+        x = np.array([np.nan if isinstance(v, str) else v for v in vals], float)
+        reasons = np.array([v if isinstance(v, str) else "" for v in vals], dtype=object)
+        return x, reasons
     if pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type):
         x = arr.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
         return x, reasons
@@ -420,30 +430,38 @@ def read_lengths(
 
     Parameters
     ----------
-    path: the file (its format from the suffix, `.gz` allowed, else sniffed from the content).
+    path: the file (its format from the suffix, `.gz` allowed, else sniffed from the content);
+        "-" reads standard input; pipes and /dev/stdin work too (they are spooled first).
     column: the length column; detected among common names when omitted.
     group_column, step_column: prompt id and training step; detected among exact common names
         when omitted, switched off with "none".
     fmt: force one of FORMATS.
     round_values: round non-integer values (mean-length curves) instead of skipping them.
     """
-    path = Path(path)
-    if not path.exists():
-        raise LengthDataError(f"{path}: no such file")
-    if path.is_dir():
-        raise LengthDataError(f"{path}: is a directory")
-    if path.stat().st_size == 0:
-        raise LengthDataError(f"{path}: file is empty")
-    fmt = fmt or detect_format(path)
-    if fmt not in FORMATS:
-        raise LengthDataError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     try:
+        with Source(path) as source:
+            fmt = fmt or detect_format(source)
+            if fmt not in FORMATS:
+                raise LengthDataError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+            return _read(source, fmt, column, group_column, step_column, round_values)
+    except EOFError:
+        raise LengthDataError(
+            f"{path}: compressed data ends early (a truncated gzip file?)"
+        ) from None
+    except (gzip.BadGzipFile, zlib.error) as e:
+        raise LengthDataError(f"{path}: corrupt gzip data ({e})") from None
+    except (UnicodeError, csv.Error) as e:
+        raise LengthDataError(f"{path}: cannot read as {fmt or 'text'} ({e})") from None
+    except RecursionError:
+        raise LengthDataError(f"{path}: nested too deeply to read") from None
+
+
+def _read(source: Source, fmt: str, column, group_column, step_column, rnd) -> LengthData:
+    with _no_field_limit():
         if fmt in ("csv", "tsv"):
-            return _read_delimited(path, fmt, column, group_column, step_column, round_values)
+            return _read_delimited(source, fmt, column, group_column, step_column, rnd)
         if fmt in ("jsonl", "json"):
-            return _read_json(path, fmt, column, group_column, step_column, round_values)
+            return _read_json(source, fmt, column, group_column, step_column, rnd)
         if fmt == "parquet":
-            return _read_parquet(path, column, group_column, step_column, round_values)
-        return _read_plain(path, round_values)
-    except (gzip.BadGzipFile, EOFError, UnicodeDecodeError, csv.Error) as e:
-        raise LengthDataError(f"{path}: cannot read as {fmt} ({e})") from None
+            return _read_parquet(source, column, group_column, step_column, rnd)
+        return _read_plain(source, rnd)

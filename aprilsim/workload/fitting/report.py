@@ -6,14 +6,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aprilsim import __version__
+from aprilsim._version import __version__
+from aprilsim.workload.fitting.censoring import percent
 from aprilsim.workload.fitting.data import LengthData
 from aprilsim.workload.fitting.drift_fit import DriftFitter
 from aprilsim.workload.fitting.errors import LengthDataError
 from aprilsim.workload.fitting.fitter import LengthFitter
 from aprilsim.workload.fitting.prompt_split import PromptSplit
+from aprilsim.workload.fitting.quantiles import capped_share
 from aprilsim.workload.lengths import LengthModel
 from aprilsim.workload.model_file import ModelFile, write_model_file
+
+FEW_LENGTHS = 50  # below this, warn that the fit is rough
 
 
 def _num(x: float) -> str:
@@ -45,11 +49,15 @@ class FitReport:
             "step_column": d.step_column,
             "rows_read": d.rows_read,
             "rows_skipped": d.skipped,
+            "rows_skipped_examples": d.skip_examples,
         }
         if self.fitter is not None:
             out.update(self.fitter.to_dict())
+            out["observed_capped_share"] = self.fitter.cap_.share
+            out["data_outside_interval"] = self.outside()
             if self.model is not None and self.model is not self.fitter.model_:
                 out["model_at_step0"] = self.model.to_dict()
+            out["warnings"] = self.warnings()
         else:
             out["n"] = d.n
             out["note"] = "one row per step: a mean-length curve; only the drift was fitted"
@@ -72,24 +80,12 @@ class FitReport:
         ]
         f = self.fitter
         if f is not None:
-            cap = f.cap_
-            if cap.source == "given":
-                lines.append(
-                    f"cap {cap.max_len} (given): {cap.n_censored:,} lengths "
-                    f"({100 * cap.share:.2f} %) at or above it, right-censored"
-                )
-            elif cap.source == "detected":
-                lines.append(
-                    f"cap {cap.max_len} detected: a spike of {cap.spike_count:,} lengths "
-                    f"({100 * cap.share:.2f} %) at the maximum where {cap.expected_count:.2f} were "
-                    "expected; treated as right-censored (--max-len to override)"
-                )
-            else:
-                lines.append("no cap given or detected: every length is treated as exact")
+            lines.append(f.cap_.explain())
             if f.data_.binned:
                 lines.append(
                     f"{len(f.histogram_.values):,} distinct lengths merged into "
-                    f"{len(f.data_.values):,} bins (exact up to {int(f.data_.values[0])}+)"
+                    f"{len(f.data_.values):,} bins (lengths up to {f.data_.exact_up_to:,} kept "
+                    "exact, geometric bins above)"
                 )
             key = f.criterion
             best = f.results_[0]
@@ -105,27 +101,7 @@ class FitReport:
             for name, why in f.failed_.items():
                 lines.append(f"   - {name:<19} failed: {why}")
             lines += ["", f"chosen: {best.family} (lowest {key.upper()}): {self._model_str()}"]
-            bs = f.bootstrap_
-            parts = []
-            for q, v in f.quantiles_.items():
-                ci = bs.get(q)
-                emp = f.empirical_quantiles_.get(q)
-                s = f"{q} {v:,.0f}"
-                if ci:
-                    s += f" [{ci['lo']:,.0f}, {ci['hi']:,.0f}]"
-                s += f" (data {emp:,.0f})"
-                parts.append(s)
-            if f.max_len_ is not None and "capped_share" in bs:
-                c = bs["capped_share"]
-                parts.append(
-                    f"capped {100 * c['estimate']:.2f} % [{100 * c['lo']:.2f}, {100 * c['hi']:.2f}]"
-                )
-            ci_note = (
-                f"{int(100 * f.confidence)} % bootstrap, {f.n_bootstrap} resamples"
-                if bs
-                else "no bootstrap"
-            )
-            lines.append("  " + "; ".join(parts) + f"  ({ci_note})")
+            lines.append("  " + self._quantile_line())
         else:
             lines.append("one row per step: a mean-length curve; only the drift is fitted")
         if self.prompt_split is not None:
@@ -148,6 +124,62 @@ class FitReport:
                 f"using the {dr.kind_} form; trust it up to step {dr.extrapolate_to_:,.0f}"
             )
         return "\n".join(lines)
+
+    def _quantile_line(self) -> str:
+        """Model quantiles and capped share with intervals, each beside the data's own value;
+        a data value outside the model's interval is flagged (a tail misfit shows)."""
+        f = self.fitter
+        assert f is not None
+        bs = f.bootstrap_
+        parts = []
+        for q, v in f.quantiles_.items():
+            ci = bs.get(q)
+            emp = f.empirical_quantiles_.get(q)
+            s = f"{q} {v:,.0f}"
+            if ci:
+                s += f" [{ci['lo']:,.0f}, {ci['hi']:,.0f}]"
+            s += f" (data {emp:,.0f}"
+            if ci and emp is not None and not ci["lo"] <= emp <= ci["hi"]:
+                s += ", OUTSIDE the interval"
+            parts.append(s + ")")
+        if f.max_len_ is not None:
+            c = bs.get("capped_share")
+            model_share = c["estimate"] if c else capped_share(f.model_, f.max_len_)
+            s = f"capped {percent(model_share)} %"
+            if c:
+                s += f" [{percent(c['lo'])}, {percent(c['hi'])}]"
+            s += f" (data {percent(f.cap_.share)} %"
+            if c and not c["lo"] <= f.cap_.share <= c["hi"]:
+                s += ", OUTSIDE the interval"
+            parts.append(s + ")")
+        note = (
+            f"{int(100 * f.confidence)} % bootstrap, {f.n_bootstrap} resamples"
+            if bs
+            else "no bootstrap"
+        )
+        return "; ".join(parts) + f"  ({note})"
+
+    def outside(self) -> dict[str, bool]:
+        """For each bootstrapped statistic: is the data's own value outside the interval?"""
+        f = self.fitter
+        if f is None:
+            return {}
+        observed = {**f.empirical_quantiles_, "capped_share": f.cap_.share}
+        return {
+            k: not ci["lo"] <= observed[k] <= ci["hi"]
+            for k, ci in f.bootstrap_.items()
+            if k in observed and ci["n"] > 0
+        }
+
+    def warnings(self) -> list[str]:
+        """What a user should not miss: too few lengths for a trustworthy fit."""
+        out = []
+        if self.fitter is not None and self.data.n < FEW_LENGTHS:
+            out.append(
+                f"only {self.data.n} lengths: the ranking and intervals are rough; "
+                f"fit at least {FEW_LENGTHS} for a usable model"
+            )
+        return out
 
     def _model_str(self) -> str:
         assert self.model is not None
@@ -215,7 +247,8 @@ class FitReport:
         """Write the model file a scenario references with `lengths = { from = "..." }`."""
         write_model_file(path, self.model_file())
 
-    def plot(self, path: str | Path) -> None:
+    def plot(self, path: str | Path) -> Path:
+        """Write the fit figure; returns the file written (`.png` appended to a bare name)."""
         from aprilsim.workload.fitting.plots import plot_report
 
-        plot_report(self, path)
+        return plot_report(self, path)

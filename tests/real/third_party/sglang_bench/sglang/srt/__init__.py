@@ -1,0 +1,1 @@
+"""STUB (not from SGLang): see ../../README.md."""

@@ -1,0 +1,147 @@
+"""Engine rules and cost model, checked on hand-built cases in both engines."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aprilsim.engine.cost import CostModel, DecodeCost, EngineSpec, TabulatedCost
+from aprilsim.engine.fast import FastEngine
+from aprilsim.engine.reference import ReferenceEngine
+from aprilsim.engine.request import Request
+
+COST = CostModel(a=0.005, b=1e-4, c=2e-7, p0=0.01, p1=1e-5, p2=1e-8)
+ENGINES = (FastEngine, ReferenceEngine)
+
+
+def run_all(e) -> list:
+    done = []
+    while e.t_event < math.inf:
+        done += e.advance()
+    return done
+
+
+@pytest.mark.parametrize("cls", ENGINES)
+def test_prefill_emits_the_first_token(cls):
+    """SGLang samples a token from the prefill forward pass: a one-token request finishes there."""
+    e = cls(EngineSpec(COST, kv_capacity=10_000))
+    e.submit([Request(0, 300, 10, 1), Request(1, 200, 10, 3)], 0.0)
+    first = e.advance()
+    t_prefill = COST.prefill_time(500, 300**2 + 200**2)
+    assert [(c.rid, c.tokens, c.reason) for c in first] == [(0, 1, "stop")]
+    assert math.isclose(first[0].time, t_prefill, rel_tol=1e-12)
+    (last,) = run_all(e)
+    assert (last.rid, last.tokens) == (1, 3)
+    # two decode iterations, batch 1, from the 200 prompt tokens (token 1 has no KV entry yet)
+    assert math.isclose(last.time, t_prefill + COST.decode_span(2, 1, 200), rel_tol=1e-12)
+    assert e.tokens == 4 and e.iterations == 2
+
+
+def test_prefill_attention_is_quadratic_per_request():
+    """64 prompts of 200 tokens: p2 * 64 * 200^2, not p2 * 12,800^2."""
+    e = FastEngine(EngineSpec(COST, kv_capacity=100_000, max_running=64))
+    e.submit([Request(i, 200, 10, 5) for i in range(64)], 0.0)
+    assert math.isclose(e.t_event, 0.01 + 1e-5 * 12_800 + 1e-8 * 64 * 200**2, rel_tol=1e-12)
+    assert COST.prefill_time(200) == pytest.approx(0.01 + 1e-5 * 200 + 1e-8 * 200**2)
+
+
+@pytest.mark.parametrize("cls", ENGINES)
+def test_no_prefill_is_followed_by_a_retraction(cls):
+    """new_token_ratio = 0: a request that exactly fills the cache waits instead of being
+    prefilled and evicted at the next decode step (before the rule: 1 retraction, 700 tokens
+    prefilled twice)."""
+    spec = EngineSpec(COST, kv_capacity=1_000, max_running=8, new_token_ratio=0.0)
+    e = cls(spec)
+    e.submit([Request(0, 300, 100, 100), Request(1, 700, 300, 300)], 0.0)
+    done = run_all(e)
+    assert e.retractions == 0
+    assert e.prefill_tokens == 1_000
+    assert sorted((c.rid, c.tokens) for c in done) == [(0, 100), (1, 300)]
+    assert e.kv_peak <= 1_000
+
+
+@pytest.mark.parametrize("cls", ENGINES)
+def test_a_lone_request_that_fills_the_cache_runs_to_the_end(cls):
+    """input + max_new == kv_capacity: admitted alone, never retracted, peak KV one short of full
+    (the last token's KV entry is never written)."""
+    e = cls(EngineSpec(COST, kv_capacity=1_000, new_token_ratio=0.0))
+    e.submit([Request(0, 400, 600, 600)], 0.0)
+    (c,) = run_all(e)
+    assert (c.tokens, c.reason) == (600, "length")
+    assert e.retractions == 0 and e.kv_peak == 999
+
+
+def test_new_token_ratio_is_validated():
+    with pytest.raises(ValueError):
+        EngineSpec(COST, new_token_ratio=1.5)
+    with pytest.raises(ValueError):
+        EngineSpec(COST, new_token_ratio=-0.1)
+
+
+# ------------------------------------------------------------------------------ cost models
+TABLE = TabulatedCost(
+    table_b=(1, 8, 64), table_f=(4e-3, 6e-3, 1.2e-2), table_g=(3e-7, 2e-7, 1e-7), p0=0.01, p1=1e-5
+)
+
+
+def test_tabulated_cost_interpolates_and_holds_its_ends():
+    assert TABLE.coefficients(1) == (4e-3, 3e-7)
+    f, g = TABLE.coefficients(4)  # 3/7 of the way from B=1 to B=8
+    assert f == pytest.approx(4e-3 + 3 / 7 * 2e-3) and g == pytest.approx(3e-7 - 3 / 7 * 1e-7)
+    assert TABLE.coefficients(36) == pytest.approx((9e-3, 1.5e-7))
+    assert TABLE.coefficients(500) == TABLE.coefficients(64) == (1.2e-2, 1e-7)
+    assert TABLE.decode_time(4, 1_000) == pytest.approx(f + g * 1_000)
+    assert isinstance(TABLE, DecodeCost) and isinstance(COST, DecodeCost)
+
+
+def test_three_coefficient_and_tabulated_forms_agree_when_the_table_is_linear():
+    bs = (1, 10, 100, 256)
+    table = TabulatedCost(bs, tuple(COST.a + COST.b * b for b in bs), (COST.c,) * 4, 0.01, 1e-5, 1e-8)
+    for b in (1, 3, 50, 255, 256):
+        assert table.decode_span(37, b, 5_000) == pytest.approx(COST.decode_span(37, b, 5_000), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(table_b=(), table_f=(), table_g=()),
+        dict(table_b=(1, 2), table_f=(1e-3,), table_g=(0.0, 0.0)),
+        dict(table_b=(2, 2), table_f=(1e-3, 1e-3), table_g=(0.0, 0.0)),
+        dict(table_b=(0, 2), table_f=(1e-3, 1e-3), table_g=(0.0, 0.0)),
+        dict(table_b=(1, 2), table_f=(0.0, 1e-3), table_g=(0.0, 0.0)),
+        dict(table_b=(1, 2), table_f=(1e-3, 1e-3), table_g=(0.0, -1e-9)),
+    ],
+)
+def test_tabulated_cost_rejects_bad_tables(kw):
+    with pytest.raises(ValueError):
+        TabulatedCost(**kw, p0=0.0, p1=0.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cost=st.sampled_from([COST, TABLE, CostModel(a=0.01, b=0.0, c=0.0, p0=0.0, p1=0.0)]),
+    batch=st.integers(1, 300),
+    kv=st.integers(0, 500_000),
+    n_max=st.integers(0, 3_000),
+    dt=st.floats(0, 100),
+)
+def test_iterations_within_is_the_largest_that_fits(cost, batch, kv, n_max, dt):
+    """Closed-form inversion of decode_span, checked against its definition."""
+    m = cost.iterations_within(dt, batch, kv, n_max)
+    assert 0 <= m <= n_max
+    assert m == 0 or cost.decode_span(m, batch, kv) <= dt
+    assert m == n_max or cost.decode_span(m + 1, batch, kv) > dt
+    span = sum(cost.decode_time(batch, kv + i * batch) for i in range(min(m, 50)))
+    assert span == pytest.approx(cost.decode_span(min(m, 50), batch, kv), rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize("cls", ENGINES)
+def test_tabulated_cost_drives_both_engines(cls):
+    """A table that makes small batches slow per request shows in the completion times."""
+    e = cls(EngineSpec(TABLE, kv_capacity=10_000))
+    e.submit([Request(0, 100, 50, 50)], 0.0)
+    (c,) = run_all(e)
+    assert math.isclose(c.time, TABLE.prefill_time(100) + TABLE.decode_span(49, 1, 100), rel_tol=1e-12)

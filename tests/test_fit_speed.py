@@ -1,0 +1,127 @@
+"""The slow path of `aprilsim fit` (issue #13, item 15): the bootstrap of a lognormal mixture.
+
+Its cost was BFGS's finite-difference gradient: n_params + 1 likelihood evaluations per gradient.
+The mixtures now give BFGS an analytic gradient. These tests check the gradient against finite
+differences (censored, binned, with a length-1 bin whose lower edge is 0), that a bootstrap refit
+needs a fraction of the evaluations it used to, that the intervals are the same as with finite
+differences, and that the benchmark times the default command on data where the 3-mixture wins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from aprilsim.workload.fitting import LengthFitter
+from aprilsim.workload.fitting import fitter as fitter_module
+from aprilsim.workload.fitting.censoring import CensoredHistogram, coarsen
+from aprilsim.workload.fitting.families import FAMILY_SPECS
+from aprilsim.workload.fitting.likelihood import Grid, loglik, loglik_and_grad
+from aprilsim.workload.lengths import LognormalMixture, cap_lengths
+
+ROOT = Path(__file__).resolve().parents[1]
+TRUTH = LognormalMixture((0.3, 0.3, 0.4), (4.0, 6.0, 6.6), (1.2, 0.5, 0.25))
+
+
+@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("binned", [False, True])
+def test_mixture_gradient_matches_finite_differences(k, binned):
+    rng = np.random.default_rng(k)
+    v = np.arange(1, 4000)
+    data = CensoredHistogram(v, rng.integers(0, 40, len(v)), 57, 4000)
+    if binned:
+        data = coarsen(data, 600)
+        assert data.binned
+    fam = FAMILY_SPECS[f"lognormal_mixture{k}"]
+    grid = Grid.of(data)
+    # plausible parameters: no bin probability underflows (there the objective is clamped flat)
+    theta = np.concatenate(
+        [rng.normal(0, 0.5, k - 1), rng.uniform(4, 7, k), np.log(rng.uniform(0.6, 1.5, k))]
+    )
+    ll, g = loglik_and_grad(fam, theta, data, grid)
+    assert ll == pytest.approx(loglik(fam, theta, data, grid), rel=1e-12)
+    h = 1e-6
+    num = [
+        (loglik(fam, theta + e, data, grid) - loglik(fam, theta - e, data, grid)) / (2 * h)
+        for e in np.eye(len(theta)) * h
+    ]
+    np.testing.assert_allclose(g, num, rtol=1e-5, atol=1e-3 * np.abs(g).max())
+
+
+def counting(monkeypatch, name: str) -> dict[str, int]:
+    calls = {"n": 0}
+    fam = FAMILY_SPECS[name]
+
+    def wrap(fn):
+        def inner(*a):
+            calls["n"] += 1
+            return fn(*a)
+
+        return inner
+
+    monkeypatch.setitem(
+        FAMILY_SPECS,
+        name,
+        dataclasses.replace(fam, cdf_sf=wrap(fam.cdf_sf), cdf_sf_grad=wrap(fam.cdf_sf_grad)),
+    )
+    return calls
+
+
+def bootstrap_evaluations(monkeypatch, use_gradient: bool) -> tuple[float, dict]:
+    x = cap_lengths(TRUTH.rvs(20000, np.random.default_rng(0)), 3000)
+    f = LengthFitter(families=["lognormal_mixture3"], n_bootstrap=0).fit(x)
+    calls = counting(monkeypatch, "lognormal_mixture3")
+    original = fitter_module.maximise
+    monkeypatch.setattr(
+        fitter_module,
+        "maximise",
+        lambda *a, **kw: original(*a, **{**kw, "use_gradient": use_gradient}),
+    )
+    f.n_bootstrap = 20
+    bs = f._bootstrap(f.data_)
+    return calls["n"] / 20, bs
+
+
+def test_a_bootstrap_refit_needs_few_likelihood_evaluations(monkeypatch):
+    per_refit, bs = bootstrap_evaluations(monkeypatch, True)
+    assert bs["p99"]["n"] == 20
+    # finite differences spend n_params + 1 = 9 evaluations per gradient: about 300 per refit
+    assert per_refit < 80, per_refit
+
+
+def test_the_analytic_gradient_gives_the_finite_difference_intervals(monkeypatch):
+    _, fast = bootstrap_evaluations(monkeypatch, True)
+    monkeypatch.undo()
+    slow_per_refit, slow = bootstrap_evaluations(monkeypatch, False)
+    assert slow_per_refit > 150  # the old path really was the expensive one
+    for q in ("p50", "p90", "p99"):
+        for end in ("lo", "hi"):
+            assert fast[q][end] == pytest.approx(slow[q][end], rel=0.01), (q, end)
+
+
+def test_benchmark_times_the_default_command_on_a_3_mixture_sample():
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "fit_speed.py"),
+            "--json",
+            "--n",
+            "30000",
+            "--bootstrap",
+            "20",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    out = json.loads(res.stdout)
+    assert out["best"] == "lognormal_mixture3" and out["delta_bic_runner_up"] > 10
+    assert out["bootstrap_resamples_ok"] == 20
+    assert out["seconds_default_cli"] > 0 and out["cpu_seconds_default_cli"] > 0
