@@ -106,8 +106,13 @@ class Plan:
         return [k for keys, _ in self.axes for k in keys]
 
     def fingerprint(self) -> str:
-        """What must match for a results file to be resumed: the base scenario (steps, warm-up)."""
-        return hashlib.sha256(canonical([self.base, self.base_dir]).encode()).hexdigest()[:16]
+        """What must match for a results file to be resumed: the base scenario (steps, warm-up)
+        and the aprilsim version. Unreleased changes to the simulator are not seen: delete the
+        journal after changing the simulator's code."""
+        from aprilsim._version import __version__
+
+        key = canonical([self.base, self.base_dir, __version__])
+        return hashlib.sha256(key.encode()).hexdigest()[:16]
 
     def runs(self) -> list[Run]:
         """Every (point, scheduler, seed), points outermost so a worker's cache stays warm."""
