@@ -55,9 +55,22 @@ def as_axes(grid: Grid | None) -> list[Axis]:
 
 
 def with_steps(sc: Scenario, steps: int | None, warmup: int | None) -> Scenario:
-    from aprilsim.cli import with_overrides
-
-    return with_overrides(sc, steps=steps, warmup=warmup)
+    """Steps and warm-up overrides as `aprilsim simulate` applies them (kept here: the CLI
+    module imports this package, so importing it back would make a cycle)."""
+    update: dict[str, Any] = {}
+    if steps is not None:
+        update["steps"] = steps
+    if warmup is not None:
+        update["warmup_steps"] = warmup
+    elif steps is not None and sc.warmup_steps >= steps:
+        update["warmup_steps"] = max(0, steps - 1)  # keep one step to summarise
+    if not update:
+        return sc
+    out = sc.model_copy(update=update)
+    if out.warmup_steps >= out.steps:
+        flag = "--warmup" if warmup is not None else "warmup_steps"
+        raise ScenarioError(f"{flag} {out.warmup_steps} leaves none of the {out.steps} steps to summarise")
+    return out
 
 
 def _cell(v: Any) -> Any:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from aprilsim.cli import fail
+from aprilsim.cli_errors import fail
 
 EXIT_INTERRUPTED = 130
 
