@@ -20,7 +20,7 @@ from aprilsim.config import (
     load_scenario,
     scenario_from_dict,
 )
-from aprilsim.sweep import execute
+from aprilsim.sweep.execute import default_jobs, local_pool, on_ray
 from aprilsim.sweep.journal import Journal, journal_path
 from aprilsim.sweep.keys import Axis
 from aprilsim.sweep.plan import Plan
@@ -105,9 +105,9 @@ def run_plan(
     sim_s = 0.0
     t0 = time.perf_counter()
     if ray:
-        results = execute.on_ray(plan, unique, None if ray is True else str(ray))
+        results = on_ray(plan, unique, None if ray is True else str(ray))
     else:
-        results = execute.local_pool(plan, unique, jobs or execute.default_jobs())
+        results = local_pool(plan, unique, jobs or default_jobs())
     try:
         for index, metrics in results:
             sim_s += metrics.get("sim_s", 0.0)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any
 
-from aprilsim.sweep import worker
+import aprilsim.sweep.worker as worker
 from aprilsim.sweep.plan import Plan, Run
 
 Result = tuple[int, dict[str, Any]]
