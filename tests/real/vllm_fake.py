@@ -71,7 +71,7 @@ class FakeVLLM:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/health", self._health)
         app.router.add_get("/v1/models", self._models)
-        app.router.add_get("/version", lambda r: web.json_response({"version": "0.33.0-fake"}))
+        app.router.add_get("/version", self._version)
         if self.dev:
             app.router.add_get("/weight_info", self._weight_info)
             app.router.add_post("/update_weight_version", self._update_version)
@@ -221,6 +221,9 @@ class FakeVLLM:
             "",
         ])
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    async def _version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": "0.33.0-fake"})
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(status=200 if self.healthy else 503)
