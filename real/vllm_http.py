@@ -18,8 +18,8 @@ as several engines):
 - weights (only with ``VLLM_SERVER_DEV_MODE=1``, which mounts vLLM's RL endpoints):
   ``GET /weight_info``, ``POST /update_weight_version``, ``POST /collective_rpc``
   (``reload_weights`` from a path), ``POST /pause?mode=keep`` / ``POST /resume``. Without dev mode
-  they answer 404: ``weight_version`` is then None, ``pause``/``resume`` return False and
-  ``update_weights`` raises :class:`NotSupported`.
+  they answer 404: ``weight_version`` is then None, ``pause``/``resume`` return False,
+  ``update_weights`` only warns for a relabel and raises :class:`NotSupported` for a load.
 """
 
 from __future__ import annotations
@@ -136,6 +136,7 @@ class VLLMEngine:
         self._drained = asyncio.Event()
         self._drained.set()
         self._model_lock = asyncio.Lock()
+        self._warned_no_dev = False
 
     # ---- plumbing --------------------------------------------------------------------------
     @property
@@ -440,22 +441,37 @@ class VLLMEngine:
         """Serve ``version``: reload weights from ``path`` first (``/collective_rpc`` with
         ``reload_weights``), then relabel (``/update_weight_version``).
 
-        Raises :class:`NotSupported` when the server lacks the endpoints (no dev mode) and
-        RuntimeError when it refuses.
+        Without dev mode a relabel alone is skipped with a warning (the runner keeps its own
+        version count; :meth:`weight_version` stays None), but loading ``path`` raises
+        :class:`NotSupported`. An unreachable server is left to the health check, as with SGLang;
+        a refusal raises RuntimeError.
         """
         if path is not None:
             status, body = await self._request("POST", "/collective_rpc", {
                 "method": "reload_weights", "kwargs": {"weights_path": str(path)}})
-            self._check_weight_call("/collective_rpc reload_weights", status, body)
+            if self._weight_call_failed("/collective_rpc reload_weights", status, body):
+                return
         status, body = await self._request("POST", "/update_weight_version", {"new_version": str(version)})
-        self._check_weight_call("/update_weight_version", status, body)
+        try:
+            self._weight_call_failed("/update_weight_version", status, body)
+        except NotSupported:
+            if path is not None:
+                raise
+            if not self._warned_no_dev:
+                self._warned_no_dev = True
+                log.warning("%s has no /update_weight_version (no VLLM_SERVER_DEV_MODE=1): "
+                            "weight version labels are not set", self.url)
 
     @staticmethod
-    def _check_weight_call(what: str, status: int, body: object) -> None:
+    def _weight_call_failed(what: str, status: int, body: object) -> bool:
+        """True when the server is unreachable; raises when it lacks the endpoint or refuses."""
+        if status == 0:
+            return True
         if status in (404, 405):
             raise NotSupported(f"{what}: not offered by this server (start vLLM with VLLM_SERVER_DEV_MODE=1)")
         if status != 200:
             raise RuntimeError(f"{what} failed with status {status}: {body!r}"[:500])
+        return False
 
     async def pause(self) -> bool:
         """``POST /pause?mode=keep`` (requests stay queued); False if the server lacks it."""
