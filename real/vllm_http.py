@@ -78,6 +78,7 @@ class VLLMConfig:
     nothing: keep it well above the longest expected queueing time). ``ids_via``:
     ``"token_ids"`` (``return_token_ids``, vLLM >= 0.10.2) or ``"logprobs"`` (older servers).
     ``wait_idle_after_abort``: poll ``/metrics`` after closing the streams until nothing runs.
+    ``weights_timeout_s`` bounds a weight reload from disk.
     """
 
     connect_timeout_s: float = 5.0
@@ -88,6 +89,7 @@ class VLLMConfig:
     poll_interval_s: float = 0.05
     ids_via: str = "token_ids"
     wait_idle_after_abort: bool = True
+    weights_timeout_s: float = 600.0
 
 
 class _Retryable(Exception):
@@ -162,11 +164,13 @@ class VLLMEngine:
     def _control_timeout(self) -> aiohttp.ClientTimeout:
         return aiohttp.ClientTimeout(total=self.cfg.control_timeout_s, connect=self.cfg.connect_timeout_s)
 
-    async def _request(self, method: str, path: str, body: dict | None = None) -> tuple[int, object]:
+    async def _request(self, method: str, path: str, body: dict | None = None,
+                       timeout_s: float | None = None) -> tuple[int, object]:
         """``(status, JSON or text)`` of a control call; ``(0, None)`` when unreachable."""
+        timeout = self._control_timeout() if timeout_s is None else aiohttp.ClientTimeout(
+            total=timeout_s, connect=self.cfg.connect_timeout_s)
         try:
-            async with self.session.request(method, self.url + path, json=body,
-                                            timeout=self._control_timeout()) as resp:
+            async with self.session.request(method, self.url + path, json=body, timeout=timeout) as resp:
                 raw = await resp.read()
                 try:
                     return resp.status, json.loads(raw) if raw else None
@@ -448,7 +452,8 @@ class VLLMEngine:
         """
         if path is not None:
             status, body = await self._request("POST", "/collective_rpc", {
-                "method": "reload_weights", "kwargs": {"weights_path": str(path)}})
+                "method": "reload_weights", "kwargs": {"weights_path": str(path)}},
+                timeout_s=self.cfg.weights_timeout_s)
             if self._weight_call_failed("/collective_rpc reload_weights", status, body):
                 return
         status, body = await self._request("POST", "/update_weight_version", {"new_version": str(version)})
