@@ -67,11 +67,11 @@ async def build_cluster(opts: dict[str, Any], max_context: int):
         torch.set_num_threads(1)  # one intra-op thread per engine: tiny models, shared CPUs
         spec = LocalSpec(max_context=max_context, min_step_seconds=opts.get("local_step_s") or 0.0)
         return Cluster(await start_local(opts["local"], spec)), spec.vocab_size, "bundled engines in-process"
-    from real.sglang_http import SGLangClient
+    from real.engines import connect, split_engine_url
 
     urls = [u.strip() for u in (opts["engines"] or "").split(",") if u.strip()] or [opts["router"]]
-    engines = [SGLangClient(u) for u in urls]
-    vocab = opts["vocab_size"] or await _vocab_of(urls[0]) or 32000
+    engines = [connect(u) for u in urls]  # vllm+http://... -> VLLMEngine, else SGLangClient
+    vocab = opts["vocab_size"] or await _vocab_of(split_engine_url(urls[0])[1]) or 32000
     what = "router" if opts["router"] else f"{len(urls)} engines"
     return Cluster(engines, names=urls), vocab, what
 
@@ -195,7 +195,7 @@ def main_async(sc, names: list[str], opts: dict[str, Any], progress_for) -> Outc
 @click.option("--trace", type=click.Path(dir_okay=False, path_type=Path), help="Write each scheduler's per-request trace (JSON lines; NAME inserted before the suffix when several run).")
 @click.option("--timeline", type=click.Path(dir_okay=False, path_type=Path), help="Draw each scheduler's timeline (.png/.pdf/.svg, or .html).")
 @click.option("--local", type=click.IntRange(min=1), help="Start N bundled engines in this process (CPU) and stop them at the end.")
-@click.option("--engines", help="Comma-separated engine URLs (SGLang or `python -m real.serve`).")
+@click.option("--engines", help="Comma-separated engine URLs (SGLang or `python -m real.serve`; vllm+http://... for vLLM).")
 @click.option("--router", help="URL of an sglang-router in front of the engines.")
 @click.option("--scale", type=click.FloatRange(min=0, max=1, min_open=True), help="Multiply every length and the trainer's fixed times by this (default: 1; with --local, max_response_len -> 64).")
 @click.option("--vocab-size", type=click.IntRange(min=17), help="Vocabulary of the engines (default: asked of a bundled server, else 32000).")
