@@ -103,7 +103,7 @@ class StepLedger:
                 n += 1
                 tokens += s.generated
                 prompt += s.prompt_len
-                trunc += s.truncated
+                trunc += s.complete and s.generated >= s.max_len  # s.truncated, inlined
                 for seg in s.segments:
                     lag = trainer_version - seg.version
                     hist[lag] = hist.get(lag, 0) + seg.tokens
@@ -120,14 +120,16 @@ class StepLedger:
     # ------------------------------------------------------------------ end of run
     def end_state(self, groups: Iterable[Group]) -> dict[str, int]:
         """Where every sample is, by status, in samples and in tokens (the conservation ledger)."""
-        counts = dict.fromkeys(SampleStatus, 0)
-        tokens = dict.fromkeys(SampleStatus, 0)
+        # keyed by the status's value: an Enum member hashes through a Python-level __hash__
+        counts = {st.value: 0 for st in SampleStatus}
+        tokens = dict(counts)
         for g in groups:
             for s in g.samples:
-                counts[s.status] += 1
-                tokens[s.status] += s.generated
-        out = {f"samples_{k.value}": v for k, v in counts.items()}
-        out.update({f"tokens_{k.value}": v for k, v in tokens.items()})
+                v = s.status._value_
+                counts[v] += 1
+                tokens[v] += s.generated
+        out = {f"samples_{k}": v for k, v in counts.items()}
+        out.update({f"tokens_{k}": v for k, v in tokens.items()})
         out["samples_created"] = sum(counts.values())
         out["engine_tokens"] = sum(e.tokens for e in self.engines)
         return out

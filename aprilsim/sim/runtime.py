@@ -15,10 +15,13 @@ it, and weights are synced when the scheduler says so (`UpdateWeights`).
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
+import weakref
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import partial
 
 import simpy
@@ -64,24 +67,45 @@ EngineFactory = Callable[[EngineSpec, int], SimEngine]
 __all__ = ["EngineFactory", "SchedulerError", "Simulation", "WorkloadSource"]
 
 
+@contextmanager
+def _no_full_gc() -> Iterator[None]:
+    """Hold off Python's full (oldest-generation) garbage collections for a run.
+
+    A run allocates hundreds of thousands of long-lived, acyclic objects (samples, segments,
+    requests, groups). The collector's full collections re-traverse that growing heap several
+    times per run: about half of the CPU time of the cluster benchmark. Young collections go on
+    (they collect the few cycles a run makes, simpy conditions), and a finished Simulation holds no
+    cycle, so reference counting frees it; the previous thresholds come back after the run.
+    """
+    thresholds = gc.get_threshold()
+    gc.set_threshold(thresholds[0], thresholds[1], 2**30)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+
+
 class WorkloadSource:
     """What a scheduler's `ctx.new_groups` / `ctx.regenerate` reach in simulation, and no more.
 
     Schedulers see this narrow source, not the Simulation: the live runner offers the same two
-    calls over a dataset, so a scheduler that runs here runs there unchanged.
+    calls over a dataset, so a scheduler that runs here runs there unchanged. It holds the
+    Simulation weakly, so a finished Simulation is freed by reference counting (no cycle).
     """
 
     __slots__ = ("_sim",)
 
     def __init__(self, sim: Simulation) -> None:
-        self._sim = sim
+        self._sim = weakref.ref(sim)
 
     def new_groups(self, n: int, step: int, group_size: int | None = None) -> list[Group]:
-        sim = self._sim
+        sim = self._sim()
+        assert sim is not None, "the simulation is gone"
         return sim._register(sim.workload.generate(n, step, group_size))
 
     def regenerate(self, groups: Sequence[Group], step: int, group_size: int) -> list[Group]:
-        sim = self._sim
+        sim = self._sim()
+        assert sim is not None, "the simulation is gone"
         return sim._register(sim.workload.regenerate(list(groups), step, group_size))
 
 
@@ -157,18 +181,26 @@ class Simulation:
 
     # ------------------------------------------------------------------ running
     def run(self) -> RunResult:
+        with _no_full_gc():
+            return self._run()
+
+    def _run(self) -> RunResult:
         loop = self._colocated() if self.scheduler.mode == "colocated" else self._disaggregated()
         proc = self.env.process(loop)
-        self.env.process(self._engine_loop())
+        engine_loop = self._engine_loop()
+        self.env.process(engine_loop)
         env = self.env
-        while not proc.triggered:
-            if env.peek() == INF:  # nothing scheduled, and the RL loop still waits: a stall
-                raise SchedulerError(
-                    f"simulation stalled at t={self.now:.1f}s: nothing in flight and no event "
-                    f"pending, but the {self.scheduler.mode} loop is still waiting (scheduler "
-                    f"{self.scheduler.name!r} never closed a batch or never updated weights)"
-                )
-            env.step()
+        try:
+            while not proc.triggered:
+                if env.peek() == INF:  # nothing scheduled, and the RL loop still waits: a stall
+                    raise SchedulerError(
+                        f"simulation stalled at t={self.now:.1f}s: nothing in flight and no event "
+                        f"pending, but the {self.scheduler.mode} loop is still waiting (scheduler "
+                        f"{self.scheduler.name!r} never closed a batch or never updated weights)"
+                    )
+                env.step()
+        finally:
+            engine_loop.close()  # its frame holds self: close it so no cycle outlives the run
         if not proc.ok:
             raise proc.value
         self._finished = True
