@@ -2,7 +2,7 @@
 
     python experiments/sweep_ratio.py [--seeds 3] [--jobs 2] [--refit]
 
-Length models: the default scenario's (a reasoning-RL mixture, median 1.5k/7k tokens, 16k cap)
+Length models: the default scenario's (reasoning RL: lognormal, median 5,000 tokens, 16k cap)
 and models fitted by `aprilsim fit --bootstrap 0` to the shared serving traces (mooncake
 conversation, Azure conversation, Azure code; ../shared/data/lengths or $APRILSIM_SHARED_DATA),
 cached in experiments/results/models/ (--refit to redo). Engine regimes on the default lengths:
