@@ -2,7 +2,10 @@
 
 from aprilsim._version import __version__
 
-__all__ = ["__version__", "check_scheduler", "sweep"]
+__all__ = [
+    "Scenario", "__version__", "check_scheduler", "load_scenario", "scenario_from_dict", "simulate",
+    "sweep",
+]
 
 
 def __getattr__(name: str):  # lazy: `import aprilsim` stays light (no scipy, no simpy, no pandas)
@@ -10,6 +13,14 @@ def __getattr__(name: str):  # lazy: `import aprilsim` stays light (no scipy, no
         from aprilsim.conformance import check_scheduler
 
         return check_scheduler
+    if name == "simulate":
+        from aprilsim.notebook import simulate
+
+        return simulate
+    if name in ("Scenario", "load_scenario", "scenario_from_dict"):
+        import aprilsim.config as config
+
+        return getattr(config, name)
     if name == "sweep":  # the package aprilsim.sweep, callable as aprilsim.sweep(scenario, grid)
         import importlib
 

@@ -1,0 +1,110 @@
+"""The notebook API: `aprilsim.simulate(scenario, schedulers=[...], seeds=...)` in one call.
+
+It runs every scheduler on every seed (common random numbers: the same groups for the same seed),
+keeps each `RunResult`, and gives the summaries as a table: `.rows()` (list of dicts, no extra
+dependency) or `.to_frame()` (a pandas DataFrame; pandas comes with the `sweep` extra), and paired
+differences against a baseline with `.paired(metric)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aprilsim.config import Scenario, load_scenario, scenario_from_dict
+from aprilsim.metrics.records import RunResult
+from aprilsim.policies.base import Scheduler
+
+
+@dataclass
+class Results:
+    """Runs keyed by (scheduler label, seed), in the order they ran."""
+
+    scenario: Scenario
+    runs: dict[tuple[str, int], RunResult] = field(default_factory=dict)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One summary row per (scheduler, seed), warm-up steps left out."""
+        return [{"scheduler": name, "seed": seed, **{k: v for k, v in run.summary().items()
+                                                      if k != "scheduler"}}
+                for (name, seed), run in self.runs.items()]
+
+    def to_frame(self):  # noqa: ANN201 - pandas is optional
+        """The rows as a pandas DataFrame (needs pandas: `pip install 'aprilsim[sweep]'`)."""
+        try:
+            import pandas as pd
+        except ImportError:  # pragma: no cover - depends on the environment
+            raise ImportError("to_frame() needs pandas: pip install 'aprilsim[sweep]'") from None
+        return pd.DataFrame(self.rows())
+
+    def paired(self, metric: str = "rollout_throughput_tok_s", baseline: str = "sync",
+               ) -> dict[str, tuple[float, float, int]]:
+        """Per scheduler: (mean, standard deviation, seeds) of metric / baseline's - 1, paired
+        by seed. Seeds the baseline did not run are left out."""
+        base = {seed: run.summary()[metric] for (name, seed), run in self.runs.items()
+                if name == baseline}
+        diffs: dict[str, list[float]] = {}
+        for (name, seed), run in self.runs.items():
+            if seed in base and base[seed]:
+                diffs.setdefault(name, []).append(run.summary()[metric] / base[seed] - 1.0)
+        out = {}
+        for name, d in diffs.items():
+            mean = sum(d) / len(d)
+            sd = (sum((x - mean) ** 2 for x in d) / (len(d) - 1)) ** 0.5 if len(d) > 1 else 0.0
+            out[name] = (mean, sd, len(d))
+        return out
+
+
+def _as_scenario(scenario: Scenario | str | Path | dict[str, Any] | None) -> Scenario:
+    if scenario is None or isinstance(scenario, (str, Path)):
+        return load_scenario(scenario)
+    if isinstance(scenario, dict):
+        return scenario_from_dict(scenario)
+    return scenario
+
+
+def simulate(
+    scenario: Scenario | str | Path | dict[str, Any] | None = None,
+    schedulers: Sequence[str | Scheduler] | None = None,
+    seeds: int | Iterable[int] | None = None,
+    *,
+    steps: int | None = None,
+    warmup: int | None = None,
+) -> Results:
+    """Simulate `schedulers` (names, `module:Class`, or instances; default: the scenario's
+    `compare` list) on `scenario` (a Scenario, a TOML path, a dict, or None for the default) for
+    each seed (`seeds=5` means the scenario's seed and the next four).
+
+    >>> import aprilsim
+    >>> res = aprilsim.simulate(schedulers=["sync", "april"], seeds=2, steps=3)
+    >>> sorted({row["scheduler"] for row in res.rows()})
+    ['april', 'sync']
+    >>> gain, sd, n = res.paired()["april"]
+    >>> n, gain > 0
+    (2, True)
+    """
+    from aprilsim.sim.run import simulate as run_one
+
+    sc = _as_scenario(scenario)
+    if steps is not None:
+        sc = sc.model_copy(update={"steps": steps,
+                                   "warmup_steps": min(sc.warmup_steps, steps - 1)})
+    if warmup is not None:
+        sc = sc.model_copy(update={"warmup_steps": warmup})
+    sc = sc.check()
+    if seeds is None:
+        seed_list = [sc.seed]
+    elif isinstance(seeds, int):
+        seed_list = [sc.seed + k for k in range(seeds)]
+    else:
+        seed_list = list(seeds)
+    out = Results(sc)
+    for s in schedulers if schedulers is not None else sc.compare:
+        for seed in seed_list:
+            label = s if isinstance(s, str) else s.name
+            # an instance keeps state: only its first seed may use it as is
+            policy = s if isinstance(s, str) or seed == seed_list[0] else type(s)()
+            out.runs[(label, seed)] = run_one(sc, policy, seed=seed)
+    return out
