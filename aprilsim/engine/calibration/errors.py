@@ -44,25 +44,34 @@ def _regimes(bounds: Sequence[int]) -> list[tuple[str, int, int]]:
 
 
 def regime_errors(cost: CostModel | TabulatedCost, records: Sequence[Record],
-                  bounds: Sequence[int] = DEFAULT_BOUNDS) -> list[RegimeError]:
+                  bounds: Sequence[int] = DEFAULT_BOUNDS,
+                  counts: Sequence[float] | None = None) -> list[RegimeError]:
     """One row per decode regime of B (split at `bounds`), one for prefill, one for all; regimes
-    without records are left out."""
+    without records are left out. With `counts` (records that are bin medians), each record
+    stands for that many steps: n counts steps, and the statistics weigh records by them."""
     err = relative_errors(cost, records)
-    groups: list[tuple[str, np.ndarray]] = []
+    w = np.ones(len(records)) if counts is None else np.asarray(counts, float)
     batch = np.array([r.batch_size for r in records])
     decode = np.array([r.phase == "decode" for r in records])
-    for name, lo, hi in _regimes(bounds):
-        groups.append((name, err[decode & (batch >= lo) & (batch <= hi)]))
-    groups.append(("prefill", err[~decode]))
-    groups.append(("all", err))
+    masks = [(name, decode & (batch >= lo) & (batch <= hi)) for name, lo, hi in _regimes(bounds)]
+    masks += [("prefill", ~decode), ("all", np.ones(len(records), bool))]
     rows = []
-    for name, e in groups:
-        if len(e) == 0:
+    for name, m in masks:
+        if not m.any():
             continue
+        e, wm = err[m], w[m]
         a = np.abs(e)
-        rows.append(RegimeError(name, len(e), float(np.median(a)), float(np.percentile(a, 90)),
-                                float(a.max()), float(e.mean())))
+        rows.append(RegimeError(name, int(round(wm.sum())), _wquantile(a, wm, 0.5),
+                                _wquantile(a, wm, 0.9), float(a.max()),
+                                float(np.average(e, weights=wm))))
     return rows
+
+
+def _wquantile(x: np.ndarray, w: np.ndarray, q: float) -> float:
+    """The q-quantile of x with weights w (the smallest x whose cumulative weight reaches q)."""
+    order = np.argsort(x)
+    cum = np.cumsum(w[order])
+    return float(x[order][np.searchsorted(cum, q * cum[-1] - 1e-12)])
 
 
 def format_error_table(rows: Sequence[RegimeError]) -> str:

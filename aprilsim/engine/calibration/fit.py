@@ -24,13 +24,39 @@ FORMS = ("linear", "tables")
 MIN_F = 1e-9  # TabulatedCost needs f(B) > 0
 
 
-def _nnls_relative(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """argmin_{w >= 0} sum(((x @ w - y) / y)^2), columns scaled for conditioning."""
-    rows = x / y[:, None]
+def _nnls_relative(x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None) -> np.ndarray:
+    """argmin_{w >= 0} sum(weight * ((x @ w - y) / y)^2), columns scaled for conditioning."""
+    sw = np.ones(len(y)) if weight is None else np.sqrt(weight)
+    rows = x * (sw / y)[:, None]
     scale = np.abs(rows).max(axis=0)
     scale[scale == 0] = 1.0
-    w, _ = nnls(rows / scale, np.ones(len(y)), maxiter=50 * x.shape[1] + 500)
+    w, _ = nnls(rows / scale, sw, maxiter=50 * x.shape[1] + 500)
     return w / scale
+
+
+def bin_records(records: Sequence[Record], kv_step: float = 0.2) -> list[tuple[Record, int]]:
+    """Robust summary of noisy steps: records of the same phase and batch size whose KV load (or
+    prefill size) lies within one log-bin of width `kv_step` (20 %) are replaced by one record with
+    their median time and mean size, paired with their count. Fitting bin medians weighted by
+    counts keeps the weight of often-visited shapes while one slow outlier step (a CPU hiccup, a
+    garbage collection) no longer drags the fit: least squares on relative errors otherwise
+    leans towards under-prediction when the measured times have a long upper tail."""
+    groups: dict[tuple, list[Record]] = {}
+    for r in records:
+        size = r.kv_tokens if r.phase == "decode" else r.prefill_tokens
+        key = (r.phase, r.batch_size, int(np.floor(np.log1p(size) / np.log1p(kv_step))))
+        groups.setdefault(key, []).append(r)
+    out = []
+    for rs in groups.values():
+        med = float(np.median([r.duration_s for r in rs]))
+        if rs[0].phase == "decode":
+            rec = Record("decode", rs[0].batch_size, float(np.mean([r.kv_tokens for r in rs])), 0, med)
+        else:
+            rec = Record("prefill", rs[0].batch_size, 0.0,
+                         int(round(np.mean([r.prefill_tokens for r in rs]))), med,
+                         float(np.mean([r.tokens_sq for r in rs])))
+        out.append((rec, len(rs)))
+    return out
 
 
 def _split(records: Sequence[Record]) -> tuple[list[Record], list[Record]]:
@@ -39,25 +65,34 @@ def _split(records: Sequence[Record]) -> tuple[list[Record], list[Record]]:
     return dec, pre
 
 
-def fit_prefill(records: Sequence[Record]) -> tuple[float, float, float]:
+def _weights(records: Sequence[Record], weights: Sequence[float] | None, phase: str
+             ) -> tuple[list[Record], np.ndarray | None]:
+    keep = [i for i, r in enumerate(records) if r.phase == phase]
+    w = None if weights is None else np.array([weights[i] for i in keep], float)
+    return [records[i] for i in keep], w
+
+
+def fit_prefill(records: Sequence[Record], weights: Sequence[float] | None = None,
+                ) -> tuple[float, float, float]:
     """(p0, p1, p2) of p0 + p1*sum(n) + p2*sum(n^2) over the prefill records (zeros if none)."""
-    pre = [r for r in records if r.phase == "prefill"]
+    pre, w = _weights(records, weights, "prefill")
     if not pre:
         return 0.0, 0.0, 0.0
     x = np.array([[1.0, r.prefill_tokens, r.tokens_sq] for r in pre])
     y = np.array([r.duration_s for r in pre])
-    p0, p1, p2 = _nnls_relative(x, y)
+    p0, p1, p2 = _nnls_relative(x, y, w)
     return float(p0), float(p1), float(p2)
 
 
-def fit_linear(records: Sequence[Record]) -> tuple[float, float, float]:
+def fit_linear(records: Sequence[Record], weights: Sequence[float] | None = None,
+               ) -> tuple[float, float, float]:
     """(a, b, c) of t = a + b*B + c*K over the decode records."""
-    dec = [r for r in records if r.phase == "decode"]
+    dec, w = _weights(records, weights, "decode")
     if not dec:
         raise ValueError("no decode records to fit")
     x = np.array([[1.0, r.batch_size, r.kv_tokens] for r in dec])
     y = np.array([r.duration_s for r in dec])
-    a, b, c = _nnls_relative(x, y)
+    a, b, c = _nnls_relative(x, y, w)
     if a <= 0 and b <= 0:  # CostModel needs a fixed cost; tiny, so the fit is unchanged
         a = MIN_F
     return float(a), float(b), float(c)
@@ -94,9 +129,10 @@ def _hat_weights(knots: Sequence[int], batch: int) -> np.ndarray:
 
 
 def fit_tables(records: Sequence[Record], knots: Sequence[int] | None = None,
-               max_knots: int = 12) -> tuple[tuple[int, ...], tuple[float, ...], tuple[float, ...]]:
+               max_knots: int = 12, weights: Sequence[float] | None = None,
+               ) -> tuple[tuple[int, ...], tuple[float, ...], tuple[float, ...]]:
     """(table_b, table_f, table_g) over the decode records: f and g piecewise linear in B."""
-    dec = [r for r in records if r.phase == "decode"]
+    dec, wts = _weights(records, weights, "decode")
     if not dec:
         raise ValueError("no decode records to fit")
     kb = tuple(knots) if knots is not None else choose_knots([r.batch_size for r in dec], max_knots)
@@ -107,22 +143,23 @@ def fit_tables(records: Sequence[Record], knots: Sequence[int] | None = None,
         x[i, :n] = w
         x[i, n:] = w * r.kv_tokens
     y = np.array([r.duration_s for r in dec])
-    coef = _nnls_relative(x, y)
+    coef = _nnls_relative(x, y, wts)
     f = tuple(max(float(v), MIN_F) for v in coef[:n])
     g = tuple(float(v) for v in coef[n:])
     return kb, f, g
 
 
-def fit_cost(records: Sequence[Record], form: str = "linear",
-             max_knots: int = 12) -> CostModel | TabulatedCost:
-    """The cost model of `form` ("linear" or "tables") fitted to decode and prefill records."""
+def fit_cost(records: Sequence[Record], form: str = "linear", max_knots: int = 12,
+             weights: Sequence[float] | None = None) -> CostModel | TabulatedCost:
+    """The cost model of `form` ("linear" or "tables") fitted to decode and prefill records
+    (each weighted by `weights`, default 1)."""
     if form not in FORMS:
         raise ValueError(f"form must be one of {', '.join(FORMS)}, got {form!r}")
-    p0, p1, p2 = fit_prefill(records)
+    p0, p1, p2 = fit_prefill(records, weights)
     if form == "linear":
-        a, b, c = fit_linear(records)
+        a, b, c = fit_linear(records, weights)
         return CostModel(a=a, b=b, c=c, p0=p0, p1=p1, p2=p2)
-    tb, tf, tg = fit_tables(records, max_knots=max_knots)
+    tb, tf, tg = fit_tables(records, max_knots=max_knots, weights=weights)
     return TabulatedCost(tb, tf, tg, p0, p1, p2)
 
 
