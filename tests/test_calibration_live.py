@@ -96,3 +96,17 @@ def test_engines_url_calibration_and_the_servers_iteration_log(server, tmp_path)
     assert cal.cost_.table_b[0] == 1 and cal.cost_.table_b[-1] == 4
     live = _aprilsim("calibrate", "--iteration-log", str(log))
     assert live.returncode == 0 and "decode B <= 8" in live.stdout
+
+
+def test_token_stream_timing_for_engines_without_an_iteration_log():
+    """SGLang has no /iteration_log: consecutive tokens of a request time the decode iterations,
+    the slowest first token the prefill."""
+    from real.calibrate import _stream_records
+
+    stamps = [[10.5, 10.6, 10.8], [10.4, 10.6, 10.8]]
+    recs = _stream_records(batch=2, prompt_len=100, t0=10.0, stamps=stamps)
+    pre, *dec = recs
+    assert (pre.phase, pre.prefill_tokens, pre.tokens_sq) == ("prefill", 200, 20000.0)
+    assert pre.duration_s == pytest.approx(0.5)
+    assert [(r.batch_size, r.kv_tokens) for r in dec] == [(2, 202.0), (2, 204.0)]
+    assert [r.duration_s for r in dec] == pytest.approx([0.1, 0.2])
