@@ -237,6 +237,20 @@ def _register_subcommands() -> None:
     main.add_command(sweep_command, "sweep")
     main.add_command(tune_command, "tune")
     plot.add_command(plot_sweep_command, "sweep")
+    from aprilsim.engine.calibration.cli import make_calibrate_command
+
+    main.add_command(make_calibrate_command(_measure_live), "calibrate")
+
+
+def _measure_live(**kwargs):
+    """`aprilsim calibrate --local/--engines`: the live sweep of `real.calibrate` (lazy: only this
+    command reaches `real/`, torch and aiohttp)."""
+    try:
+        from real.calibrate import measure
+    except ImportError as e:
+        raise ValueError(f"live calibration needs the live-engine extra "
+                         f"(pip install 'aprilsim[real]'): {e}") from None
+    return measure(**kwargs)
 
 
 _register_subcommands()

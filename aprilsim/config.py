@@ -81,8 +81,9 @@ class ClusterSection(_Strict):
     @field_validator("preset")
     @classmethod
     def _known_preset(cls, v: str) -> str:
-        if v not in PRESETS:
-            raise ValueError(f"unknown preset {v!r}; known: {', '.join(sorted(PRESETS))}")
+        if v not in PRESETS and not v.endswith(".toml"):
+            raise ValueError(f"unknown preset {v!r}; known: {', '.join(sorted(PRESETS))}, "
+                             "or a preset file (.toml, e.g. written by `aprilsim calibrate`)")
         return v
 
     @field_validator("router")
@@ -91,6 +92,44 @@ class ClusterSection(_Strict):
         if v not in ROUTERS:
             raise ValueError(f"unknown router {v!r}; known: {', '.join(sorted(ROUTERS))}")
         return v
+
+
+class PresetFile(_Strict):
+    """A preset file (`aprilsim calibrate --out`): a `[cost]` table and optional engine limits;
+    what it leaves out comes from the default preset."""
+
+    label: str = "calibrated"
+    source: str = ""
+    kv_capacity: int | None = Field(default=None, ge=1)
+    max_running: int | None = Field(default=None, ge=1)
+    new_token_ratio: float | None = Field(default=None, ge=0, le=1)
+    max_prefill_tokens: int | None = Field(default=None, ge=1)
+    tp: int | None = Field(default=None, ge=1)
+    cost: CostSection
+
+
+def load_preset_file(path: str | Path) -> EngineSpec:
+    """The engine spec of a preset file; ScenarioError (one line) when it cannot be used."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text())
+    except OSError as e:
+        raise ScenarioError(f"cluster.preset: cannot read {p}: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioError(f"cluster.preset: {p}: not valid TOML ({e})") from None
+    try:
+        pf = PresetFile.model_validate(data)
+    except ValidationError as e:
+        raise ScenarioError(f"cluster.preset: {p}: {_format_error(e)}") from None
+    try:
+        cost = pf.cost.model()
+    except ValueError as e:
+        raise ScenarioError(f"cluster.preset: {p}: cost: {e}") from None
+    over: dict[str, Any] = {k: getattr(pf, k) for k in
+                            ("kv_capacity", "max_running", "new_token_ratio", "max_prefill_tokens", "tp")
+                            if getattr(pf, k) is not None}
+    return replace(PRESETS[ClusterSection().preset], cost=cost, label=pf.label,
+                   source=pf.source or f"preset file {p}", **over)
 
 
 class TrainerSection(_Strict):
@@ -156,7 +195,11 @@ class Scenario(_Strict):
     def engine_spec(self) -> EngineSpec:
         """The engine of one replica: the cluster's preset with the scenario's overrides."""
         c = self.cluster
-        spec = PRESETS[c.preset]
+        if c.preset in PRESETS:
+            spec = PRESETS[c.preset]
+        else:  # a preset file, relative to the scenario file
+            path = Path(c.preset)
+            spec = load_preset_file(path if path.is_absolute() else Path(self.base_dir) / path)
         over: dict[str, Any] = {
             k: getattr(c, k)
             for k in ("kv_capacity", "max_running", "new_token_ratio", "max_prefill_tokens")

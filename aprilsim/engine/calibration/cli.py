@@ -1,0 +1,188 @@
+"""`aprilsim calibrate`: fit the engine cost model to measured timings and write a preset file.
+
+The command is built by `make_calibrate_command(live)`: `live` measures running engines (it is
+`real.calibrate.measure`, imported lazily by `aprilsim.cli`, since `aprilsim/` itself never imports
+`real/`). Bad input prints one line and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from aprilsim.cli_errors import OneLineCommand, fail
+
+from .errors import format_error_table
+from .estimator import CostCalibrator
+from .records import Record
+
+LiveMeasure = Callable[..., tuple[list[Record], dict[str, Any]]]
+SOURCES = ("csv", "sglang_log", "iteration_log", "vidur", "local", "engines")
+
+
+def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        vals = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"{flag} must be comma-separated integers, got {text!r}") from None
+    if not vals or min(vals) < 1:
+        raise ValueError(f"{flag} must list integers >= 1, got {text!r}")
+    return vals
+
+
+def _read(kind: str, value: Any, opts: dict[str, Any], live: LiveMeasure | None,
+          ) -> tuple[list[Record], dict[str, Any]]:
+    from . import read_csv, read_iteration_log, read_sglang_log, read_vidur
+
+    if kind == "csv":
+        return read_csv(value), {"source": f"CSV {value}"}
+    if kind == "sglang_log":
+        return read_sglang_log(value), {
+            "source": f"SGLang scheduler log {value} (decode time = #running-req / gen throughput)"}
+    if kind == "iteration_log":
+        return read_iteration_log(value), {"source": f"bundled engine iteration log {value}"}
+    if kind == "vidur":
+        return read_vidur(value, opts["layers"], opts["tp"]), {
+            "source": f"Vidur-format profiles {value} ({opts['layers']} layers)"}
+    if live is None:
+        raise ValueError("live calibration is not available here")
+    engines = [u.strip() for u in value.split(",") if u.strip()] if kind == "engines" else None
+    if kind == "engines" and not engines:
+        raise ValueError("--engines needs at least one URL")
+    if kind == "local" and value < 1:
+        raise ValueError(f"--local must be >= 1, got {value}")
+    return live(local=value if kind == "local" else None, engines=engines,
+                batch_sizes=opts["batch_sizes"], kv_loads=opts["kv_loads"],
+                progress=opts["progress"])
+
+
+def make_calibrate_command(live: LiveMeasure | None) -> click.Command:
+    """The `calibrate` command; `live` measures engines for --local / --engines."""
+
+    @click.command("calibrate", cls=OneLineCommand,
+                   short_help="Fit the engine cost model to measured timings; write a preset file.")
+    @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), help="CSV: phase, batch_size, kv_tokens, prefill_tokens, duration_s [, prefill_tokens_sq | prefill_sizes].")
+    @click.option("--sglang-log", type=click.Path(dir_okay=False, path_type=Path), help="An SGLang server log ('Decode batch ...' / 'Prefill batch ...' lines).")
+    @click.option("--iteration-log", type=click.Path(dir_okay=False, path_type=Path), help="The bundled engine's --iteration-log file (or a saved GET /iteration_log).")
+    @click.option("--vidur", type=click.Path(file_okay=False, path_type=Path), help="A folder of Vidur-format profiles: mlp.csv, attention.csv [, all_reduce.csv].")
+    @click.option("--local", type=int, help="Measure N in-process bundled engines (CPU; small default sweep).")
+    @click.option("--engines", help="Measure running engines: comma-separated base URLs.")
+    @click.option("--form", type=click.Choice(["linear", "tables"]), default="linear", show_default=True, help="a + b*B + c*K, or f(B) + g(B)*K with piecewise-linear tables over B.")
+    @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the preset file (TOML) here; a scenario loads it with [cluster] preset = \"FILE\".")
+    @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Write the residual plot (.png/.pdf/.svg).")
+    @click.option("--json", "as_json", is_flag=True, help="Print the fit as JSON.")
+    @click.option("--records-out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the timing records as CSV (the --csv format).")
+    @click.option("--layers", type=int, default=32, show_default=True, help="With --vidur: the model's layer count.")
+    @click.option("--tp", type=int, help="With --vidur: tensor-parallel degree (default: the smallest profiled).")
+    @click.option("--max-knots", type=click.IntRange(min=2), default=12, show_default=True, help="With --form tables: most knots over B.")
+    @click.option("--batch-sizes", help="Live: decode batch sizes to measure (comma-separated; default 1,2,4,8 capped at max_running).")
+    @click.option("--kv-loads", help="Live: prompt lengths per request for the decode sweep (default 16,256).")
+    def calibrate(csv_path, sglang_log, iteration_log, vidur, local, engines, form, out, plot,
+                  as_json, records_out, layers, tp, max_knots, batch_sizes, kv_loads) -> None:
+        """Fit t(B, K) = f(B) + g(B)*K and prefill p0 + p1*sum(n) + p2*sum(n^2) to timings from
+        ONE source (a CSV, logs, Vidur profiles, or live engines), print the per-regime error
+        table, and write a preset file scenarios load by path."""
+        given = {k: v for k, v in zip(SOURCES, (csv_path, sglang_log, iteration_log, vidur,
+                                                  local, engines)) if v is not None}
+        if len(given) != 1:
+            fail("give exactly one of --csv, --sglang-log, --iteration-log, --vidur, --local, "
+                 "--engines")
+            return
+        (kind, value), = given.items()
+        try:
+            for flag, path in (("--out", out), ("--plot", plot), ("--records-out", records_out)):
+                if path is not None and not path.parent.is_dir():
+                    raise ValueError(f"{flag} {path}: folder {path.parent} does not exist")
+            if plot is not None and plot.suffix.lower() not in (".png", ".pdf", ".svg"):
+                raise ValueError(f"--plot {plot}: the file must end in .png, .pdf or .svg")
+            progress = None
+            if kind in ("local", "engines") and sys.stderr.isatty():
+                def progress(msg: str) -> None:
+                    click.echo(f"\r\033[K{msg}", err=True, nl=False)
+            elif kind in ("local", "engines") and not as_json:
+                def progress(msg: str) -> None:
+                    if msg.endswith("done"):
+                        click.echo(msg, err=True)
+            opts = {"layers": layers, "tp": tp, "progress": progress,
+                    "batch_sizes": _ints(batch_sizes, "--batch-sizes"),
+                    "kv_loads": _ints(kv_loads, "--kv-loads")}
+            records, info = _read(kind, value, opts, live)
+            if progress is not None and sys.stderr.isatty():
+                click.echo("\r\033[K", err=True, nl=False)
+            cal = CostCalibrator(form=form, max_knots=max_knots).fit(records)
+        except ValueError as e:
+            fail(str(e))
+            return
+        _write_outputs(cal, info, out, plot, records_out, form)
+        _print(cal, info, form, as_json, out)
+
+    return calibrate
+
+
+def _write_outputs(cal: CostCalibrator, info: dict[str, Any], out: Path | None,
+                   plot: Path | None, records_out: Path | None, form: str) -> None:
+    from .preset import write_preset
+    from .records import write_csv
+
+    if out is not None:
+        write_preset(out, cal.cost_, label=info.get("label", "calibrated"),
+                     source=f"calibrated ({form}) from {info['source']}",
+                     max_running=info.get("max_running"), kv_capacity=info.get("kv_capacity"),
+                     errors=cal.errors_)
+        click.echo(f"wrote {out}", err=True)
+    if records_out is not None:
+        write_csv(cal.records_, records_out)
+        click.echo(f"wrote {records_out}", err=True)
+    if plot is not None:
+        try:
+            from .plot import write_residual_plot
+        except ImportError:  # pragma: no cover - matplotlib is in the plot/test extras
+            fail("--plot needs matplotlib (pip install 'aprilsim[plot]')")
+            return
+        write_residual_plot(cal.records_, cal.residuals_, plot,
+                            title=f"{form} fit: {info['source']}"[:90])
+        click.echo(f"wrote {plot}", err=True)
+
+
+def cost_dict(cost: Any) -> dict[str, Any]:
+    """The cost model's coefficients as a plain dict (the preset's [cost] keys)."""
+    if hasattr(cost, "table_b"):
+        d: dict[str, Any] = {"table_b": list(cost.table_b), "table_f": list(cost.table_f),
+                             "table_g": list(cost.table_g)}
+    else:
+        d = {"a": cost.a, "b": cost.b, "c": cost.c}
+    d.update(p0=cost.p0, p1=cost.p1, p2=cost.p2)
+    return d
+
+
+def _print(cal: CostCalibrator, info: dict[str, Any], form: str, as_json: bool,
+           out: Path | None) -> None:
+    if as_json:
+        click.echo(json.dumps({
+            "form": form, "source": info["source"], "n_decode": cal.n_decode_,
+            "n_prefill": cal.n_prefill_, "cost": cost_dict(cal.cost_),
+            "errors": [e.to_dict() for e in cal.errors_],
+            **{k: info[k] for k in ("max_running", "kv_capacity", "wall_s") if k in info},
+            "preset_file": str(out) if out else None}, indent=2))
+        return
+    click.echo(f"source: {info['source']}")
+    click.echo(f"records: {cal.n_decode_} decode, {cal.n_prefill_} prefill")
+    d = cost_dict(cal.cost_)
+    if form == "linear":
+        click.echo(f"decode: t(B, K) = {d['a']:.4g} + {d['b']:.4g}*B + {d['c']:.4g}*K  (seconds)")
+    else:
+        click.echo("decode: t(B, K) = f(B) + g(B)*K, tables over B")
+        for b, f, g in zip(d["table_b"], d["table_f"], d["table_g"]):
+            click.echo(f"  B {b:>5}: f {f:.4g} s, g {g:.4g} s/token")
+    click.echo(f"prefill: {d['p0']:.4g} + {d['p1']:.4g}*sum(n) + {d['p2']:.4g}*sum(n^2)"
+               + ("" if cal.n_prefill_ else "  (no prefill records: zeros)"))
+    click.echo(format_error_table(cal.errors_))
+    if out is None:
+        click.echo("(no --out: nothing written; add --out cal.toml to get a preset file)")

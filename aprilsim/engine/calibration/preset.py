@@ -1,0 +1,57 @@
+"""Write a fitted cost model as a preset file (TOML) that scenarios load by path.
+
+A scenario uses it with ``[cluster] preset = "cal.toml"`` (relative to the scenario file). The
+file holds a ``[cost]`` table in the scenario's own ``[cluster.cost]`` form (``a, b, c`` or
+``table_b, table_f, table_g``, plus ``p0, p1, p2``) and optional engine limits (``max_running``,
+``kv_capacity``) measured on the engine; `aprilsim.config` validates it like any scenario key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aprilsim.engine.cost import CostModel, TabulatedCost
+
+from .errors import RegimeError
+
+
+def _num(v: float) -> str:
+    return repr(float(v))
+
+
+def preset_toml(cost: CostModel | TabulatedCost, *, label: str = "calibrated", source: str = "",
+                max_running: int | None = None, kv_capacity: int | None = None,
+                errors: list[RegimeError] | None = None) -> str:
+    """The preset file's text."""
+    lines = ["# aprilsim engine preset written by `aprilsim calibrate`.",
+             "# Use it in a scenario: [cluster] preset = \"<this file>\"."]
+    if errors:
+        lines.append("# fit errors (predicted vs measured, relative):")
+        for e in errors:
+            lines.append(f"#   {e.regime}: n {e.n}, median {100 * e.median_abs:.1f}%, "
+                         f"p90 {100 * e.p90_abs:.1f}%, bias {100 * e.bias:+.1f}%")
+    lines.append(f"label = {_str(label)}")
+    lines.append(f"source = {_str(source)}")
+    if max_running is not None:
+        lines.append(f"max_running = {int(max_running)}")
+    if kv_capacity is not None:
+        lines.append(f"kv_capacity = {int(kv_capacity)}")
+    lines.append("")
+    lines.append("[cost]")
+    if isinstance(cost, TabulatedCost):
+        lines.append(f"table_b = [{', '.join(str(int(b)) for b in cost.table_b)}]")
+        lines.append(f"table_f = [{', '.join(_num(v) for v in cost.table_f)}]")
+        lines.append(f"table_g = [{', '.join(_num(v) for v in cost.table_g)}]")
+    else:
+        lines += [f"a = {_num(cost.a)}", f"b = {_num(cost.b)}", f"c = {_num(cost.c)}"]
+    lines += [f"p0 = {_num(cost.p0)}", f"p1 = {_num(cost.p1)}", f"p2 = {_num(cost.p2)}", ""]
+    return "\n".join(lines)
+
+
+def _str(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
+
+
+def write_preset(path: str | Path, cost: CostModel | TabulatedCost, **kwargs) -> None:
+    """Write `preset_toml(cost, **kwargs)` to `path`."""
+    Path(path).write_text(preset_toml(cost, **kwargs))
