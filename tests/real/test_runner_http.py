@@ -138,7 +138,9 @@ def test_timed_out_requests_are_resubmitted(servers):
                 await cluster.close()
 
     case = run(main())
-    assert [f.kind for f in case.run.faults] == ["request_failed"] * 2
+    kinds = [f.kind for f in case.run.faults]
+    # the two hung streams time out; on a loaded machine a slow real stream may too (0.4 s)
+    assert len(kinds) >= 2 and set(kinds) == {"request_failed"}, kinds
     assert all("Timeout" in f.message for f in case.run.faults)
     _check(case, "sync")
 
