@@ -85,11 +85,12 @@ def cases(draw) -> Case:
         max_running=draw(st.integers(1, 32)),
         new_token_ratio=draw(st.sampled_from([0.0, 0.05, 0.3, 0.7, 1.0])),
         max_prefill_tokens=draw(st.integers(50, 3_000)),
-        # SGLang's rules (0 decay steps: the older constant ratio with admission held)
-        new_token_ratio_decay_steps=draw(st.sampled_from([0, 0, 3, 40, 600])),
+        # SGLang's rules (0 decay steps: the older constant ratio with admission held); listed
+        # first, the values hypothesis favours
+        new_token_ratio_decay_steps=draw(st.sampled_from([600, 40, 3, 0])),
         min_new_token_ratio_factor=draw(st.sampled_from([0.14, 0.0, 0.6])),
         retract_decode_steps=draw(st.sampled_from([20, 0, 200])),
-        clip_max_new_tokens=draw(st.sampled_from([0, 0, 60, 400])),
+        clip_max_new_tokens=draw(st.sampled_from([400, 60, 0])),
         retract_to=draw(st.sampled_from(["head", "tail"])),
     )
     reqs = []

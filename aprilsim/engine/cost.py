@@ -260,6 +260,20 @@ _CROSS_CHECK_TEXT = (
 )
 
 
+# SGLang 0.5.23's scheduling defaults (sglang/srt/environ.py, server_args: schedule_conservativeness
+# 1.0): what every preset, hence every scenario, runs unless a `[cluster]` key says otherwise.
+# EngineSpec's own field defaults keep the older rules (constant ratio 0.1, no clip, retracted
+# requests back at the head), which hand-built specs in tests rely on.
+SGLANG_RULES: dict = {
+    "new_token_ratio": 0.7,  # SGLANG_INIT_NEW_TOKEN_RATIO x schedule_conservativeness
+    "new_token_ratio_decay_steps": 600,  # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
+    "min_new_token_ratio_factor": 0.14,  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
+    "retract_decode_steps": 20,  # SGLANG_RETRACT_DECODE_STEPS
+    "clip_max_new_tokens": 4096,  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+    "retract_to": "tail",  # scheduler._add_request_to_queue appends
+}
+
+
 def _qwen3_4b_h100_tp2() -> EngineSpec:
     # Qwen3-4B: 36 layers, hidden 2560, 8 KV heads x 128, ~4.0e9 params (bf16: 8.0 GB).
     # H100 SXM: 3.35 TB/s HBM, 989 TFLOP/s bf16 dense. TP=2: each GPU holds half of it all.
@@ -276,7 +290,7 @@ def _qwen3_4b_h100_tp2() -> EngineSpec:
         cost=CostModel(a=a, b=b, c=c, p0=0.01, p1=p1, p2=p2),
         kv_capacity=kv_capacity,
         max_running=256,
-        new_token_ratio=0.1,
+        **SGLANG_RULES,
         tp=2,
         label="qwen3-4b-h100-tp2",
         source=(
@@ -303,7 +317,7 @@ def _qwen3_8b_h100_tp1() -> EngineSpec:
         ),
         kv_capacity=int((80e9 * 0.85 - weights - 6e9) / kv_bytes),
         max_running=256,
-        new_token_ratio=0.1,
+        **SGLANG_RULES,
         tp=1,
         label="qwen3-8b-h100-tp1",
         source=(
