@@ -14,7 +14,29 @@ from aprilsim.cli_errors import EXIT_USAGE, OneLineGroup, fail
 __all__ = ["EXIT_USAGE", "fail", "main"]
 
 
-@click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
+class _LazyGroup(OneLineGroup):
+    """Commands that live outside `aprilsim` (the live runner in `real/`) load when invoked, so
+    that importing aprilsim never imports real/, torch or aiohttp."""
+
+    lazy = {"run": ("real.runner.cli", "run_command")}
+
+    def list_commands(self, ctx):
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx, name):
+        cmd = super().get_command(ctx, name)
+        if cmd is None and name in self.lazy:
+            import importlib
+
+            module, attr = self.lazy[name]
+            try:
+                cmd = getattr(importlib.import_module(module), attr)
+            except ImportError as e:  # the `real` extra is not installed
+                fail(f"`aprilsim {name}` needs the live-engine extra (pip install 'aprilsim[real]'): {e}")
+        return cmd
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="aprilsim")
 def main() -> None:
     """Simulate, compare and tune rollout schedulers (APRIL and friends) for RL on LLMs."""

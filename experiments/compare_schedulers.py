@@ -8,6 +8,10 @@ is installed, docs/img/schedulers_<tag>.png. Disaggregated schedulers (async_one
 fully_async) get the trainer on GPUs of its own in addition to the scenario's engines; they are
 also run on half the engines ("same GPUs": the other half trains), which is the fair comparison
 with colocated schedulers when the cluster is fixed.
+
+Every scheduler runs on the same seeds (common random numbers: the same groups), warm-up steps are
+left out, and the gains over sync are paired: per seed, this scheduler's figure / sync's - 1, then
+the mean and the standard deviation across seeds.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))  # the example user scheduler
@@ -47,26 +53,32 @@ class _Capture:
     def __init__(self, inner) -> None:
         self.inner, self.name, self.mode = inner, inner.name, inner.mode
         self.sample_events = getattr(inner, "sample_events", True)  # keep the production path
-        self.informative = 0
+        self.informative: list[int] = []  # per closed batch
 
     def handle(self, event, ctx):
         actions = self.inner.handle(event, ctx)
         for a in actions:
             if isinstance(a, CloseBatch):
-                self.informative += sum(g.size for g in a.groups if g.reward_std() > 0)
+                self.informative.append(sum(g.size for g in a.groups if g.reward_std() > 0))
         return actions
 
     def step_stats(self):
         return self.inner.step_stats()
 
 
-def simulate(sc: Scenario, name: str, steps: int | None) -> dict:
+def simulate(sc: Scenario, name: str, steps: int | None, seed: int) -> dict:
     cap = _Capture(make_scheduler(name, sc.settings_for(name)))
-    run = build_simulation(sc, cap, steps=steps).run()
-    run.warmup_steps = sc.warmup_steps
+    run = build_simulation(sc, cap, steps=steps, seed=seed).run()
+    run.warmup_steps = w = sc.warmup_steps
     row = run.summary()
-    row["informative_samples_per_s"] = cap.informative / run.total_time_s
+    row["informative_samples_per_s"] = sum(cap.informative[w:]) / row["total_time_s"]
     return row
+
+
+def paired(rows_by_seed: list[dict], base_by_seed: list[dict], key: str) -> tuple[float, float]:
+    """Mean and standard deviation across seeds of this / base - 1 (paired by seed)."""
+    d = np.array([r[key] / b[key] - 1 for r, b in zip(rows_by_seed, base_by_seed, strict=True)])
+    return float(d.mean()), float(d.std(ddof=1)) if len(d) > 1 else 0.0
 
 
 def main() -> None:
@@ -74,10 +86,11 @@ def main() -> None:
     ap.add_argument("scenario", nargs="?", default=None)
     ap.add_argument("--tag", default="default")
     ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--seeds", type=int, default=5, help="paired seeds (common random numbers)")
     args = ap.parse_args()
     sc = load_scenario(args.scenario)
     names = [n for n in ORDER if n in REGISTRY] + sorted(set(REGISTRY) - set(ORDER)) + [USER]
-    rows = []
+    per_seed: dict[str, list[dict]] = {}
     for name in names:
         variants = [("", sc)]
         if getattr(REGISTRY.get(name), "mode", "colocated") == "disaggregated":
@@ -87,22 +100,38 @@ def main() -> None:
             )
             variants = [(" (+trainer GPUs)", sc), (" (same GPUs)", half)]
         for suffix, s in variants:
-            print(f"simulating {name}{suffix} ...", file=sys.stderr)
-            row = simulate(s, name, args.steps)
-            row["label"] = ("early_stop (user)" if name == USER else name) + suffix
-            rows.append(row)
-    base = rows[0]["informative_samples_per_s"]
+            label = ("early_stop (user)" if name == USER else name) + suffix
+            print(f"simulating {label} x {args.seeds} seeds ...", file=sys.stderr)
+            per_seed[label] = [simulate(s, name, args.steps, sc.seed + k) for k in range(args.seeds)]
+    base = per_seed["sync"]
+    rows = []
+    for label, runs in per_seed.items():
+        row = {"label": label, "seeds": len(runs)}
+        for key, value in runs[0].items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                row[key] = float(np.mean([r[key] for r in runs]))
+        row["gain_mean"], row["gain_sd"] = paired(runs, base, "rollout_throughput_tok_s")
+        row["informative_gain_mean"], row["informative_gain_sd"] = paired(
+            runs, base, "informative_samples_per_s")
+        rows.append(row)
     out = ROOT / "experiments" / "results"
     out.mkdir(parents=True, exist_ok=True)
     (out / f"schedulers_{args.tag}.json").write_text(json.dumps(rows, indent=2) + "\n")
-    head = "| scheduler | " + " | ".join(c[0] for c in COLUMNS) + " | informative vs sync |"
-    lines = [head, "|" + "---|" * (len(COLUMNS) + 2)]
+    head = ("| scheduler | " + " | ".join(c[0] for c in COLUMNS)
+            + " | rollout tok/s vs sync | informative vs sync |")
+    lines = [head, "|" + "---|" * (len(COLUMNS) + 3)]
     for r in rows:
-        cells = [c[2].format(r[c[1]]) for c in COLUMNS]
-        lines.append(f"| {r['label']} | " + " | ".join(cells) + f" | {r['informative_samples_per_s'] / base:.2f}x |")
+        cells = [c[2].format(int(round(r[c[1]])) if c[2] in ("{:,}", "{}") else r[c[1]])
+                 for c in COLUMNS]
+        lines.append(
+            f"| {r['label']} | " + " | ".join(cells)
+            + f" | {r['gain_mean']:+.1%} ± {r['gain_sd']:.1%} | "
+            f"{r['informative_gain_mean']:+.1%} ± {r['informative_gain_sd']:.1%} |")
     table = "\n".join(lines) + "\n"
     (out / f"schedulers_{args.tag}.md").write_text(table)
-    print(f"scenario: {sc.name}, {args.steps or sc.steps} steps\n\n{table}")
+    print(f"scenario: {sc.name}, {args.steps or sc.steps} steps ({sc.warmup_steps} warm-up left "
+          f"out), {args.seeds} paired seeds; mean over seeds, gains: mean ± sd of paired "
+          f"differences\n\n{table}")
     try:
         import matplotlib
 

@@ -28,6 +28,7 @@ __all__ = [
     "SamplingParams",
     "ServerInfo",
     "Timings",
+    "WeightSync",
     "resume_request",
 ]
 
@@ -231,6 +232,28 @@ class Engine(Protocol):
     async def weight_version(self) -> str | None: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class WeightSync(Protocol):
+    """Optional engine capabilities the scheduler runner uses around a weight update.
+
+    Kept apart from :class:`Engine` so that engines without them still satisfy it; the runner
+    checks ``isinstance(engine, WeightSync)`` and otherwise only holds back new submissions.
+
+    - ``update_weights(version, path=None)``: the engine now serves policy ``version``; with
+      ``path`` it loads the checkpoint there first (SGLang ``/update_weights_from_disk``),
+      without it only the version label changes (``/update_weight_version``).
+    - ``pause()`` / ``resume()``: stop and restart decoding, keeping in-flight requests (SGLang
+      ``/pause_generation`` in place and ``/continue_generation``, as slime does around a sync).
+      They return False when the engine does not support it.
+    """
+
+    async def update_weights(self, version: str, path: str | None = None) -> None: ...
+
+    async def pause(self) -> bool: ...
+
+    async def resume(self) -> bool: ...
 
 
 async def stream_via_generate(

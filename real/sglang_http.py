@@ -470,6 +470,43 @@ class SGLangClient:
                 return None if v is None else str(v)
         return None
 
+    # ---- weight sync (real.protocol.WeightSync) ---------------------------------------------
+    async def _post_all(self, path: str, body: dict) -> list[int]:
+        """POST ``body`` to ``path`` on every worker; the status codes (0: unreachable)."""
+
+        async def one(w: str) -> int:
+            try:
+                async with self.session.post(f"{w}{path}", json=body,
+                                             timeout=self._control_timeout()) as resp:
+                    await resp.read()
+                    return resp.status
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                return 0
+
+        return list(await asyncio.gather(*(one(w) for w in await self.workers())))
+
+    async def update_weights(self, version: str, path: str | None = None) -> None:
+        """Every worker serves ``version``: load ``path`` (``/update_weights_from_disk``) or only
+        relabel (``/update_weight_version``). Raises RuntimeError if a reachable worker refuses."""
+        if path is not None:
+            codes = await self._post_all("/update_weights_from_disk",
+                                         {"model_path": path, "weight_version": str(version)})
+        else:
+            codes = await self._post_all("/update_weight_version", {"new_version": str(version)})
+        bad = [c for c in codes if c not in (0, 200)]
+        if bad:
+            raise RuntimeError(f"weight update to version {version} refused with status {bad[0]}")
+
+    async def pause(self) -> bool:
+        """``/pause_generation`` (in place) on every worker; False if a worker lacks it."""
+        codes = await self._post_all("/pause_generation", {"mode": "in_place"})
+        return all(c in (0, 200) for c in codes)
+
+    async def resume(self) -> bool:
+        """``/continue_generation`` on every worker; False if a worker lacks it."""
+        codes = await self._post_all("/continue_generation", {})
+        return all(c in (0, 200) for c in codes)
+
     @property
     def in_flight(self) -> int:
         return len(self._inflight)

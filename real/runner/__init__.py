@@ -1,0 +1,9 @@
+"""The live runner: aprilsim's schedulers, unchanged, on live engines (``aprilsim run``).
+
+- :mod:`.runtime`: the RL loop and the ledger (the simulator's runtime in asyncio, wall clock);
+- :mod:`.cluster`: the engines, routing, liveness, per-engine counters;
+- :mod:`.source`: replay (the scenario's workload) and free mode (prompt file, EOS, rewards);
+- :mod:`.trainer`: the trainer stand-in (the TrainerModel formula, or a user callable);
+- :mod:`.local`: in-process bundled engines with pause and weight sync (``--local N``);
+- :mod:`.api`: ``run_live`` / ``build_runtime``; :mod:`.cli`: the ``aprilsim run`` command.
+"""
