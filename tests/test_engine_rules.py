@@ -217,3 +217,14 @@ def test_retracted_requests_reenter_at_the_chosen_end(cls, where):
     assert [r.rid for r in e.waiting] == ([1, 2] if where == "head" else [2, 1])
     done = run_all(e)
     assert sorted(c.rid for c in done) == [0, 1, 2]
+
+
+def test_cluster_keys_set_sglang_rules():
+    """Each rule is a `[cluster]` key that reaches the engine spec."""
+    from aprilsim.config import scenario_from_dict
+    from aprilsim.engine.cost import SGLANG_RULES
+
+    sc = scenario_from_dict({"cluster": dict(SGLANG_RULES)})
+    spec = sc.engine_spec()
+    assert spec.sglang_ratio and spec.clip_max_new_tokens == 4096 and spec.retract_to == "tail"
+    assert spec.new_token_ratio == 0.7 and spec.min_new_token_ratio == pytest.approx(0.098)
