@@ -221,10 +221,11 @@ def test_retracted_requests_reenter_at_the_chosen_end(cls, where):
 
 def test_cluster_keys_set_sglang_rules():
     """Each rule is a `[cluster]` key that reaches the engine spec."""
-    from aprilsim.config import scenario_from_dict
+    from aprilsim.config import default_scenario
     from aprilsim.engine.cost import SGLANG_RULES
 
-    sc = scenario_from_dict({"cluster": dict(SGLANG_RULES)})
+    sc = default_scenario()
+    sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(update=SGLANG_RULES)})
     spec = sc.engine_spec()
     assert spec.sglang_ratio and spec.clip_max_new_tokens == 4096 and spec.retract_to == "tail"
     assert spec.new_token_ratio == 0.7 and spec.min_new_token_ratio == pytest.approx(0.098)
