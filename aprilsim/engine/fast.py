@@ -69,6 +69,7 @@ class FastEngine:
         self.ratio_base = spec.new_token_ratio
         self.ratio_it0 = 0
         self.decay = spec.new_token_ratio_decay
+        self.sglang = spec.sglang_ratio
         self.clip = spec.clip_max_new_tokens
         self.over_clip = False  # may a running request's remaining max_new exceed the clip?
         self.ratio_cuts = 0  # decode spans cut short where the decaying ratio may admit (tests)
@@ -305,7 +306,9 @@ class FastEngine:
             and not self.hold
             and len(running) < self.max_running  # can_admit_head's first test, inlined: hot path
         ):
-            reserve, ratio = self._reserve_after(0), self._ratio_after(0)
+            # the older rules' common case inlined (hot path)
+            reserve = self._reserve_after(0) if self.over_clip else self.reserve
+            ratio = self._ratio_after(0) if self.sglang else self.ratio_base
             if can_admit_head(self.spec, self.waiting, len(running), self.kv, reserve, ratio):
                 self.batch, tokens, sq, added = select_prefill_batch(
                     self.spec, self.waiting, len(running), self.kv, reserve, ratio
