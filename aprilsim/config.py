@@ -11,7 +11,7 @@ import sys
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -76,6 +76,12 @@ class ClusterSection(_Strict):
     max_running: int | None = Field(default=None, ge=1)
     new_token_ratio: float | None = Field(default=None, ge=0, le=1)
     max_prefill_tokens: int | None = Field(default=None, ge=1)
+    # SGLang's scheduling rules (defaults in `EngineSpec`; see docs/simulator.md)
+    new_token_ratio_decay_steps: int | None = Field(default=None, ge=0)
+    min_new_token_ratio_factor: float | None = Field(default=None, ge=0, le=1)
+    retract_decode_steps: int | None = Field(default=None, ge=0)
+    clip_max_new_tokens: int | None = Field(default=None, ge=0)
+    retract_to: Literal["head", "tail"] | None = None
     cost: CostSection | None = None
 
     @field_validator("preset")
@@ -202,7 +208,11 @@ class Scenario(_Strict):
             spec = load_preset_file(path if path.is_absolute() else Path(self.base_dir) / path)
         over: dict[str, Any] = {
             k: getattr(c, k)
-            for k in ("kv_capacity", "max_running", "new_token_ratio", "max_prefill_tokens")
+            for k in (
+                "kv_capacity", "max_running", "new_token_ratio", "max_prefill_tokens",
+                "new_token_ratio_decay_steps", "min_new_token_ratio_factor",
+                "retract_decode_steps", "clip_max_new_tokens", "retract_to",
+            )
             if getattr(c, k) is not None
         }
         if c.cost is not None:

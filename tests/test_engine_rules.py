@@ -145,3 +145,87 @@ def test_tabulated_cost_drives_both_engines(cls):
     e.submit([Request(0, 100, 50, 50)], 0.0)
     (c,) = run_all(e)
     assert math.isclose(c.time, TABLE.prefill_time(100) + TABLE.decode_span(49, 1, 100), rel_tol=1e-12)
+
+
+# ---------------------------------------------------------------- SGLang's rules (issue 11)
+SGL = dict(new_token_ratio=0.7, new_token_ratio_decay_steps=600, clip_max_new_tokens=4096,
+           retract_to="tail")
+
+
+def test_ratio_schedule_decays_to_its_floor_and_is_reestimated_after_retraction():
+    from aprilsim.engine.admission import ratio_after_retraction, ratio_at
+
+    spec = EngineSpec(COST, **SGL)
+    assert spec.min_new_token_ratio == pytest.approx(0.098)
+    assert spec.new_token_ratio_decay == pytest.approx((0.7 - 0.098) / 600)
+    assert ratio_at(spec, 0.7, 0) == 0.7
+    assert ratio_at(spec, 0.7, 300) == pytest.approx(0.7 - 300 * (0.7 - 0.098) / 600)
+    assert ratio_at(spec, 0.7, 10_000) == pytest.approx(0.098)
+    # SGLang: (decoded + 20 per request) / (sum of max_new_tokens + 1), at most 1
+    assert ratio_after_retraction(spec, 100, 999, 2) == pytest.approx(140 / 1000)
+    assert ratio_after_retraction(spec, 5000, 1000, 1) == 1.0
+    # decay 0: the constant ratio of older scenarios
+    legacy = EngineSpec(COST, new_token_ratio=0.3)
+    assert ratio_at(legacy, 0.3, 10_000) == 0.3 and not legacy.sglang_ratio
+
+
+@pytest.mark.parametrize("cls", ENGINES)
+def test_decaying_ratio_admits_a_queued_request_mid_decode(cls):
+    """The head (max_new 4,500, stops after 10) is refused at first, then admitted once the
+    ratio applied to the running request's 3,999 remaining tokens has decayed enough, long
+    before that request finishes; with the constant ratio it waits for the finish."""
+    def run(**kw):
+        e = cls(EngineSpec(COST, kv_capacity=6_000, max_running=8, **kw))
+        e.submit([Request(0, 100, 4_000, 4_000)], 0.0)
+        e.advance()  # prefill of request 0
+        e.submit([Request(1, 100, 4_500, 10)], e.t)
+        return {c.rid: c for c in run_all(e)}, e
+
+    sgl, e = run(new_token_ratio=0.7, new_token_ratio_decay_steps=600)
+    const, _ = run(new_token_ratio=0.7)
+    assert const[1].time > const[0].time  # refused until request 0 finished
+    assert sgl[1].time < sgl[0].time  # admitted mid-decode, after some hundred decode steps
+    assert e.retractions == 0 and e.iterations > 300
+
+
+@pytest.mark.parametrize("cls", ENGINES)
+def test_clip_bounds_the_estimate_of_long_requests(cls):
+    """A request with max_new 20,000 reserves at most 4,096 in the admission estimate."""
+    def first_batch(clip):
+        spec = EngineSpec(COST, kv_capacity=30_000, max_running=8, new_token_ratio=1.0,
+                          clip_max_new_tokens=clip)
+        e = cls(spec)
+        e.submit([Request(0, 100, 20_000, 50), Request(1, 100, 12_000, 50)], 0.0)
+        return [r.rid for r in e.batch]
+
+    assert first_batch(0) == [0]  # 100 + 12,000 > 30,000 - 100 - 20,000: the second waits
+    assert first_batch(4096) == [0, 1]  # 100 + 4,096 <= 30,000 - 100 - 4,096
+
+
+@pytest.mark.parametrize("cls", ENGINES)
+@pytest.mark.parametrize("where", ["head", "tail"])
+def test_retracted_requests_reenter_at_the_chosen_end(cls, where):
+    """SGLang appends a retracted request to the waiting queue (`_add_request_to_queue`); the
+    older rule put it back at the head."""
+    spec = EngineSpec(COST, kv_capacity=1_000, max_running=2, new_token_ratio=0.0,
+                      new_token_ratio_decay_steps=600, retract_to=where)
+    e = cls(spec)
+    # max_running 2 keeps request 2 queued while 0 and 1 grow into a retraction of 1
+    e.submit([Request(0, 100, 800, 800), Request(1, 100, 800, 800), Request(2, 10, 5, 5)], 0.0)
+    while e.retractions == 0:
+        e.advance()
+    assert [r.rid for r in e.waiting] == ([1, 2] if where == "head" else [2, 1])
+    done = run_all(e)
+    assert sorted(c.rid for c in done) == [0, 1, 2]
+
+
+def test_cluster_keys_set_sglang_rules():
+    """Each rule is a `[cluster]` key that reaches the engine spec."""
+    from aprilsim.config import default_scenario
+    from aprilsim.engine.cost import SGLANG_RULES
+
+    sc = default_scenario()
+    sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(update=SGLANG_RULES)})
+    spec = sc.engine_spec()
+    assert spec.sglang_ratio and spec.clip_max_new_tokens == 4096 and spec.retract_to == "tail"
+    assert spec.new_token_ratio == 0.7 and spec.min_new_token_ratio == pytest.approx(0.098)

@@ -22,7 +22,12 @@ import heapq
 import math
 from collections import deque
 
-from aprilsim.engine.admission import can_admit_head, select_prefill_batch
+from aprilsim.engine.admission import (
+    can_admit_head,
+    ratio_after_retraction,
+    ratio_at,
+    select_prefill_batch,
+)
 from aprilsim.engine.cost import EngineSpec
 from aprilsim.engine.request import Completion, Request, check_requests
 
@@ -60,6 +65,14 @@ class FastEngine:
         self.retractions = 0
         self.kv_peak = 0
         self.iterations = 0
+        # the new-token ratio: `ratio_base` set at iteration `ratio_it0` (see admission.ratio_at)
+        self.ratio_base = spec.new_token_ratio
+        self.ratio_it0 = 0
+        self.decay = spec.new_token_ratio_decay
+        self.sglang = spec.sglang_ratio
+        self.clip = spec.clip_max_new_tokens
+        self.over_clip = False  # may a running request's remaining max_new exceed the clip?
+        self.ratio_cuts = 0  # decode spans cut short where the decaying ratio may admit (tests)
 
     # ---------------------------------------------------------------- public API
     @property
@@ -150,6 +163,8 @@ class FastEngine:
                     continue
                 r.base = base = gen - it  # running: gen == base + it from now on
                 running[r.rid] = r
+                if self.clip and r.max_new - gen > self.clip:
+                    self.over_clip = True
                 push(finish, (r.target_new - base, r.rid))
             self.batch = []
             self.batch_tokens = 0
@@ -179,6 +194,7 @@ class FastEngine:
         self._finish.clear()
         self.kv = self.reserve = 0
         self.hold = False
+        self.ratio_base, self.ratio_it0 = self.spec.new_token_ratio, self.it
         self.phase, self.n, self.t_event = IDLE, 0, INF
         return out
 
@@ -237,8 +253,10 @@ class FastEngine:
 
     def _retract_until_fits(self) -> None:
         """Evict the requests with the fewest generated tokens (latest rid on ties) until the
-        next iteration fits. O(n) per eviction: retractions are rare."""
-        running, cap = self.running, self.spec.kv_capacity
+        next iteration fits, requeue them (`retract_to`), then raise the ratio (SGLang) or hold
+        admission (older rule). O(n) per eviction: retractions are rare."""
+        running, cap, spec = self.running, self.spec.kv_capacity, self.spec
+        victims = []
         while running and self.kv + len(running) > cap:
             r = min(running.values(), key=lambda x: (x.base, -x.rid))
             del running[r.rid]
@@ -247,46 +265,145 @@ class FastEngine:
             self.reserve -= r.max_new - r.gen
             r.retractions += 1
             self.retractions += 1
-            self.waiting.appendleft(r)
+            victims.append(r)
+        if spec.retract_to == "tail":
+            self.waiting.extend(victims)
+        else:
+            self.waiting.extendleft(victims)
+        if spec.sglang_ratio:  # re-estimated over the requests left; this step does not decay it
+            it = self.it
+            self.ratio_base = ratio_after_retraction(
+                spec,
+                sum(r.base for r in running.values()) + it * len(running),
+                sum(r.max_new for r in running.values()),
+                len(running),
+            )
+            self.ratio_it0 = it + 1
+        else:
             self.hold = True
         self._finish = [e for e in self._finish if e[1] in running]
         heapq.heapify(self._finish)
 
+    def _reserve_after(self, m: int) -> int:
+        """The running requests' remaining max_new, clipped, after m more decode iterations:
+        closed form unless one of them may be over the clip (then a scan: long requests only)."""
+        if not self.over_clip:
+            return self.reserve - m * len(self.running)
+        c, g = self.clip, self.it + m
+        return sum(min(r.max_new - r.base - g, c) for r in self.running.values())
+
+    def _ratio_after(self, m: int) -> float:
+        """The new-token ratio at the boundary m decode iterations from now."""
+        return ratio_at(self.spec, self.ratio_base, self.it + m - self.ratio_it0)
+
     def _plan(self) -> None:
         """At a boundary: admit a prefill batch, else decode until the next event, else idle."""
         running = self.running
+        if not running:
+            self.over_clip = False
         if (
             self.waiting
             and not self.hold
             and len(running) < self.max_running  # can_admit_head's first test, inlined: hot path
-            and can_admit_head(self.spec, self.waiting, len(running), self.kv, self.reserve)
         ):
-            self.batch, tokens, sq, added = select_prefill_batch(
-                self.spec, self.waiting, len(running), self.kv, self.reserve
-            )
-            self.batch_tokens = tokens
-            kv = self.kv = self.kv + tokens
-            self.reserve += added
-            if kv > self.kv_peak:
-                self.kv_peak = kv
-            self.phase = PREFILL
-            self.batch_time = dur = self.cost.prefill_time(tokens, sq)
-            self.t_event = self.t + dur
-            return
+            # the older rules' common case inlined (hot path)
+            reserve = self._reserve_after(0) if self.over_clip else self.reserve
+            ratio = self._ratio_after(0) if self.sglang else self.ratio_base
+            if can_admit_head(self.spec, self.waiting, len(running), self.kv, reserve, ratio):
+                self.batch, tokens, sq, added = select_prefill_batch(
+                    self.spec, self.waiting, len(running), self.kv, reserve, ratio
+                )
+                self.batch_tokens = tokens
+                kv = self.kv = self.kv + tokens
+                self.reserve += added
+                if kv > self.kv_peak:
+                    self.kv_peak = kv
+                self.phase = PREFILL
+                self.batch_time = dur = self.cost.prefill_time(tokens, sq)
+                self.t_event = self.t + dur
+                return
         if running:
             cap = self.kv_capacity
             b = len(running)
+            retracted = False
             if self.kv + b > cap:
                 self._retract_until_fits()
                 b = len(running)
+                retracted = self.spec.sglang_ratio
             n_fin = self._finish[0][0] - self.it
             n_kv = (cap - self.kv) // b
             n = n_fin if n_fin < n_kv else n_kv
-            self.n = n if n > 1 else 1
+            n = n if n > 1 else 1
+            if retracted:
+                n = 1  # nothing holds admission: re-plan after one step (retractions are rare)
+            elif self.decay and self.waiting and n > 1:
+                cut = self._admission_cut(1, n)
+                if cut is not None:
+                    n = cut
+                    self.ratio_cuts += 1
+            self.n = n
             self.phase = DECODE
-            self.t_event = self.t + self.cost.decode_span(self.n, b, self.kv)
+            self.t_event = self.t + self.cost.decode_span(n, b, self.kv)
             return
+        self.ratio_base, self.ratio_it0 = self.spec.new_token_ratio, self.it  # idle: reset
         self.phase, self.n, self.t_event = IDLE, 0, INF
+
+    def _admission_cut(self, lo: int, hi: int) -> int | None:
+        """A boundary m in [lo, hi] (iterations into the current decode plan, lo >= 1) no later
+        than the first at which the queue head may be admitted under the decaying ratio, or None
+        when it cannot be admitted at any of them. The caller knows it is not admitted at lo - 1.
+
+        With the running batch fixed, admission at m needs (SGLang rule, see `admission`)
+        f(m) = need + head + kv + b*m - cap + r(m)*S(m) <= 0, and the decode after the prefill
+        to fit (kv + b*m + need + b + 1 <= cap, false from some m on). r(m) >= r_a - d*m and
+        S(m) >= S0 - b*m (each clipped remainder drops by at most one a step), so f(m) >= q(m),
+        a convex quadratic: the span ends at (just below) its first root, a boundary at which
+        the engine re-plans exactly. Once the ratio sits at its floor, f never decreases (the
+        batch grows by b a step, the estimate falls by at most r*b), so later boundaries need no
+        check; where the S bound would turn negative the span is cut too (clipped requests only).
+        """
+        spec, running = self.spec, self.running
+        b = len(running)
+        if b >= self.max_running:
+            return None
+        r = self.waiting[0]
+        need = r.input_len + r.gen
+        cap = self.kv_capacity
+        m1 = (cap - self.kv - need - b - 1) // b  # the last m at which the decode after fits
+        hi = min(hi, m1)
+        if hi < lo:
+            return None
+        d, rmin, base = self.decay, spec.min_new_token_ratio, self.ratio_base
+        if base <= rmin:
+            return None  # the ratio never falls below where it is
+        s0 = self.it - self.ratio_it0
+        hi = min(hi, int((base - rmin) / d) - s0 + 2)  # past the floor: nothing new to admit
+        if hi < lo:
+            return None
+        rem = r.max_new - r.gen
+        head = rem if not self.clip or rem < self.clip else self.clip
+        S0 = self._reserve_after(0)
+        m_s = S0 // b  # S0 - b*m stays >= 0 up to here
+        fallback = None
+        if m_s < hi:
+            if m_s < lo:
+                return lo
+            hi, fallback = m_s, m_s
+        ra = base - d * s0
+        k0 = need + head + self.kv - cap
+        qa = d * b
+        qb = b - ra * b - d * S0
+        qc = k0 + ra * S0
+        tol = 1e-9 * cap
+        if qa * lo * lo + qb * lo + qc <= tol:
+            return lo
+        vertex = -qb / (2 * qa)
+        disc = qb * qb - 4 * qa * qc
+        if vertex <= lo or disc < -tol * qa:
+            return fallback
+        root = (-qb - math.sqrt(max(disc, 0.0))) / (2 * qa)
+        m = max(lo, int(root) - 1)
+        return m if m <= hi else fallback
 
     def _unplan(self) -> None:
         """Undo a plan that has not progressed (it starts at the current boundary)."""
@@ -303,16 +420,26 @@ class FastEngine:
         return self.cost.iterations_within(dt, len(self.running), self.kv, self.n)
 
     def _cut_decode_for_admission(self, now: float) -> None:
-        """A newcomer is admitted at the first boundary >= now if the queue head fits there."""
+        """A newcomer is admitted at the first boundary >= now if the queue head fits there (or,
+        under SGLang's decaying ratio, at a later boundary: the span is cut before it)."""
         m = self._iterations_within(now - self.t)
         b = len(self.running)
         if self.t + self.cost.decode_span(m, b, self.kv) < now:
             m += 1  # the boundary at or after `now`
         if m >= self.n:
             return
-        if can_admit_head(self.spec, self.waiting, b, self.kv + m * b, self.reserve - m * b):
-            self.n = m
-            self.t_event = self.t + self.cost.decode_span(m, b, self.kv)
-            if m == 0:
-                self._unplan()
-                self._plan()
+        if not can_admit_head(
+            self.spec, self.waiting, b, self.kv + m * b, self._reserve_after(m), self._ratio_after(m)
+        ):
+            if not self.decay or m + 1 >= self.n:
+                return
+            cut = self._admission_cut(m + 1, self.n - 1)
+            if cut is None:
+                return
+            m = cut
+            self.ratio_cuts += 1
+        self.n = m
+        self.t_event = self.t + self.cost.decode_span(m, b, self.kv)
+        if m == 0:
+            self._unplan()
+            self._plan()

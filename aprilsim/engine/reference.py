@@ -12,7 +12,14 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from aprilsim.engine.admission import can_admit_head, prefill_sizes, select_prefill_batch
+from aprilsim.engine.admission import (
+    can_admit_head,
+    clipped,
+    prefill_sizes,
+    ratio_after_retraction,
+    ratio_at,
+    select_prefill_batch,
+)
 from aprilsim.engine.cost import EngineSpec
 from aprilsim.engine.request import Completion, Request, check_requests
 
@@ -40,6 +47,8 @@ class ReferenceEngine:
         self.retractions = 0
         self.kv_peak = 0
         self.iterations = 0
+        self.ratio_base = spec.new_token_ratio  # the new-token ratio when last set
+        self.ratio_steps = 0  # decode steps since then (-1 right after a retraction)
 
     @property
     def kv(self) -> int:
@@ -49,9 +58,8 @@ class ReferenceEngine:
 
     @property
     def reserve(self) -> int:
-        return sum(r.max_new - r.gen for r in self.running) + sum(
-            r.max_new - r.gen for r in self.batch
-        )
+        """Remaining max_new of the running requests as admission counts it (clipped)."""
+        return sum(clipped(self.spec, r.max_new - r.gen) for r in [*self.running, *self.batch])
 
     @property
     def load(self) -> int:
@@ -120,6 +128,7 @@ class ReferenceEngine:
             self.busy_time += self.t_event - self.t
             self.t = self.t_event
             self.iterations += 1
+            self.ratio_steps += 1
             self.tokens += len(self.running)
             for r in self.running:
                 r.gen += 1
@@ -149,6 +158,7 @@ class ReferenceEngine:
         self.running, self.batch = [], []
         self.waiting.clear()
         self.hold = False
+        self.ratio_base, self.ratio_steps = self.spec.new_token_ratio, 0
         self.phase, self.t_event = IDLE, INF
         return out
 
@@ -167,25 +177,45 @@ class ReferenceEngine:
 
     # ---------------------------------------------------------------- internals
     def _plan(self) -> None:
+        spec = self.spec
         kv, reserve = self.kv, self.reserve
-        if not self.hold and can_admit_head(self.spec, self.waiting, len(self.running), kv, reserve):
-            self.batch = select_prefill_batch(self.spec, self.waiting, len(self.running), kv, reserve)[0]
+        ratio = ratio_at(spec, self.ratio_base, self.ratio_steps)
+        if not self.hold and can_admit_head(spec, self.waiting, len(self.running), kv, reserve, ratio):
+            self.batch = select_prefill_batch(
+                spec, self.waiting, len(self.running), kv, reserve, ratio
+            )[0]
             tokens, sq = prefill_sizes(self.batch)  # recounted: the oracle trusts no shortcut
             self.kv_peak = max(self.kv_peak, kv + tokens)
             self.phase = PREFILL
             self.t_event = self.t + self.cost.prefill_time(tokens, sq)
             return
         if self.running:
-            while self.kv + len(self.running) > self.spec.kv_capacity:
+            victims = []
+            while self.kv + len(self.running) > spec.kv_capacity:
                 victim = min(self.running, key=lambda r: (r.gen, -r.rid))
                 self.running.remove(victim)
                 victim.retractions += 1
                 self.retractions += 1
-                self.waiting.appendleft(victim)
-                self.hold = True
+                victims.append(victim)
+            if victims:
+                if spec.retract_to == "tail":
+                    self.waiting.extend(victims)
+                else:
+                    self.waiting.extendleft(victims)
+                if spec.sglang_ratio:  # re-estimated; this step does not decay it
+                    self.ratio_base = ratio_after_retraction(
+                        spec,
+                        sum(r.gen for r in self.running),
+                        sum(r.max_new for r in self.running),
+                        len(self.running),
+                    )
+                    self.ratio_steps = -1
+                else:
+                    self.hold = True
             self.phase = DECODE
             self.t_event = self.t + self.cost.decode_time(len(self.running), self.kv)
             return
+        self.ratio_base, self.ratio_steps = spec.new_token_ratio, 0  # idle: SGLang resets it
         self.phase, self.t_event = IDLE, INF
 
     def _unplan(self) -> None:
