@@ -140,16 +140,24 @@ def _priced_rate(r: SchedulerComparison) -> float:
     return r.measured["generated_tokens"] / t if t > 0 else 0.0
 
 
+def _rate(r: SchedulerComparison, side: str) -> float:
+    if side == "priced":
+        return _priced_rate(r)
+    return float(getattr(r, side)["rollout_throughput_tok_s"])
+
+
 def ranking(rows: Sequence[SchedulerComparison], side: str) -> list[str]:
-    """Labels ordered by rollout throughput, best first (``side``: predicted or measured)."""
-    return [r.label for r in sorted(rows, key=lambda r: -getattr(r, side)["rollout_throughput_tok_s"])]
+    """Labels ordered by rollout throughput, best first (``side``: predicted, measured, or
+    priced: live tokens per priced busiest-engine second)."""
+    return [r.label for r in sorted(rows, key=lambda r: -_rate(r, side))]
 
 
-def ranking_preserved(rows: Sequence[SchedulerComparison], tie: float = 0.0) -> bool:
-    """True when simulation and live order the schedulers alike. Pairs whose measured
-    throughputs lie within ``tie`` (relative) of each other may swap."""
+def ranking_preserved(rows: Sequence[SchedulerComparison], tie: float = 0.0,
+                      side: str = "measured") -> bool:
+    """True when simulation and live (``side``: measured or priced) order the schedulers alike.
+    Pairs whose live throughputs lie within ``tie`` (relative) of each other may swap."""
     pred = ranking(rows, "predicted")
-    by = {r.label: r.measured["rollout_throughput_tok_s"] for r in rows}
+    by = {r.label: _rate(r, side) for r in rows}
     for i, a in enumerate(pred):
         for b in pred[i + 1:]:
             if by[a] < by[b] * (1 - tie):
