@@ -128,10 +128,18 @@ def gains(rows: Sequence[SchedulerComparison], base: str = "sync") -> dict[str, 
         gm = r.measured[key] / ref.measured[key] - 1 if ref.measured[key] else 0.0
         out[r.label] = {"predicted": gp, "measured": gm, "diff_pp": 100 * (gp - gm)}
         pr, pb = _priced_rate(r), _priced_rate(ref)
-        if pr and pb:  # the same gain with the live rollout times priced by the cost model
+        sr, sb = _busy_rate(r), _busy_rate(ref)
+        if pr and pb and sr and sb:  # the gain in engine time: busiest-engine seconds, both sides
+            out[r.label]["predicted_engine"] = sr / sb - 1
             out[r.label]["measured_priced"] = pr / pb - 1
-            out[r.label]["diff_priced_pp"] = 100 * (gp - (pr / pb - 1))
+            out[r.label]["diff_priced_pp"] = 100 * ((sr / sb - 1) - (pr / pb - 1))
     return out
+
+
+def _busy_rate(r: SchedulerComparison) -> float:
+    """Simulated generated tokens per simulated busiest-engine second (after the warm-up)."""
+    t = sum(r.pred_busy_s[r.warmup:])
+    return r.predicted["generated_tokens"] / t if t > 0 else 0.0
 
 
 def _priced_rate(r: SchedulerComparison) -> float:
@@ -143,6 +151,8 @@ def _priced_rate(r: SchedulerComparison) -> float:
 def _rate(r: SchedulerComparison, side: str) -> float:
     if side == "priced":
         return _priced_rate(r)
+    if side == "engine":
+        return _busy_rate(r)
     return float(getattr(r, side)["rollout_throughput_tok_s"])
 
 
@@ -156,7 +166,7 @@ def ranking_preserved(rows: Sequence[SchedulerComparison], tie: float = 0.0,
                       side: str = "measured") -> bool:
     """True when simulation and live (``side``: measured or priced) order the schedulers alike.
     Pairs whose live throughputs lie within ``tie`` (relative) of each other may swap."""
-    pred = ranking(rows, "predicted")
+    pred = ranking(rows, "engine" if side == "priced" else "predicted")
     by = {r.label: _rate(r, side) for r in rows}
     for i, a in enumerate(pred):
         for b in pred[i + 1:]:

@@ -43,6 +43,8 @@ class CostFit:
     n_decode: int
     n_prefill: int
     decode_share: float  # share of logged compute time spent in decode
+    prefill_by_request_err: float = 0.0  # median |rel. error| of prefill = q0 + q1 * requests
+    prefill_by_token_err: float = 0.0  # the same for q0 + q1 * tokens (the cost model's form)
     source: str = "in-house NNLS"
     notes: list[str] = field(default_factory=list)
 
@@ -59,6 +61,8 @@ class CostFit:
                 "decode_median_err": self.decode_median_err,
                 "prefill_median_err": self.prefill_median_err, "n_decode": self.n_decode,
                 "n_prefill": self.n_prefill, "decode_share": self.decode_share,
+                "prefill_by_request_err": self.prefill_by_request_err,
+                "prefill_by_token_err": self.prefill_by_token_err,
                 "source": self.source}
 
 
@@ -145,10 +149,41 @@ def fit_in_house(logs: Sequence[Sequence[dict[str, Any]]], wall: bool = False) -
     if pre:
         xp = np.array([[1.0, n] for n, _ in pre])
         yp = np.array([t for _, t in pre])
-        p0, p1 = _nnls(xp, yp, relative=not wall)
+        if wall:
+            # p0 is the step's fixed cost, the same loop as a decode step's: a few large prefill
+            # batches (one per rollout) cannot tell p0 from p1, and a large p0 would overprice
+            # the small prefills of resumed samples
+            p0 = float(a)
+            p1 = max(0.0, float(np.sum((yp - p0) * xp[:, 1]) / np.sum(xp[:, 1] ** 2)))
+        else:
+            p0, p1 = _nnls(xp, yp, relative=True)
         pre_err = _median_abs_rel(xp @ np.array([p0, p1]), yp)
     a = max(float(a), 1e-9) if b <= 0 else float(a)  # a cost needs a or b above zero
     return CostModel(a=a, b=float(b), c=float(c), p0=float(p0), p1=float(p1), p2=0.0), dec_err, pre_err
+
+
+def prefill_form_errors(logs: Sequence[Sequence[dict[str, Any]]]) -> tuple[float, float]:
+    """Median |relative error| of a prefill step's wall interval fitted as q0 + q1 * requests,
+    and as q0 + q1 * tokens: which one the engine's prefill follows. The cost model has only the
+    token form; a CPU engine whose prefill costs per request (Python per sequence) follows the
+    other, and then resumed samples (long inputs) and fresh ones (short prompts) cannot both be
+    priced right."""
+    pts = []
+    for rows in logs:
+        prev = None
+        for r in rows:
+            if r["phase"] == "prefill" and r["prefill_tokens"] >= 1 and r["duration_s"] > 0:
+                pts.append((int(r["batch_size"]), int(r["prefill_tokens"]), interval(prev, r)))
+            prev = r
+    if len(pts) < 3:
+        return 0.0, 0.0
+    y = np.array([t for *_, t in pts])
+    errs = []
+    for col in (0, 1):
+        x = np.array([[1.0, p[col]] for p in pts])
+        q = _nnls(x, y, relative=True)
+        errs.append(_median_abs_rel(x @ q, y))
+    return errs[0], errs[1]
 
 
 def fit_iterations(logs: Sequence[Sequence[dict[str, Any]]]) -> CostFit:
@@ -165,6 +200,7 @@ def fit_iterations(logs: Sequence[Sequence[dict[str, Any]]]) -> CostFit:
         if isinstance(cal.cost_, CostModel):
             cost, source = cal.cost_, "aprilsim.engine.calibration.CostCalibrator"
     wall_cost, *_ = fit_in_house(logs, wall=True)
+    by_req, by_tok = prefill_form_errors(logs)
     gaps = [g for rows in logs for g in busy_gaps(rows)]
     all_rows = [r for rows in logs for r in rows]
     t_dec = sum(r["duration_s"] for r in all_rows if r["phase"] == "decode")
@@ -174,7 +210,8 @@ def fit_iterations(logs: Sequence[Sequence[dict[str, Any]]]) -> CostFit:
         prefill_median_err=pre_err,
         n_decode=sum(len(decode_points(rows)) for rows in logs),
         n_prefill=sum(len(prefill_points(rows)) for rows in logs),
-        decode_share=t_dec / t_all if t_all else 0.0, source=source)
+        decode_share=t_dec / t_all if t_all else 0.0, prefill_by_request_err=by_req,
+        prefill_by_token_err=by_tok, source=source)
 
 
 def load_calibration(path: str) -> CostModel:

@@ -79,6 +79,13 @@ def explain(rows: Sequence[SchedulerComparison], fit: dict[str, Any]) -> list[st
             why.append(f"Prefill p0+p1*n fits with {100 * fit['prefill_median_err']:.1f}% median "
                        f"error; prefill takes {100 * (1 - fit.get('decode_share', 1)):.0f}% of the "
                        "engines' compute.")
+        br, bt = fit.get("prefill_by_request_err", 0.0), fit.get("prefill_by_token_err", 0.0)
+        if br and bt and br < 0.7 * bt:
+            why.append(f"Prefill follows the number of requests (fit error {100 * br:.0f}%) rather "
+                       f"than their tokens ({100 * bt:.0f}%), which the cost model's p0 + p1*sum(n) "
+                       "cannot express: with one p1, fresh samples' short prompts and resumed "
+                       "samples' long inputs are not both priced right (a per-request prefill term "
+                       "is missing).")
         out.append(" ".join(why))
     for label, g in gains(rows).items():
         if abs(g["diff_pp"]) > TARGET_GAIN_PP:
