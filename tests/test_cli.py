@@ -86,7 +86,7 @@ BAD = {
         _edit(BASE, "max_response_len = 16384", "max_response_len = -5"),
         "max_response_len",
     ),
-    "negative length model": (_edit(BASE, "sigmas = [0.6, 0.7]", "sigmas = [0.6, -0.7]"), "lengths"),
+    "negative length model": (_edit(BASE, "sigma = 0.93", "sigma = -0.93"), "lengths"),
     "ratio below one": (_edit(BASE, "ratio = 2.0", "ratio = 0.5"), "schedulers.april"),
     "kv too small": (
         _edit(BASE, 'router = "round_robin"', 'router = "round_robin"\nkv_capacity = 9000'),
