@@ -188,3 +188,16 @@ def test_per_step_sums_the_busiest_engine_inside_each_window():
                    running=2, duration_s=0.2, padded_s=0.2)]
     assert per_step(run, [rows_a, rows_b])[:2] == [0.5, 0.0]
     assert per_step(run, [rows_a], TRUE)[0] == pytest.approx(TRUE.decode_time(2, 8))
+
+
+def test_cli_refuses_bad_input_in_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from aprilsim.cli import main
+
+    r = CliRunner().invoke(main, ["validate", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "exactly one of --local" in r.output
+    r = CliRunner().invoke(main, ["validate", "--local", "1", "-s", "nosuch", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "nosuch" in r.output
+    r = CliRunner().invoke(main, ["validate", "--local", "1", "-s", "april@ratio", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "knob=value" in r.output
