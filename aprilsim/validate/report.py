@@ -157,7 +157,15 @@ def report_markdown(rep: dict[str, Any], figures: Sequence[str] = ()) -> str:
     if rep["explanations"]:
         lines += ["## Gaps", ""] + [f"- {x}" for x in rep["explanations"]] + [""]
     if figures:
-        lines += ["## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in figures] + [""]
+        single = [f for f in figures if not Path(f).stem.endswith(("_sim", "_live"))]
+        lines += ["## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in single] + [""]
+        sims = [f for f in figures if Path(f).stem.endswith("_sim")]
+        if sims:  # the timelines side by side: simulation | live
+            lines += ["| simulated | live |", "|---|---|"]
+            for f in sims:
+                live = next((g for g in figures if Path(g).stem == Path(f).stem[:-4] + "_live"), "")
+                lines.append(f"| ![{Path(f).stem}]({f}) | " + (f"![{Path(live).stem}]({live})" if live else "") + " |")
+            lines.append("")
     return "\n".join(lines)
 
 
