@@ -208,6 +208,9 @@ def write_all(v: Validation, out: Path, figures: bool = True) -> dict[str, Any]:
     return rep
 
 
+LOCAL_STEPS = 4  # default steps with --local: 1 warm-up + 3 compared, a few minutes on CPU
+
+
 @click.command("validate", cls=OneLineCommand, short_help="Simulation vs live engines: calibrate, run both, report the errors.")
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--scheduler", "-s", "schedulers", multiple=True, help="Scheduler to compare (repeatable; NAME or NAME@knob=value,...: e.g. april@ratio=1.5); default: the scenario's `compare` list.")
@@ -215,7 +218,7 @@ def write_all(v: Validation, out: Path, figures: bool = True) -> dict[str, Any]:
 @click.option("--engines", help="Comma-separated engine URLs (bundled `python -m real.serve` servers log iterations).")
 @click.option("--router", help="URL of an sglang-router in front of the engines.")
 @click.option("--calibration", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A cost calibration (TOML with a [cost] table: a, b, c, p0, p1); default: fitted on the live runs' iteration logs.")
-@click.option("--steps", type=click.IntRange(min=2), help="Training steps (overrides the scenario).")
+@click.option("--steps", type=click.IntRange(min=2), help=f"Training steps (default: the scenario's; with --local at most {LOCAL_STEPS}, so a CPU run takes minutes).")
 @click.option("--warmup", type=click.IntRange(min=0), help="Steps left out of every figure (default: the scenario's).")
 @click.option("--seed", type=int, help="Workload seed (overrides the scenario).")
 @click.option("--scale", type=click.FloatRange(min=0, max=1, min_open=True), help="Multiply every length and the trainer's fixed times (default: 1; with --local, max_response_len -> 64).")
@@ -235,7 +238,10 @@ def validate_command(scenario, schedulers, local, engines, router, calibration, 
     if sum(x is not None for x in (local, engines, router)) != 1:
         fail("give exactly one of --local N, --engines URL,... or --router URL")
     try:
-        sc = with_overrides(load_scenario(scenario), steps=steps, warmup=warmup)
+        sc = load_scenario(scenario)
+        if steps is None and local:
+            steps = min(sc.steps, LOCAL_STEPS)
+        sc = with_overrides(sc, steps=steps, warmup=warmup)
         specs = list(schedulers) or list(sc.compare)
         for s in specs:
             make_policy(sc, s)
