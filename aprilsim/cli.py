@@ -229,10 +229,14 @@ def schedulers_command(names, as_json) -> None:
 def _register_subcommands() -> None:
     """Sub-commands that live beside the code they drive."""
     from aprilsim.report.plot_cli import plot
+    from aprilsim.sweep.cli import plot_sweep_command, sweep_command, tune_command
     from aprilsim.workload.fitting.cli import fit_command
 
     main.add_command(fit_command, "fit")
     main.add_command(plot, "plot")
+    main.add_command(sweep_command, "sweep")
+    main.add_command(tune_command, "tune")
+    plot.add_command(plot_sweep_command, "sweep")
 
 
 _register_subcommands()

@@ -1,0 +1,179 @@
+"""`aprilsim plot sweep`: the figure of a sweep, readable in a paper.
+
+Six panels against the swept key, one line per scheduler with its 95 % interval band across
+seeds: the chosen metric (rollout throughput by default), its gain over the baseline (paired by
+seed), off-policy token share, mean staleness, length bias (minus the baseline's on the same
+seeds, when there is a baseline: a batch's length bias is mostly sampling noise that the
+baseline shares), and the Pareto front of throughput vs
+off-policy share over every (point, scheduler). With several swept keys, each combination of the
+other keys gets its own line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+LABELS = {
+    "rollout_throughput_tok_s": ("rollout throughput", "tokens/s", 1.0),
+    "samples_per_s": ("trained samples per second", "samples/s", 1.0),
+    "offpolicy_token_fraction": ("off-policy token share", "% of trained tokens", 100.0),
+    "mean_staleness": ("mean staleness", "policy versions", 1.0),
+    "length_bias": ("length bias (trained vs workload mean)", "%", 100.0),
+    "mean_step_time_s": ("mean step time", "s", 1.0),
+    "mean_rollout_time_s": ("mean rollout time", "s", 1.0),
+    "engine_busy_fraction": ("engine busy fraction", "%", 100.0),
+    "efficiency_vs_ideal": ("efficiency vs ideal", "%", 100.0),
+    "wasted_tokens": ("wasted tokens", "tokens", 1.0),
+}
+
+
+def label(metric: str) -> tuple[str, str, float]:
+    return LABELS.get(metric, (metric.replace("_", " "), "", 1.0))
+
+
+def _axis_label(metric: str) -> str:
+    name, unit, _ = label(metric)
+    return f"{name} ({unit})" if unit else name
+
+
+def load_results(path: Path):
+    """The tidy table: a .parquet or .csv written by `aprilsim sweep`."""
+    import pandas as pd
+
+    path = Path(path)
+    df = pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
+    if "point_id" not in df.columns or "scheduler" not in df.columns:
+        raise ValueError(f"{path}: not a table written by `aprilsim sweep`")
+    return df
+
+
+def distinct_keys(df, keys: list[str], also: list[str] = ()) -> list[str]:
+    """The keys that vary and are not linked to another one (equal to it on every row)."""
+    out: list[str] = []
+    for k in keys:
+        if df[k].nunique() <= 1:
+            continue
+        if any((df[k].astype(str) == df[o].astype(str)).all() for o in [*also, *out]):
+            continue
+        out.append(k)
+    return out
+
+
+def _series(agg, x: str, others: list[str]):
+    """(label, frame sorted by x) per scheduler and combination of the other keys."""
+    cols = ["scheduler", *others]
+    for key, g in agg.groupby(cols, sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        extra = ", ".join(f"{o.split('.')[-1]}={v}" for o, v in zip(others, key[1:]))
+        yield (f"{key[0]} ({extra})" if extra else key[0]), g.sort_values(x)
+
+
+def plot_sweep(results: Path, out: Path, *, x: str | None = None,
+               y: str = "rollout_throughput_tok_s", baseline: str | None = None) -> Path:
+    """Write the six-panel figure of a sweep to `out` (format from its suffix)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from aprilsim.sweep.api import swept_keys
+    from aprilsim.sweep.stats import aggregate, pick_baseline
+
+    df = load_results(results)
+    keys = swept_keys(df)
+    if not keys:
+        raise ValueError(f"{results}: no swept key (a sweep without --grid or --range)")
+    x = x or keys[0]
+    if x not in keys:
+        raise ValueError(f"--x {x}: not a swept key; swept: {', '.join(keys)}")
+    if y not in df.columns:
+        raise ValueError(f"--y {y}: not a metric of {results}")
+    for k in keys:  # numeric x where the values are numbers
+        df[k] = df[k].map(lambda v: json.loads(v) if isinstance(v, str) and v[:1] in "[{" else v)
+    if df[x].map(lambda v: isinstance(v, list | dict)).any():
+        raise ValueError(f"--x {x}: values are lists; sweep one element instead (e.g. {x}.0)")
+    others = distinct_keys(df, [k for k in keys if k != x], also=[x])
+    base = pick_baseline(sorted(df["scheduler"].unique()), baseline)
+    agg = aggregate(df, keys, base)
+
+    panels = [y, "gain", "offpolicy_token_fraction", "mean_staleness", "length_bias", "pareto"]
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8.5), constrained_layout=True)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    series_colors: dict[str, str] = {}
+    for letter, ax, panel in zip("abcdef", axes.flat, panels):
+        if panel == "pareto":
+            _pareto(ax, agg, series_colors, x, others)
+            continue
+        metric = "rollout_throughput_tok_s" if panel == "gain" else panel
+        sub = agg[agg["metric"] == metric]
+        for name, g in _series(sub, x, others):
+            if panel == "gain" and (base is None or g["scheduler"].iloc[0] == base):
+                continue
+            c = series_colors.setdefault(name, colors[len(series_colors) % len(colors)])
+            xs = g[x].to_numpy(dtype=float)
+            if panel == "gain":
+                m, lo, hi, scale = (g["ratio_mean"], g["ratio_lo"], g["ratio_hi"], 1.0)
+            elif panel == "length_bias" and base is not None:
+                scale = 100.0  # paired: the batch's sampling noise, shared with sync, cancels
+                m, lo, hi = g["diff_mean"], g["diff_lo"], g["diff_hi"]
+            else:
+                scale = label(metric)[2]
+                m, lo, hi = g["mean"], g["ci_lo"], g["ci_hi"]
+            ax.plot(xs, m * scale, marker="o", ms=4, color=c, label=name)
+            if np.isfinite(lo.to_numpy(dtype=float)).any():
+                ax.fill_between(xs, lo * scale, hi * scale, color=c, alpha=0.18, lw=0)
+        if panel == "gain":
+            ax.axhline(1.0, color="0.4", lw=1, ls="--")
+            ax.set_ylabel(f"rollout throughput / {base} (x)" if base else "no baseline")
+            ax.set_title(f"({letter}) gain over {base}, paired by seed" if base else f"({letter}) gain: no baseline")
+        elif panel == "length_bias" and base is not None:
+            ax.set_ylabel(f"length bias minus {base}'s, same seeds (% points)")
+            ax.set_title(f"({letter}) length bias, minus {base}'s")
+        else:
+            ax.set_ylabel(_axis_label(metric))
+            ax.set_title(f"({letter}) {label(metric)[0]}")
+        if panel == "length_bias":
+            ax.axhline(0.0, color="0.4", lw=1, ls="--")
+        ax.set_xlabel(x)
+        ax.grid(alpha=0.3)
+    handles, labels_ = axes.flat[0].get_legend_handles_labels()
+    linked = [k for k in keys if k != x and k not in others
+              and (df[k].astype(str) == df[x].astype(str)).all()]
+    linked_note = f"; {x} set together with {', '.join(linked)}" if linked else ""
+    n_seeds = int(df.groupby(["point_id", "scheduler"])["seed"].nunique().min())
+    fig.legend(handles, labels_, loc="outside lower center", ncol=min(6, max(1, len(labels_))),
+               title=f"scheduler (bands: 95 % interval over {n_seeds} seeds)" + linked_note)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=130)
+    plt.close(fig)
+    return out
+
+
+def _pareto(ax, agg, series_colors: dict[str, str], x: str, others: list[str]) -> None:
+    """Mean throughput vs mean off-policy share of every (point, scheduler); the front marked."""
+    t = agg[agg["metric"] == "rollout_throughput_tok_s"].set_index(["point_id", "scheduler"])
+    o = agg[agg["metric"] == "offpolicy_token_fraction"].set_index(["point_id", "scheduler"])
+    pts = t[["mean", x, *others]].join(o["mean"].rename("off"))
+    for name, g in _series(pts.reset_index(), x, others):
+        c = series_colors.get(name, "0.3")
+        ax.scatter(g["off"] * 100, g["mean"], color=c, s=22, label=name, zorder=3)
+    xs = pts["off"].to_numpy() * 100
+    ys = pts["mean"].to_numpy()
+    order = np.lexsort((-ys, xs))
+    front, best = [], -np.inf
+    for i in order:  # lowest off-policy share first; keep each new throughput record
+        if ys[i] > best:
+            front.append(i)
+            best = ys[i]
+    ax.step(xs[front], ys[front], where="post", color="k", lw=1.2, label="Pareto front")
+    for i in front:
+        ax.annotate(f"{pts[x].iloc[i]:g}" if isinstance(pts[x].iloc[i], float | int) else str(pts[x].iloc[i]),
+                    (xs[i], ys[i]), textcoords="offset points", xytext=(4, -10), fontsize=7)
+    ax.set_xlabel("off-policy token share (% of trained tokens)")
+    ax.set_ylabel(_axis_label("rollout_throughput_tok_s"))
+    ax.set_title(f"(f) Pareto front (labels: {x.split('.')[-1]})")
+    ax.grid(alpha=0.3)

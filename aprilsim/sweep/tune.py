@@ -1,0 +1,311 @@
+"""`aprilsim tune`: the best knob setting under constraints, robust to seed noise.
+
+Method: successive grid refinement on paired seeds, then a check on fresh seeds.
+
+1. Lay a grid over the knob box (7 values for one knob, 4 per knob for two, 3 for more) and
+   simulate every grid point on the same seeds. Common random numbers give every point the same
+   groups on a seed, so the differences between points are differences of scheduling, not of
+   luck, and a few seeds rank them reliably.
+2. A point is feasible when each constraint holds for its whole 95 % interval across seeds (the
+   upper end for `<=`, the lower end for `>=`, both ends for `|m| <=`): a point that only meets a
+   constraint by luck of the seeds is not taken.
+3. The feasible point with the best mean objective becomes the centre of a box one grid step wide
+   on each side, which is gridded again (points already simulated are reused); repeat `rounds`
+   times.
+4. The winner is simulated on as many fresh seeds (never used for selection), and its objective,
+   interval and constraint margins are reported from those: the selection's winner's curse does
+   not leak into the figures. If the mean of a constraint misses on the fresh seeds, the next best
+   feasible point is checked instead.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from aprilsim.config import Scenario, ScenarioError
+from aprilsim.sweep.keys import apply, linspace
+from aprilsim.sweep.plan import Plan, Point
+from aprilsim.sweep.stats import t_interval
+
+FRESH_SEED_OFFSET = 100_000
+PAIRED = "_vs_"  # `length_bias_vs_sync`: the metric minus sync's on the same seed
+
+
+def with_paired(df, name: str, others: list[str]):
+    """Rows of scheduler `name`, with METRIC_vs_OTHER = METRIC - OTHER's METRIC on the same seed
+    and point (and `gain_vs_OTHER` = rollout throughput / OTHER's), for constraints that must
+    not count what the baseline has too (e.g. a batch's length bias from sampling alone)."""
+    from aprilsim.sweep.stats import metric_columns
+
+    own = df[df["scheduler"] == name].reset_index(drop=True)
+    metrics = metric_columns(df, [])
+    for other in others:
+        ref = df[df["scheduler"] == other].set_index(["point_id", "seed"])
+        idx = list(zip(own["point_id"], own["seed"]))
+        for m in metrics:
+            own[f"{m}{PAIRED}{other}"] = own[m].to_numpy(dtype=float) - ref.loc[idx, m].to_numpy(dtype=float)
+        base_t = ref.loc[idx, "rollout_throughput_tok_s"].to_numpy(dtype=float)
+        own[f"gain{PAIRED}{other}"] = own["rollout_throughput_tok_s"].to_numpy(dtype=float) / base_t
+    return own
+
+
+@dataclass(frozen=True)
+class Knob:
+    keys: tuple[str, ...]  # linked keys take the same value
+    lo: float
+    hi: float
+    integer: bool = False
+
+    @property
+    def name(self) -> str:
+        return "+".join(self.keys)
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """`metric <= bound`, `metric >= bound`, or `|metric| <= bound` on the mean across seeds."""
+
+    metric: str
+    op: str
+    bound: float
+    absolute: bool = False
+
+    _RE = re.compile(r"^\s*(\|?)\s*(abs\()?\s*([A-Za-z_][\w.]*)\s*\)?\s*(\|?)\s*(<=|>=)\s*(\S+)\s*$")
+
+    @classmethod
+    def parse(cls, text: str) -> Constraint:
+        m = cls._RE.match(text)
+        if not m:
+            raise ScenarioError(f"--subject-to {text!r}: expected METRIC<=X, METRIC>=X or |METRIC|<=X")
+        bar1, abs_fn, metric, bar2, op, bound = m.groups()
+        absolute = bool(abs_fn) or (bar1 == bar2 == "|")
+        if bool(bar1) != bool(bar2):
+            raise ScenarioError(f"--subject-to {text!r}: unbalanced |")
+        try:
+            value = float(bound.rstrip("%")) / (100 if bound.endswith("%") else 1)
+        except ValueError:
+            raise ScenarioError(f"--subject-to {text!r}: {bound!r} is not a number") from None
+        if absolute and op != "<=":
+            raise ScenarioError(f"--subject-to {text!r}: |METRIC| takes <= only")
+        return cls(metric, op, value, absolute)
+
+    def __str__(self) -> str:
+        m = f"|{self.metric}|" if self.absolute else self.metric
+        return f"{m} {self.op} {self.bound:g}"
+
+    def margin(self, values: np.ndarray, conservative: bool) -> tuple[float, float, float, float]:
+        """(margin, mean, lo, hi): margin >= 0 means satisfied; conservative uses the interval."""
+        mean, _, lo, hi = t_interval(values)
+        if not conservative or math.isnan(lo):
+            lo = hi = mean
+        if self.absolute:
+            return self.bound - max(abs(lo), abs(hi), abs(mean)), mean, lo, hi
+        if self.op == "<=":
+            return self.bound - hi, mean, lo, hi
+        return lo - self.bound, mean, lo, hi
+
+
+@dataclass
+class Candidate:
+    values: dict[str, Any]  # knob name -> value
+    point: Point
+    rows: Any = None  # DataFrame of its runs on the tuning seeds
+
+    def objective(self, metric: str) -> float:
+        return float(np.mean(self.rows[metric].to_numpy(dtype=float)))
+
+
+@dataclass
+class TuneResult:
+    """The chosen setting, its figures on fresh seeds, and how the search went."""
+
+    scheduler: str
+    setting: dict[str, Any]
+    objective: str
+    mean: float
+    lo: float
+    hi: float
+    constraints: list[dict[str, Any]]
+    scenario: dict[str, Any]
+    evaluated: int
+    runs: int
+    seeds: list[int]
+    fresh_seeds: list[int]
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def scenario_toml(self, header: str = "") -> str:
+        from aprilsim.interop.toml_out import dumps
+
+        return dumps(self.scenario, header)
+
+
+def _grid_values(knob: Knob, lo: float, hi: float, n: int) -> list[Any]:
+    if knob.integer:
+        return linspace(math.floor(lo), math.ceil(hi), n, integer=True)
+    return linspace(lo, hi, n)
+
+
+def tune(
+    scenario: Scenario,
+    knobs: list[Knob],
+    maximize: str,
+    constraints: list[Constraint] | None = None,
+    *,
+    scheduler: str | None = None,
+    seeds: int = 4,
+    rounds: int = 3,
+    grid: int | None = None,
+    jobs: int | None = None,
+    ray: str | bool | None = None,
+    log=None,
+) -> TuneResult:
+    """Maximise mean `maximize` of `scheduler` over the knob box subject to `constraints`.
+
+    Raises ValueError when no grid point satisfies the constraints (the message names the
+    closest one). See the module docstring for the method.
+    """
+    from aprilsim.sweep.api import run_plan, to_frame
+
+    constraints = list(constraints or [])
+    if not knobs:
+        raise ScenarioError("tune needs at least one --knob")
+    name = scheduler or _default_scheduler(scenario, knobs)
+    n = grid or {1: 7, 2: 4}.get(len(knobs), 3)
+    tune_seeds = [scenario.seed + i for i in range(seeds)]
+    base = Plan.build(scenario, [], [name], tune_seeds)
+    cands: dict[str, Candidate] = {}
+    box = [(k.lo, k.hi) for k in knobs]
+    total_runs = 0
+    history: list[dict[str, Any]] = []
+    best: Candidate | None = None
+
+    wanted = [maximize, *(c.metric for c in constraints)]
+    paired = sorted({m.rsplit(PAIRED, 1)[1] for m in wanted if PAIRED in m} - {name})
+
+    def measure(points: list[Point], seed_list: list[int]):
+        nonlocal total_runs
+        plan = Plan(base.base, base.base_dir, [], [name, *paired], seed_list, points)
+        plan.check_points(points)
+        rows, stats = run_plan(plan, jobs=jobs, ray=ray)
+        total_runs += stats["simulated"]
+        return with_paired(to_frame(rows, [], plan), name, paired)
+
+    def check_metric(df) -> None:
+        for m in [maximize, *(c.metric for c in constraints)]:
+            if m not in df.columns:
+                raise ScenarioError(f"{m}: not a metric; known: {', '.join(sorted(_metrics(df)))}")
+
+    for r in range(rounds):
+        axes = [_grid_values(k, lo, hi, n) for k, (lo, hi) in zip(knobs, box)]
+        new = []
+        for combo in itertools.product(*axes):
+            values = {k.name: v for k, v in zip(knobs, combo)}
+            point = Point(tuple((key, v) for k, v in zip(knobs, combo) for key in k.keys))
+            if point.id not in cands:
+                cands[point.id] = Candidate(values, point)
+                new.append(cands[point.id])
+        if new:
+            df = measure([c.point for c in new], tune_seeds)
+            check_metric(df)
+            for c in new:
+                c.rows = df[df["point_id"] == c.point.id]
+        feasible = [c for c in cands.values() if _feasible(c, constraints)]
+        if not feasible:
+            break
+        best = max(feasible, key=lambda c: c.objective(maximize))
+        history.append({"round": r, "grid": [list(a) for a in axes], "best": best.values,
+                        "objective": best.objective(maximize), "feasible": len(feasible),
+                        "evaluated": len(cands)})
+        if log:
+            log(f"round {r + 1}: {len(cands)} settings, {len(feasible)} feasible, best "
+                f"{_fmt_setting(best.values)} -> {maximize} {best.objective(maximize):,.4g}")
+        new_box = []
+        for k, (lo, hi) in zip(knobs, box):
+            step = (hi - lo) / max(1, n - 1)
+            if k.integer:
+                step = max(1.0, math.ceil(step))
+            centre = best.values[k.name]
+            new_box.append((max(k.lo, centre - step), min(k.hi, centre + step)))
+        box = new_box
+    if best is None:
+        closest = max(cands.values(), key=lambda c: min(
+            (con.margin(c.rows[con.metric].to_numpy(dtype=float), True)[0] for con in constraints),
+            default=0.0))
+        raise ValueError(f"no setting in the knob box satisfies {', '.join(map(str, constraints))} "
+                         f"(closest: {_fmt_setting(closest.values)})")
+    ranked = sorted((c for c in cands.values() if _feasible(c, constraints)),
+                    key=lambda c: -c.objective(maximize))
+    fresh = [s + FRESH_SEED_OFFSET for s in tune_seeds]
+    chosen, fdf = None, None
+    for c in ranked[:3]:
+        fdf = measure([c.point], fresh)
+        if all(con.margin(fdf[con.metric].to_numpy(dtype=float), False)[0] >= 0
+               for con in constraints):
+            chosen = c
+            break
+        if log:
+            log(f"{_fmt_setting(c.values)} misses a constraint on fresh seeds; trying the next")
+    if chosen is None:
+        raise ValueError("the best settings miss their constraints on fresh seeds: the constraints "
+                         "sit inside the seed noise; use more --seeds")
+    mean, _, lo, hi = t_interval(fdf[maximize].to_numpy(dtype=float))
+    cons = []
+    for con in constraints:
+        margin, cmean, clo, chi = con.margin(fdf[con.metric].to_numpy(dtype=float), True)
+        cons.append({"constraint": str(con), "mean": cmean, "lo": clo, "hi": chi,
+                     "margin": con.bound - abs(cmean) if con.absolute else
+                     (con.bound - cmean if con.op == "<=" else cmean - con.bound),
+                     "margin_at_interval": margin})
+    tuned = apply(base.base, chosen.point.overrides)
+    return TuneResult(name, chosen.values, maximize, mean, lo, hi, cons, tuned, len(cands),
+                      total_runs, tune_seeds, fresh, history)
+
+
+def _feasible(c: Candidate, constraints: list[Constraint]) -> bool:
+    return all(con.margin(c.rows[con.metric].to_numpy(dtype=float), True)[0] >= 0
+               for con in constraints)
+
+
+def _metrics(df) -> list[str]:
+    from aprilsim.sweep.stats import metric_columns
+
+    return metric_columns(df, [])
+
+
+def _fmt_setting(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
+
+
+def _default_scheduler(sc: Scenario, knobs: list[Knob]) -> str:
+    """The scheduler whose table a knob sets, else the first non-sync of `compare`."""
+    for k in knobs:
+        for key in k.keys:
+            parts = key.split(".")
+            if parts[0] == "schedulers" and len(parts) > 2:
+                return parts[1]
+    rest = [s for s in sc.compare if s != "sync"]
+    return rest[0] if rest else sc.compare[0]
+
+
+def relocate_paths(data: dict[str, Any], base_dir: str, out_dir: Path) -> dict[str, Any]:
+    """Make a `lengths.from` path valid from the directory the tuned file is written to."""
+    import os
+
+    lengths = data.get("lengths", {})
+    if isinstance(lengths, dict) and "from" in lengths:
+        p = Path(lengths["from"])
+        if not p.is_absolute():
+            p = (Path(base_dir) / p).resolve()
+        try:
+            rel = os.path.relpath(p, out_dir.resolve())
+        except ValueError:
+            rel = str(p)
+        data = {**data, "lengths": {"from": rel}}
+    return data

@@ -1,0 +1,65 @@
+"""`aprilsim tune`: the returned setting satisfies its constraints on seeds it never saw."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pandas", reason="tuning needs the `sweep` extra (pandas)")
+
+import numpy as np  # noqa: E402
+import tomllib  # noqa: E402
+from click.testing import CliRunner  # noqa: E402
+from sweep_helpers import TINY_TOML, tiny  # noqa: E402
+
+from aprilsim.cli import main  # noqa: E402
+from aprilsim.config import ScenarioError, load_scenario  # noqa: E402
+from aprilsim.sim.run import simulate  # noqa: E402
+from aprilsim.sweep.tune import Constraint, Knob, tune  # noqa: E402
+
+RATIO = "schedulers.april.ratio"
+
+
+def test_constraint_syntax():
+    assert Constraint.parse("offpolicy_token_fraction<=0.5") == Constraint("offpolicy_token_fraction", "<=", 0.5)
+    assert Constraint.parse("|length_bias| <= 2%") == Constraint("length_bias", "<=", 0.02, True)
+    assert Constraint.parse("abs(length_bias)<=0.02").absolute
+    assert Constraint.parse("samples_per_s>=1.5").op == ">="
+    with pytest.raises(ScenarioError):
+        Constraint.parse("|x|>=1")
+    margin, *_ = Constraint("m", "<=", 1.0).margin(np.array([0.5, 0.7, 0.6]), True)
+    assert 0 < margin < 0.4  # the interval's upper end, not the mean, meets the bound
+
+
+def test_tuned_setting_meets_constraints_on_fresh_seeds():
+    sc = tiny()
+    cap = 0.6
+    res = tune(sc, [Knob((RATIO,), 1.0, 3.0)], "rollout_throughput_tok_s",
+               [Constraint("offpolicy_token_fraction", "<=", cap)], seeds=4, rounds=2, jobs=1)
+    ratio = res.setting[RATIO]
+    assert 1.0 <= ratio <= 3.0 and res.scheduler == "april"
+    # the cap binds: the unconstrained optimum (the largest ratio) is not chosen
+    assert ratio < 3.0
+    fresh = [simulate(sc, "april", seed=s, settings={"ratio": ratio}).summary()
+             for s in range(500, 506)]
+    assert np.mean([f["offpolicy_token_fraction"] for f in fresh]) <= cap
+    # and it beats not over-provisioning at all
+    sync = [simulate(sc, "sync", seed=s).summary()["rollout_throughput_tok_s"] for s in range(500, 506)]
+    assert np.mean([f["rollout_throughput_tok_s"] for f in fresh]) > np.mean(sync)
+
+
+def test_cli_writes_a_loadable_tuned_scenario_and_the_run_command(tmp_path):
+    (tmp_path / "tiny.toml").write_text(TINY_TOML)
+    out = tmp_path / "tuned.toml"
+    r = CliRunner().invoke(main, [
+        "tune", str(tmp_path / "tiny.toml"), "--knob", f"{RATIO}=1:3",
+        "--maximize", "rollout_throughput_tok_s", "--subject-to", "offpolicy_token_fraction<=0.6",
+        "--subject-to", "|length_bias_vs_sync|<=0.5", "--seeds", "3", "--rounds", "1",
+        "--jobs", "1", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert f"aprilsim run {out} -s april --local 2" in r.stdout
+    assert "margin" in r.stdout and "95% CI" in r.stdout
+    sc = load_scenario(out)
+    chosen = tomllib.loads(out.read_text())["schedulers"]["april"]["ratio"]
+    assert sc.settings_for("april")["ratio"] == chosen and sc.steps == 4
+    r = CliRunner().invoke(main, ["tune", "--knob", "cluster.nope=1:2", "--maximize", "x"])
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and "nope" in r.stderr
