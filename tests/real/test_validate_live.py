@@ -72,7 +72,8 @@ def test_validate_small_case_meets_the_engine_time_targets(tmp_path):
         bound = 0.05 if label == "sync" else 0.10
         assert e["step_priced_median_abs"] <= bound, (label, e)  # engine rules + scheduler
         assert e["step_rollout_median_abs"] <= 0.50, (label, e)  # wall clock: loose guard only
-        # same groups on both sides: the trained tokens agree exactly
-        assert s["predicted"]["trained_tokens"] == s["measured"]["trained_tokens"]
+    # same groups on both sides: sync trains the same samples, so the same tokens (APRIL trains
+    # the groups that finish first, which depends on timing)
+    assert by["sync"]["predicted"]["trained_tokens"] == by["sync"]["measured"]["trained_tokens"]
     assert t["gain_priced_pp"]["worst"] <= 5.0, (t["gain_vs_sync_pp"], by)
     assert t["ranking_priced"]["met"], t
