@@ -18,7 +18,7 @@ class _LazyGroup(OneLineGroup):
     """Commands that live outside `aprilsim` (the live runner in `real/`) load when invoked, so
     that importing aprilsim never imports real/, torch or aiohttp."""
 
-    lazy = {"run": ("real.runner.cli", "run_command")}
+    lazy = {"run": ("real.runner.cli", "run_command"), "validate": ("real.validate", "validate_command")}
 
     def list_commands(self, ctx):
         return sorted({*super().list_commands(ctx), *self.lazy})

@@ -1,0 +1,203 @@
+"""aprilsim.validate: the matched simulation, the cost fit, pricing, comparison and the report,
+on synthetic iteration logs and simulated runs (no live engine, no torch)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from aprilsim.config import load_scenario, scenario_from_dict
+from aprilsim.engine.cost import CostModel
+from aprilsim.validate import (
+    ScaledWorkload,
+    compare_runs,
+    fit_iterations,
+    gains,
+    parse_scheduler_spec,
+    ranking_preserved,
+    simulate_matched,
+)
+from aprilsim.validate.costfit import load_calibration
+from aprilsim.validate.pricing import per_step
+from aprilsim.validate.report import report_dict, targets, write_report
+from aprilsim.validate.scaled import matched_engine
+
+TRUE = CostModel(a=2e-3, b=1e-4, c=1e-6, p0=1e-3, p1=5e-4)
+
+
+def synthetic_log(n: int = 400, noise: float = 0.0, gap: float = 0.0, seed: int = 0) -> list[dict]:
+    """One engine's iteration log whose steps cost exactly TRUE (times a noise factor)."""
+    rng = random.Random(seed)
+    rows, t, kv, seq = [], 0.0, 0, 0
+    for i in range(n):
+        seq += 1
+        if i % 10 == 0:
+            batch = rng.randint(1, 32)
+            tokens = batch * rng.randint(1, 4)
+            dur = TRUE.prefill_time(tokens, 0) * (1 + noise * rng.random())
+            kv = tokens
+            rows.append(dict(seq=seq, t=0, phase="prefill", batch_size=batch, prefill_tokens=tokens,
+                             kv_tokens=kv, running=batch, retracted=0, duration_s=dur, padded_s=dur))
+        else:
+            dur = TRUE.decode_time(batch, kv) * (1 + noise * rng.random())
+            kv += batch
+            rows.append(dict(seq=seq, t=0, phase="decode", batch_size=batch, prefill_tokens=0,
+                             kv_tokens=kv, running=batch, retracted=0, duration_s=dur, padded_s=dur))
+        t += dur + gap
+        rows[-1]["t"] = t
+    return rows
+
+
+def test_fit_recovers_known_coefficients():
+    fit = fit_iterations([synthetic_log()])
+    for k in ("a", "b", "c", "p0", "p1"):
+        assert getattr(fit.cost, k) == pytest.approx(getattr(TRUE, k), rel=1e-3)
+    assert fit.decode_median_err < 1e-6 and fit.n_decode == 360 and fit.n_prefill == 40
+
+
+def test_wall_fit_takes_in_the_gap_between_steps_and_matches_sums():
+    """A fixed gap between busy steps is part of every live iteration: the wall cost adds it."""
+    fit = fit_iterations([synthetic_log(gap=3e-3)])
+    assert fit.overhead_s == pytest.approx(3e-3, abs=1e-9)
+    assert fit.wall.a == pytest.approx(TRUE.a + 3e-3, rel=1e-3)
+    assert fit.cost.a == pytest.approx(TRUE.a, rel=1e-3)
+    # right-skewed noise: the absolute fit keeps the total, a relative one would fall short
+    rows = synthetic_log(noise=2.0, seed=3)
+    fit = fit_iterations([rows])
+    dec = [r for r in rows if r["phase"] == "decode"]
+    logged = sum(r["duration_s"] for r in dec)
+    priced = per_total(fit.wall, rows)
+    assert priced == pytest.approx(logged, rel=0.03)
+
+
+def per_total(cost, rows):
+    from aprilsim.validate.pricing import price
+
+    prev, tot = None, 0.0
+    for r in rows:
+        if r["phase"] == "decode":
+            tot += price(cost, prev, r)
+        prev = r
+    return tot
+
+
+def test_load_calibration_reads_a_cost_table(tmp_path):
+    p = tmp_path / "cal.toml"
+    p.write_text("label = 'x'\n[cost]\na = 0.001\nb = 2e-5\nc = 0.0\np0 = 0.002\np1 = 1e-6\n")
+    assert load_calibration(str(p)) == CostModel(a=1e-3, b=2e-5, c=0.0, p0=2e-3, p1=1e-6)
+    p.write_text("[cost]\na = 0.001\n")
+    with pytest.raises(ValueError, match="lacks b"):
+        load_calibration(str(p))
+
+
+def test_parse_scheduler_spec():
+    assert parse_scheduler_spec("sync") == ("sync", {})
+    assert parse_scheduler_spec("april@ratio=1.5") == ("april", {"ratio": 1.5})
+    assert parse_scheduler_spec("april@ratio=3,x=true") == ("april", {"ratio": 3, "x": True})
+    with pytest.raises(ValueError):
+        parse_scheduler_spec("april@ratio")
+
+
+def test_scaled_workload_scales_as_replay_does():
+    """The simulated groups are the live replay's: ReplaySource's scaling gives the same lengths."""
+    from real.runner.source import ReplaySource
+
+    sc = load_scenario(None)
+    ours = ScaledWorkload(sc.workload_for(7), 1 / 256).generate(6, 0)
+    src = ReplaySource(sc.workload_for(7), vocab_size=512, scale=1 / 256)
+    theirs = src.new_groups(6, 0)
+    assert [g.prompt_len for g in ours] == [g.prompt_len for g in theirs]
+    assert [[s._target_len for s in g.samples] for g in ours] == \
+           [[s._target_len for s in g.samples] for g in theirs]
+    assert max(s._target_len for g in ours for s in g.samples) <= 64
+
+
+def small_scenario():
+    sc = load_scenario(None)
+    return scenario_from_dict({**sc.model_dump(exclude={"base_dir"}), "batch_size": 4,
+                               "group_size": 2, "steps": 3})
+
+
+def test_simulations_pair_with_themselves_and_reports_are_written(tmp_path):
+    """A run compared with itself has no error; the report keeps every key and target."""
+    sc = small_scenario()
+    eng = matched_engine(TRUE, max_running=64, kv_capacity=5120)
+    rows = []
+    for spec in ("sync", "april", "april@ratio=1.5"):
+        a = simulate_matched(sc, spec, eng, n_engines=2, scale=1 / 256, seed=1, steps=3)
+        b = simulate_matched(sc, spec, eng, n_engines=2, scale=1 / 256, seed=1, steps=3)
+        busy = [max(s.busy_by_engine_s) for s in b.steps]
+        rows.append(compare_runs(spec, a, b, busy, busy))
+    for r in rows:
+        e = r.errors()
+        assert e["step_rollout_median_abs"] == 0 and e["step_priced_median_abs"] == 0
+        assert e["mean_rollout_time_s"] == 0
+    assert all(abs(g["diff_pp"]) < 1e-9 for g in gains(rows).values())
+    assert ranking_preserved(rows)
+    t = targets(rows)
+    assert all(t[k]["met"] for k in t)
+    rep = report_dict(rows, {"scenario": sc.name}, fit_iterations([synthetic_log()]).to_dict())
+    write_report(rep, tmp_path)
+    back = json.loads((tmp_path / "report.json").read_text())
+    assert {s["label"] for s in back["schedulers"]} == {"sync", "april", "april@ratio=1.5"}
+    md = (tmp_path / "report.md").read_text()
+    assert "| sync |" in md and "Targets" in md
+
+
+def test_a_slower_live_run_is_reported_with_its_cause():
+    """Live 20 % slower than predicted in wall clock, its iterations priced exactly as simulated:
+    the report blames the cost / unlogged time, not the engine rules."""
+    sc = small_scenario()
+    eng = matched_engine(TRUE, max_running=64, kv_capacity=5120)
+    sim = simulate_matched(sc, "sync", eng, n_engines=2, scale=1 / 256, seed=1, steps=3)
+    live = simulate_matched(sc, "sync", eng, n_engines=2, scale=1 / 256, seed=1, steps=3)
+    for s in live.steps:
+        s.rollout_time_s *= 1.25
+    busy = [max(s.busy_by_engine_s) for s in sim.steps]
+    row = compare_runs("sync", sim, live, [1.25 * b for b in busy], busy)
+    e = row.errors()
+    assert e["step_rollout_median_abs"] == pytest.approx(0.2)
+    assert e["step_priced_median_abs"] == 0
+    from aprilsim.validate.report import explain
+
+    text = " ".join(explain([row], {"decode_median_err": 0.0}))
+    assert "20.0%" in text and "explains little" in text
+
+
+def test_ranking_with_ties():
+    sc = small_scenario()
+    eng = matched_engine(TRUE, max_running=64, kv_capacity=5120)
+    a = simulate_matched(sc, "sync", eng, n_engines=2, scale=1 / 256, seed=1, steps=3)
+    rows = [compare_runs("x", a, a), compare_runs("y", a, a)]
+    rows[0].measured = {**rows[0].measured, "rollout_throughput_tok_s": rows[0].predicted["rollout_throughput_tok_s"] * 0.99}
+    rows[1].predicted = {**rows[1].predicted, "rollout_throughput_tok_s": rows[1].predicted["rollout_throughput_tok_s"] * 0.98}
+    assert not ranking_preserved(rows) and ranking_preserved(rows, tie=0.02)
+
+
+def test_per_step_sums_the_busiest_engine_inside_each_window():
+    sc = small_scenario()
+    run = simulate_matched(sc, "sync", matched_engine(TRUE, max_running=64, kv_capacity=5120),
+                           n_engines=2, scale=1 / 256, seed=1, steps=3)
+    s0 = run.steps[0]
+    mid = s0.rollout_start_s + s0.rollout_time_s / 2
+    rows_a = [dict(seq=1, t=0, t_run=mid, phase="decode", batch_size=2, prefill_tokens=0, kv_tokens=10,
+                   running=2, duration_s=0.5, padded_s=0.5)]
+    rows_b = [dict(seq=1, t=0, t_run=mid, phase="decode", batch_size=2, prefill_tokens=0, kv_tokens=10,
+                   running=2, duration_s=0.2, padded_s=0.2)]
+    assert per_step(run, [rows_a, rows_b])[:2] == [0.5, 0.0]
+    assert per_step(run, [rows_a], TRUE)[0] == pytest.approx(TRUE.decode_time(2, 8))
+
+
+def test_cli_refuses_bad_input_in_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from aprilsim.cli import main
+
+    r = CliRunner().invoke(main, ["validate", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "exactly one of --local" in r.output
+    r = CliRunner().invoke(main, ["validate", "--local", "1", "-s", "nosuch", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "nosuch" in r.output
+    r = CliRunner().invoke(main, ["validate", "--local", "1", "-s", "april@ratio", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "knob=value" in r.output
