@@ -11,7 +11,7 @@ import click
 from aprilsim._version import __version__
 from aprilsim.cli_errors import EXIT_USAGE, OneLineGroup, fail
 
-__all__ = ["EXIT_USAGE", "fail", "main"]
+__all__ = ["EXIT_USAGE", "fail", "main", "with_overrides"]
 
 
 class _LazyGroup(OneLineGroup):
@@ -104,6 +104,13 @@ def simulate(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trac
         click.echo(format_table(rows))
 
 
+def with_overrides(sc, *, steps: int | None = None, warmup: int | None = None):
+    """`aprilsim.config.with_overrides`, imported on call (the CLI starts without scipy)."""
+    from aprilsim.config import with_overrides as apply
+
+    return apply(sc, steps=steps, warmup=warmup)
+
+
 def _per_scheduler_paths(names: list[str], **paths: Path | None) -> dict[str, dict[str, Path]]:
     """{scheduler: {kind: path}}: with several schedulers, NAME goes before each path's suffix.
     Paths are checked before any simulation runs, so a bad one costs nothing."""
@@ -123,24 +130,6 @@ def _per_scheduler_paths(names: list[str], **paths: Path | None) -> dict[str, di
     return out
 
 
-def with_overrides(sc, *, steps: int | None = None, warmup: int | None = None):
-    """The scenario with command-line overrides of steps and warm-up, validated together."""
-    from aprilsim.config import ScenarioError
-
-    update: dict = {}
-    if steps is not None:
-        update["steps"] = steps
-    if warmup is not None:
-        update["warmup_steps"] = warmup
-    elif steps is not None and sc.warmup_steps >= steps:
-        update["warmup_steps"] = max(0, steps - 1)  # keep one step to summarise
-    if not update:
-        return sc
-    out = sc.model_copy(update=update)
-    if out.warmup_steps >= out.steps:
-        flag = "--warmup" if warmup is not None else "warmup_steps"
-        raise ScenarioError(f"{flag} {out.warmup_steps} leaves none of the {out.steps} steps to summarise")
-    return out
 
 
 @main.command(short_help="Print the default scenario, or convert slime/verl launch configs.")

@@ -356,6 +356,25 @@ def load_scenario(path: str | Path | None = None) -> Scenario:
     return scenario_from_dict(data, base)
 
 
+def with_overrides(sc: Scenario, *, steps: int | None = None, warmup: int | None = None) -> Scenario:
+    """The scenario with overrides of steps and warm-up, validated together (the command line's
+    `--steps`/`--warmup`; a smaller `--steps` alone keeps at least one step to summarise)."""
+    update: dict[str, Any] = {}
+    if steps is not None:
+        update["steps"] = steps
+    if warmup is not None:
+        update["warmup_steps"] = warmup
+    elif steps is not None and sc.warmup_steps >= steps:
+        update["warmup_steps"] = max(0, steps - 1)
+    if not update:
+        return sc
+    out = sc.model_copy(update=update)
+    if out.warmup_steps >= out.steps:
+        flag = "--warmup" if warmup is not None else "warmup_steps"
+        raise ScenarioError(f"{flag} {out.warmup_steps} leaves none of the {out.steps} steps to summarise")
+    return out
+
+
 def default_scenario() -> Scenario:
     """The embedded default scenario, validated."""
     return load_scenario(None)

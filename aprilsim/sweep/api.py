@@ -19,6 +19,7 @@ from aprilsim.config import (
     default_scenario,
     load_scenario,
     scenario_from_dict,
+    with_overrides,
 )
 from aprilsim.sweep.execute import default_jobs, local_pool, on_ray
 from aprilsim.sweep.journal import Journal, journal_path
@@ -55,22 +56,8 @@ def as_axes(grid: Grid | None) -> list[Axis]:
 
 
 def with_steps(sc: Scenario, steps: int | None, warmup: int | None) -> Scenario:
-    """Steps and warm-up overrides as `aprilsim simulate` applies them (kept here: the CLI
-    module imports this package, so importing it back would make a cycle)."""
-    update: dict[str, Any] = {}
-    if steps is not None:
-        update["steps"] = steps
-    if warmup is not None:
-        update["warmup_steps"] = warmup
-    elif steps is not None and sc.warmup_steps >= steps:
-        update["warmup_steps"] = max(0, steps - 1)  # keep one step to summarise
-    if not update:
-        return sc
-    out = sc.model_copy(update=update)
-    if out.warmup_steps >= out.steps:
-        flag = "--warmup" if warmup is not None else "warmup_steps"
-        raise ScenarioError(f"{flag} {out.warmup_steps} leaves none of the {out.steps} steps to summarise")
-    return out
+    """Steps and warm-up overrides as `aprilsim simulate` applies them."""
+    return with_overrides(sc, steps=steps, warmup=warmup)
 
 
 def _cell(v: Any) -> Any:
