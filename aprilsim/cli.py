@@ -33,7 +33,21 @@ class _LazyGroup(OneLineGroup):
                 cmd = getattr(importlib.import_module(module), attr)
             except ImportError as e:  # the `real` extra is not installed
                 fail(f"`aprilsim {name}` needs the live-engine extra (pip install 'aprilsim[real]'): {e}")
+            cmd.invoke = _missing_extra_is_one_line(cmd.invoke, name)  # torch loads on --local
         return cmd
+
+
+def _missing_extra_is_one_line(invoke, name: str):
+    """A module of the live-engine extra missing at run time (torch for --local, aiohttp for
+    URLs) is a one-line error, exit 2, not a traceback."""
+
+    def wrapped(ctx):
+        try:
+            return invoke(ctx)
+        except ModuleNotFoundError as e:
+            fail(f"`aprilsim {name}` needs the live-engine extra (pip install 'aprilsim[real]'): {e}")
+
+    return wrapped
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
