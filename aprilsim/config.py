@@ -375,6 +375,15 @@ def with_overrides(sc: Scenario, *, steps: int | None = None, warmup: int | None
     return out
 
 
+def as_scenario(scenario: Scenario | str | Path | dict[str, Any] | None) -> Scenario:
+    """A Scenario from a Scenario, a TOML path, a dict, or None (the embedded default)."""
+    if scenario is None or isinstance(scenario, (str, Path)):
+        return load_scenario(scenario)
+    if isinstance(scenario, Scenario):
+        return scenario
+    return scenario_from_dict(dict(scenario))
+
+
 def default_scenario() -> Scenario:
     """The embedded default scenario, validated."""
     return load_scenario(None)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aprilsim.config import Scenario, load_scenario, scenario_from_dict
+from aprilsim.config import Scenario, as_scenario, with_overrides
 from aprilsim.metrics.records import RunResult
 from aprilsim.policies.base import Scheduler
 
@@ -57,14 +57,6 @@ class Results:
         return out
 
 
-def _as_scenario(scenario: Scenario | str | Path | dict[str, Any] | None) -> Scenario:
-    if scenario is None or isinstance(scenario, (str, Path)):
-        return load_scenario(scenario)
-    if isinstance(scenario, dict):
-        return scenario_from_dict(scenario)
-    return scenario
-
-
 def simulate(
     scenario: Scenario | str | Path | dict[str, Any] | None = None,
     schedulers: Sequence[str | Scheduler] | None = None,
@@ -87,13 +79,7 @@ def simulate(
     """
     from aprilsim.sim.run import simulate as run_one
 
-    sc = _as_scenario(scenario)
-    if steps is not None:
-        sc = sc.model_copy(update={"steps": steps,
-                                   "warmup_steps": min(sc.warmup_steps, steps - 1)})
-    if warmup is not None:
-        sc = sc.model_copy(update={"warmup_steps": warmup})
-    sc = sc.check()
+    sc = with_overrides(as_scenario(scenario), steps=steps, warmup=warmup).check()
     if seeds is None:
         seed_list = [sc.seed]
     elif isinstance(seeds, int):

@@ -16,9 +16,7 @@ from typing import Any
 from aprilsim.config import (
     Scenario,
     ScenarioError,
-    default_scenario,
-    load_scenario,
-    scenario_from_dict,
+    as_scenario,
     with_overrides,
 )
 from aprilsim.sweep.execute import default_jobs, local_pool, on_ray
@@ -27,17 +25,6 @@ from aprilsim.sweep.keys import Axis
 from aprilsim.sweep.plan import Plan
 
 Grid = Mapping[str | tuple[str, ...], Sequence[Any]] | Sequence[Axis]
-
-
-def as_scenario(scenario: Scenario | str | Path | Mapping | None) -> Scenario:
-    """A Scenario from a Scenario, a TOML path, a dict, or None (the embedded default)."""
-    if scenario is None:
-        return default_scenario()
-    if isinstance(scenario, Scenario):
-        return scenario
-    if isinstance(scenario, Mapping):
-        return scenario_from_dict(dict(scenario))
-    return load_scenario(scenario)
 
 
 def as_axes(grid: Grid | None) -> list[Axis]:
