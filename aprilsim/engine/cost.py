@@ -11,14 +11,18 @@ Because K grows by B per iteration while B is fixed, n iterations from K0 take
 n*(f + g*K0) + g*B*n*(n-1)/2 whatever f and g are: closed form and invertible, which is all the
 event-jumping engine needs (`decode_span`, `iterations_within`). A prefill batch of requests with
 n_i input tokens takes p0 + p1*sum(n_i) + p2*sum(n_i^2): attention is quadratic in each sequence,
-not in the batch's token total. Presets are roofline *estimates*, each with the arithmetic behind
-it, to be replaced by a calibration.
+not in the batch's token total. With chunked prefill (SGLang's `chunked_prefill_size`) a batch runs
+as forward passes of at most `chunk` tokens; each pass pays p0 once and the quadratic terms
+telescope, so the batch takes passes*p0 + p1*sum(n_i) + p2*sum(n_i^2) (`prefill_passes`,
+`chunked_prefill_time`). Presets are roofline *estimates*, each with the arithmetic behind it, to
+be replaced by a calibration.
 """
 
 from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -47,8 +51,9 @@ class DecodeCost(Protocol):
         """Largest m <= n_max whose m iterations end no later than `dt` after they start."""
         ...
 
-    def prefill_time(self, tokens: int, tokens_sq: int | None = None) -> float:
-        """Seconds of a prefill batch of `tokens` input tokens whose squares sum to `tokens_sq`."""
+    def prefill_time(self, tokens: int, tokens_sq: int | None = None, passes: int = 1) -> float:
+        """Seconds of a prefill batch of `tokens` input tokens whose squares sum to `tokens_sq`,
+        run as `passes` forward passes (each pays the fixed cost p0 once)."""
         ...
 
 
@@ -94,11 +99,13 @@ class _LinearInK:
             m -= 1
         return m
 
-    def prefill_time(self, tokens: int, tokens_sq: int | None = None) -> float:
-        """p0 + p1*sum(n_i) + p2*sum(n_i^2); `tokens_sq` defaults to one request's tokens^2."""
+    def prefill_time(self, tokens: int, tokens_sq: int | None = None, passes: int = 1) -> float:
+        """passes*p0 + p1*sum(n_i) + p2*sum(n_i^2); `tokens_sq` defaults to one request's
+        tokens^2, `passes` to one forward pass (no chunking)."""
         if tokens_sq is None:
             tokens_sq = tokens * tokens  # one request
-        return self.p0 + self.p1 * tokens + self.p2 * tokens_sq
+        p0 = self.p0 if passes == 1 else passes * self.p0
+        return p0 + self.p1 * tokens + self.p2 * tokens_sq
 
 
 def _check_prefill(p0: float, p1: float, p2: float) -> None:
@@ -183,6 +190,56 @@ class TabulatedCost(_LinearInK):
         return fg[batch] if batch < len(fg) else fg[-1]
 
 
+def prefill_passes(tokens: int, chunk: int, room: int = 0) -> tuple[int, int]:
+    """(forward passes a prefill batch of `tokens` input tokens starts, tokens still free in its
+    last pass) when a pass holds at most `chunk` tokens (0: no chunking, one pass) and the first
+    `room` tokens join the pass the previous batch left open (whose p0 is paid already)."""
+    if chunk <= 0:
+        return 1, 0
+    if tokens <= room:
+        return 0, room - tokens
+    rest = tokens - room
+    return -(-rest // chunk), -rest % chunk
+
+
+def chunked_prefill_time(
+    cost: DecodeCost, input_lens: Sequence[int], chunk: int, room: int = 0
+) -> tuple[float, int]:
+    """Seconds of a prefill batch (its requests' input lengths, in batch order) run as SGLang's
+    chunked prefill, summed pass by pass, and the tokens still free in its last pass.
+
+    The batch's tokens, concatenated, fill forward passes of `chunk` tokens (0: one pass, no
+    chunking); the first `room` of them join the pass the previous batch left open. A pass costs
+    p0 (when it starts in this batch) + p1*(its tokens) + p2*(the sum over its pieces of
+    (prefix+l)^2 - prefix^2), a piece being l tokens of one request whose first `prefix` tokens
+    earlier passes prefilled (its attention reads them too). The quadratic terms telescope to
+    sum(n_i^2): the total is `cost.prefill_time(sum(n_i), sum(n_i^2), passes)` with
+    `prefill_passes` up to float rounding (the fast engine's closed form), and exactly that with
+    a single pass. This walk is the definition, and what the reference engine computes.
+    """
+    if chunk <= 0:
+        return cost.prefill_time(sum(input_lens), sum(n * n for n in input_lens)), 0
+    total = 0.0
+    left = room  # tokens still free in the current pass
+    opened = False  # the current pass started in this batch (it pays p0)
+    tok = sq = 0  # the current pass's tokens and quadratic term
+    for n in input_lens:
+        done = 0
+        while done < n:
+            if left == 0:
+                if tok:
+                    total += cost.prefill_time(tok, sq, 1 if opened else 0)
+                left, opened, tok, sq = chunk, True, 0, 0
+            piece = min(left, n - done)
+            tok += piece
+            sq += (done + piece) ** 2 - done**2
+            done += piece
+            left -= piece
+    if tok:
+        total += cost.prefill_time(tok, sq, 1 if opened else 0)
+    return total, left
+
+
 @dataclass(frozen=True)
 class EngineSpec:
     """One engine = one SGLang server (a DP replica with tensor parallelism `tp`)."""
@@ -206,6 +263,9 @@ class EngineSpec:
     # remaining max_new_tokens counted in the admission estimate at most this many (0: no clip)
     clip_max_new_tokens: int = 0  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION: 4096
     retract_to: str = "head"  # where retracted requests re-enter the queue (SGLang: "tail")
+    # SGLang's chunked prefill: a prefill batch runs as forward passes of at most this many input
+    # tokens, each paying p0 (`prefill_passes`); 0 or -1 (SGLang's "off"): one pass per batch.
+    chunked_prefill_size: int = 0  # SGLang on H100/H200: 8192
 
     def __post_init__(self) -> None:
         if self.kv_capacity < 1 or self.max_running < 1 or self.max_prefill_tokens < 1:
@@ -220,6 +280,13 @@ class EngineSpec:
             raise ValueError("retract_decode_steps must be >= 0")
         if self.retract_to not in ("head", "tail"):
             raise ValueError("retract_to must be 'head' or 'tail'")
+        if self.chunked_prefill_size < -1:
+            raise ValueError("chunked_prefill_size must be >= 1, or 0 or -1 (off)")
+
+    @property
+    def prefill_chunk(self) -> int:
+        """Most input tokens per prefill forward pass; 0 when chunked prefill is off."""
+        return self.chunked_prefill_size if self.chunked_prefill_size > 0 else 0
 
     @property
     def sglang_ratio(self) -> bool:
@@ -271,6 +338,10 @@ SGLANG_RULES: dict = {
     "retract_decode_steps": 20,  # SGLANG_RETRACT_DECODE_STEPS
     "clip_max_new_tokens": 4096,  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
     "retract_to": "tail",  # scheduler._add_request_to_queue appends
+    # sglang/srt/arg_groups/memory_hook.py:139 and :153 (80-160 GB GPUs: H100, H200) set 8192 when
+    # unset (2048-4096 below, 16384 on B200/MI300); enable_mixed_chunk is False
+    # (arg_groups/fields/schedule.py:208), so a chunked prefill's passes run back to back
+    "chunked_prefill_size": 8192,
 }
 
 
