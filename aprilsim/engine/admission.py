@@ -86,13 +86,15 @@ def select_prefill_batch(
     kv: int,
     reserve: int,
     ratio: float,
-) -> tuple[list[Request], int, int, int]:
+) -> tuple[list[Request], int, int, int, bool]:
     """Pop from `waiting` the requests one prefill batch admits (FCFS, KV reserve, token budget:
     at most `max_prefill_tokens` input tokens, at least one request).
 
     Returns the batch with what it adds up to, counted in the same pass (the fast engine's hot
-    path): its input tokens, the sum of their squares per request, and its remaining max_new
-    (unclipped).
+    path): its input tokens, the sum of their squares per request, its remaining max_new
+    (unclipped), and whether the token budget ended it (the queue head was admissible but did not
+    fit): with chunked prefill SGLang has no such budget across passes, so the next batch, which
+    follows at once, continues this one's last pass (`cost.prefill_passes`).
     """
     batch: list[Request] = []
     tokens = sq = added = held = 0
@@ -101,14 +103,14 @@ def select_prefill_batch(
         r = waiting[0]
         need = r.input_len + r.gen
         if batch and tokens + need > limit:
-            break
+            return batch, tokens, sq, added, True
         waiting.popleft()
         batch.append(r)
         tokens += need
         sq += need * need
         added += r.max_new - r.gen
         held += clipped(spec, r.max_new - r.gen)
-    return batch, tokens, sq, added
+    return batch, tokens, sq, added, False
 
 
 def prefill_sizes(batch: list[Request]) -> tuple[int, int]:

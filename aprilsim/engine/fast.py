@@ -14,6 +14,13 @@ the KV cache. After a retraction no request is admitted until one finishes (SGLa
 new-token ratio for the same reason: to avoid re-admitting what it just evicted). As in SGLang,
 the prefill forward pass emits a request's next token (a request with one token left finishes at
 the end of its prefill); a running request holds input_len + gen - 1 KV tokens (see `admission`).
+
+Chunked prefill (`EngineSpec.chunked_prefill_size`, SGLang without mixed chunks): a prefill batch
+is still one event, admitted, charged to the KV cache and emitting its tokens as a whole, but it
+lasts as long as its forward passes of at most `chunk` tokens (`cost.prefill_passes`: one p0 per
+pass, the quadratic terms unchanged). Nothing else runs between the passes, as in SGLang, which
+gives the continuing chunked request the next prefill batch before any decode. A batch that the
+token budget ended leaves its last pass open to the batch that follows at once.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from aprilsim.engine.admission import (
     ratio_at,
     select_prefill_batch,
 )
-from aprilsim.engine.cost import EngineSpec
+from aprilsim.engine.cost import EngineSpec, prefill_passes
 from aprilsim.engine.request import Completion, Request, check_requests
 
 INF = math.inf
@@ -57,6 +64,10 @@ class FastEngine:
         self.batch: list[Request] = []  # the prefill batch in progress
         self.batch_tokens = 0  # its input tokens
         self.batch_time = 0.0  # and its duration
+        # chunked prefill: tokens free in the last pass of a batch the token budget ended, which
+        # the next batch fills first (no new p0); `room_in`: what the current plan started from
+        self.chunk = spec.prefill_chunk
+        self.room = self.room_in = self.batch_room = 0
         self.t_event = INF
         # statistics
         self.busy_time = 0.0
@@ -168,6 +179,7 @@ class FastEngine:
                 push(finish, (r.target_new - base, r.rid))
             self.batch = []
             self.batch_tokens = 0
+            self.room = self.batch_room  # the next plan continues the open pass if it prefills
         self.phase = IDLE
         self._plan()
         return done
@@ -194,6 +206,7 @@ class FastEngine:
         self._finish.clear()
         self.kv = self.reserve = 0
         self.hold = False
+        self.room = 0
         self.ratio_base, self.ratio_it0 = self.spec.new_token_ratio, self.it
         self.phase, self.n, self.t_event = IDLE, 0, INF
         return out
@@ -208,8 +221,9 @@ class FastEngine:
         if self.phase != IDLE and now > self.t:
             self.busy_time += now - self.t  # the interrupted iteration or prefill: busy, lost
         if self.phase == PREFILL:
-            self._unplan()
+            self._unplan()  # the whole batch is redone, all its passes (chunked prefill)
         self.phase = IDLE
+        self.room = 0  # after the pause a prefill starts a new pass
         self.t = max(self.t, until)
         self._plan()
         return out
@@ -301,6 +315,8 @@ class FastEngine:
         running = self.running
         if not running:
             self.over_clip = False
+        room = self.room_in = self.room  # consumed by this plan (restored by `_unplan`)
+        self.room = 0
         if (
             self.waiting
             and not self.hold
@@ -310,7 +326,7 @@ class FastEngine:
             reserve = self._reserve_after(0) if self.over_clip else self.reserve
             ratio = self._ratio_after(0) if self.sglang else self.ratio_base
             if can_admit_head(self.spec, self.waiting, len(running), self.kv, reserve, ratio):
-                self.batch, tokens, sq, added = select_prefill_batch(
+                self.batch, tokens, sq, added, capped = select_prefill_batch(
                     self.spec, self.waiting, len(running), self.kv, reserve, ratio
                 )
                 self.batch_tokens = tokens
@@ -319,7 +335,13 @@ class FastEngine:
                 if kv > self.kv_peak:
                     self.kv_peak = kv
                 self.phase = PREFILL
-                self.batch_time = dur = self.cost.prefill_time(tokens, sq)
+                if self.chunk:
+                    passes, left = prefill_passes(tokens, self.chunk, room)
+                    self.batch_room = left if capped else 0
+                    dur = self.cost.prefill_time(tokens, sq, passes)
+                else:
+                    dur = self.cost.prefill_time(tokens, sq)
+                self.batch_time = dur
                 self.t_event = self.t + dur
                 return
         if running:
@@ -413,6 +435,7 @@ class FastEngine:
             self.waiting.extendleft(reversed(self.batch))
             self.batch = []
             self.batch_tokens = 0
+        self.room = self.room_in
         self.phase, self.n, self.t_event = IDLE, 0, INF
 
     def _iterations_within(self, dt: float) -> int:

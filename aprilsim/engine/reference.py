@@ -4,7 +4,9 @@ It applies the same admission and retraction rules but advances one decode itera
 summing iteration times one by one, and recounts the KV cache from the requests at every use. A
 prefill emits each request's next token (SGLang); a running request holds input_len + gen - 1 KV
 tokens, a request being prefilled input_len + gen. It is slow on purpose; tests and benchmarks check that the fast
-engine reproduces its completion times and token counts.
+engine reproduces its completion times and token counts. With chunked prefill it prices a prefill
+batch pass by pass over its requests' pieces (`cost.chunked_prefill_time`), where the fast engine
+uses the closed form.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from aprilsim.engine.admission import (
     ratio_at,
     select_prefill_batch,
 )
-from aprilsim.engine.cost import EngineSpec
+from aprilsim.engine.cost import EngineSpec, chunked_prefill_time
 from aprilsim.engine.request import Completion, Request, check_requests
 
 INF = math.inf
@@ -49,6 +51,8 @@ class ReferenceEngine:
         self.iterations = 0
         self.ratio_base = spec.new_token_ratio  # the new-token ratio when last set
         self.ratio_steps = 0  # decode steps since then (-1 right after a retraction)
+        # chunked prefill: tokens free in the open last pass of a batch the token budget ended
+        self.room = self.room_in = self.batch_room = 0
 
     @property
     def kv(self) -> int:
@@ -124,6 +128,7 @@ class ReferenceEngine:
                 else:
                     self.running.append(r)
             self.batch = []
+            self.room = self.batch_room
         elif self.phase == DECODE:
             self.busy_time += self.t_event - self.t
             self.t = self.t_event
@@ -158,6 +163,7 @@ class ReferenceEngine:
         self.running, self.batch = [], []
         self.waiting.clear()
         self.hold = False
+        self.room = 0
         self.ratio_base, self.ratio_steps = self.spec.new_token_ratio, 0
         self.phase, self.t_event = IDLE, INF
         return out
@@ -171,6 +177,7 @@ class ReferenceEngine:
         if self.phase == PREFILL:
             self._unplan()
         self.phase = IDLE
+        self.room = 0
         self.t = max(self.t, until)
         self._plan()
         return out
@@ -180,14 +187,20 @@ class ReferenceEngine:
         spec = self.spec
         kv, reserve = self.kv, self.reserve
         ratio = ratio_at(spec, self.ratio_base, self.ratio_steps)
+        room = self.room_in = self.room
+        self.room = 0
         if not self.hold and can_admit_head(spec, self.waiting, len(self.running), kv, reserve, ratio):
-            self.batch = select_prefill_batch(
+            self.batch, *_, capped = select_prefill_batch(
                 spec, self.waiting, len(self.running), kv, reserve, ratio
-            )[0]
-            tokens, sq = prefill_sizes(self.batch)  # recounted: the oracle trusts no shortcut
+            )
+            tokens, _ = prefill_sizes(self.batch)  # recounted: the oracle trusts no shortcut
             self.kv_peak = max(self.kv_peak, kv + tokens)
             self.phase = PREFILL
-            self.t_event = self.t + self.cost.prefill_time(tokens, sq)
+            dur, left = chunked_prefill_time(
+                self.cost, [r.input_len + r.gen for r in self.batch], spec.prefill_chunk, room
+            )
+            self.batch_room = left if capped else 0
+            self.t_event = self.t + dur
             return
         if self.running:
             victims = []
@@ -222,4 +235,5 @@ class ReferenceEngine:
         if self.phase == PREFILL:
             self.waiting.extendleft(reversed(self.batch))
             self.batch = []
+        self.room = self.room_in
         self.phase, self.t_event = IDLE, INF
