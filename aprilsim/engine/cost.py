@@ -204,9 +204,9 @@ def prefill_passes(tokens: int, chunk: int, room: int = 0) -> tuple[int, int]:
 
 def chunked_prefill_time(
     cost: DecodeCost, input_lens: Sequence[int], chunk: int, room: int = 0
-) -> tuple[float, int]:
-    """Seconds of a prefill batch (its requests' input lengths, in batch order) run as SGLang's
-    chunked prefill, summed pass by pass, and the tokens still free in its last pass.
+) -> tuple[float, int, int]:
+    """(seconds, forward passes started, tokens still free in the last pass) of a prefill batch
+    (its requests' input lengths, in batch order) run as SGLang's chunked prefill, pass by pass.
 
     The batch's tokens, concatenated, fill forward passes of `chunk` tokens (0: one pass, no
     chunking); the first `room` of them join the pass the previous batch left open. A pass costs
@@ -218,8 +218,9 @@ def chunked_prefill_time(
     a single pass. This walk is the definition, and what the reference engine computes.
     """
     if chunk <= 0:
-        return cost.prefill_time(sum(input_lens), sum(n * n for n in input_lens)), 0
+        return cost.prefill_time(sum(input_lens), sum(n * n for n in input_lens)), 1, 0
     total = 0.0
+    passes = 0
     left = room  # tokens still free in the current pass
     opened = False  # the current pass started in this batch (it pays p0)
     tok = sq = 0  # the current pass's tokens and quadratic term
@@ -230,6 +231,7 @@ def chunked_prefill_time(
                 if tok:
                     total += cost.prefill_time(tok, sq, 1 if opened else 0)
                 left, opened, tok, sq = chunk, True, 0, 0
+                passes += 1
             piece = min(left, n - done)
             tok += piece
             sq += (done + piece) ** 2 - done**2
@@ -237,7 +239,7 @@ def chunked_prefill_time(
             left -= piece
     if tok:
         total += cost.prefill_time(tok, sq, 1 if opened else 0)
-    return total, left
+    return total, passes, left
 
 
 @dataclass(frozen=True)

@@ -68,11 +68,15 @@ class FastEngine:
         # the next batch fills first (no new p0); `room_in`: what the current plan started from
         self.chunk = spec.prefill_chunk
         self.room = self.room_in = self.batch_room = 0
+        self.batch_passes = 1  # forward passes the prefill batch in progress starts
         self.t_event = INF
         # statistics
         self.busy_time = 0.0
         self.tokens = 0
         self.prefill_tokens = 0
+        self.prefill_passes = 0  # prefill forward passes (one per batch without chunking)
+        self.multi_pass_batches = 0  # prefill batches over several passes (chunked prefill)
+        self.joined_open_pass = 0  # prefill batches that began in the pass left open before them
         self.retractions = 0
         self.kv_peak = 0
         self.iterations = 0
@@ -158,6 +162,11 @@ class FastEngine:
             done = self._pop_finished()
         elif phase == PREFILL:
             self.prefill_tokens += self.batch_tokens
+            self.prefill_passes += self.batch_passes
+            if self.room_in:  # the room this batch started from
+                self.joined_open_pass += 1
+            if self.batch_passes + (self.room_in > 0) > 1:
+                self.multi_pass_batches += 1
             self.busy_time += self.batch_time
             self.t = t = self.t + self.batch_time
             running, finish, it, push = self.running, self._finish, self.it, heapq.heappush
@@ -336,9 +345,9 @@ class FastEngine:
                     self.kv_peak = kv
                 self.phase = PREFILL
                 if self.chunk:
-                    passes, left = prefill_passes(tokens, self.chunk, room)
+                    self.batch_passes, left = prefill_passes(tokens, self.chunk, room)
                     self.batch_room = left if capped else 0
-                    dur = self.cost.prefill_time(tokens, sq, passes)
+                    dur = self.cost.prefill_time(tokens, sq, self.batch_passes)
                 else:
                     dur = self.cost.prefill_time(tokens, sq)
                 self.batch_time = dur

@@ -46,6 +46,9 @@ class ReferenceEngine:
         self.busy_time = 0.0
         self.tokens = 0
         self.prefill_tokens = 0
+        self.prefill_passes = 0  # prefill forward passes (one per batch without chunking)
+        self.multi_pass_batches = 0  # prefill batches over several passes (chunked prefill)
+        self.joined_open_pass = 0  # prefill batches that began in the pass left open before them
         self.retractions = 0
         self.kv_peak = 0
         self.iterations = 0
@@ -53,6 +56,7 @@ class ReferenceEngine:
         self.ratio_steps = 0  # decode steps since then (-1 right after a retraction)
         # chunked prefill: tokens free in the open last pass of a batch the token budget ended
         self.room = self.room_in = self.batch_room = 0
+        self.batch_passes = 1  # forward passes the prefill batch in progress starts
 
     @property
     def kv(self) -> int:
@@ -117,6 +121,9 @@ class ReferenceEngine:
             dur = self.t_event - self.t
             self.busy_time += dur
             self.prefill_tokens += sum(r.input_len + r.gen for r in self.batch)
+            self.prefill_passes += self.batch_passes
+            self.joined_open_pass += int(self.room_in > 0)
+            self.multi_pass_batches += int(self.batch_passes + (self.room_in > 0) > 1)
             self.t = self.t_event
             for r in self.batch:
                 r.gen += 1
@@ -196,7 +203,7 @@ class ReferenceEngine:
             tokens, _ = prefill_sizes(self.batch)  # recounted: the oracle trusts no shortcut
             self.kv_peak = max(self.kv_peak, kv + tokens)
             self.phase = PREFILL
-            dur, left = chunked_prefill_time(
+            dur, self.batch_passes, left = chunked_prefill_time(
                 self.cost, [r.input_len + r.gen for r in self.batch], spec.prefill_chunk, room
             )
             self.batch_room = left if capped else 0
