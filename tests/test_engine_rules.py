@@ -229,3 +229,123 @@ def test_cluster_keys_set_sglang_rules():
     spec = sc.engine_spec()
     assert spec.sglang_ratio and spec.clip_max_new_tokens == 4096 and spec.retract_to == "tail"
     assert spec.new_token_ratio == 0.7 and spec.min_new_token_ratio == pytest.approx(0.098)
+
+
+# ---------------------------------------------------------------- chunked prefill (issue 11)
+INT_COST = CostModel(a=1.0, b=0.0, c=0.0, p0=100.0, p1=10.0, p2=1.0)  # integer sums: exact floats
+
+
+def test_chunked_prefill_time_walks_the_passes():
+    """[5, 3] in passes of 4: (100 + 10*4 + 4^2) + (100 + 10*4 + (5^2 - 4^2) + 3^2), and the same
+    tokens after 3 tokens of room left open by the previous batch (no p0 for that pass)."""
+    from aprilsim.engine.cost import chunked_prefill_time, prefill_passes
+
+    assert chunked_prefill_time(INT_COST, [5, 3], 4) == (156.0 + 158.0, 2, 0)
+    # room 3: [r0 0..3] (30 + 9) + [r0 3..5, r1 0..2] (100 + 40 + 16 + 4) + [r1 2..3] (100 + 10 + 5)
+    assert chunked_prefill_time(INT_COST, [5, 3], 4, room=3) == (39.0 + 160.0 + 115.0, 2, 3)
+    assert prefill_passes(8, 4, 3) == (2, 3) and prefill_passes(8, 4) == (2, 0)
+    assert chunked_prefill_time(INT_COST, [2], 4, room=3) == (10 * 2 + 4.0, 0, 1)
+    assert prefill_passes(2, 4, 3) == (0, 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(1, 5_000), min_size=1, max_size=12),
+    st.integers(1, 6_000),
+    st.data(),
+)
+def test_chunked_prefill_telescopes_to_one_p0_per_pass(lens, chunk, data):
+    """Pass by pass, the quadratic terms telescope to sum(n_i^2): the walk equals the closed form
+    passes*p0 + p1*sum(n_i) + p2*sum(n_i^2), with passes = ceil((sum - room) / chunk)."""
+    from aprilsim.engine.cost import chunked_prefill_time, prefill_passes
+
+    room = data.draw(st.integers(0, chunk - 1))
+    tokens, sq = sum(lens), sum(n * n for n in lens)
+    t, passes, left = chunked_prefill_time(INT_COST, lens, chunk, room)
+    assert (passes, left) == prefill_passes(tokens, chunk, room)
+    assert passes == max(0, math.ceil((tokens - room) / chunk))
+    assert t == INT_COST.prefill_time(tokens, sq, passes)  # exact: integer-valued floats
+    for cost in (COST, TABLE):
+        t, passes, _ = chunked_prefill_time(cost, lens, chunk, room)
+        assert math.isclose(t, cost.prefill_time(tokens, sq, passes), rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("chunk", [0, -1, 20_000, 7_000])
+def test_one_pass_is_the_unchunked_cost_exactly(chunk):
+    """Off (0, SGLang's -1) or a chunk no smaller than the batch: the unchunked cost, bit for bit."""
+    from aprilsim.engine.cost import chunked_prefill_time, prefill_passes
+
+    lens = [3_000, 2_500, 1_500]
+    one = COST.prefill_time(7_000, sum(n * n for n in lens))
+    assert chunked_prefill_time(COST, lens, chunk)[:2] == (one, 1)
+    assert COST.prefill_time(7_000, sum(n * n for n in lens), prefill_passes(7_000, chunk)[0]) == one
+
+
+@pytest.mark.parametrize("cls", ENGINES)
+@pytest.mark.parametrize("cost", [COST, TABLE])
+def test_a_long_prompt_takes_one_p0_per_pass(cls, cost):
+    """A 20,000-token prompt in passes of 8,192 (SGLang's H100/H200 default): 3 p0 terms, the
+    rest of the prefill cost unchanged; the prompt alone exceeds max_prefill_tokens (16,384)."""
+    def finish(chunk):
+        e = cls(EngineSpec(cost, kv_capacity=100_000, chunked_prefill_size=chunk))
+        e.submit([Request(0, 20_000, 10, 1)], 0.0)
+        (c,) = run_all(e)
+        return c.time, e
+
+    off, _ = finish(0)
+    on, e = finish(8192)
+    assert off == cost.prefill_time(20_000)
+    assert math.isclose(on, off + 2 * cost.p0, rel_tol=1e-12)
+    assert e.prefill_passes == 3 and e.multi_pass_batches == 1
+    assert math.isclose(e.busy_time, on, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("cls", ENGINES)
+def test_a_batch_the_token_budget_ended_leaves_its_pass_open(cls):
+    """Two 10,000-token prompts, budget 16,384 a batch: two batches, but 3 passes of 8,192, as
+    SGLang runs them (the second continues the first's last pass, 6,384 tokens free); when the KV
+    cache, not the budget, ends the first batch, the second starts a pass of its own (4)."""
+    def run(kv):
+        spec = EngineSpec(COST, kv_capacity=kv, chunked_prefill_size=8192, new_token_ratio=0.0)
+        e = cls(spec)
+        e.submit([Request(0, 10_000, 5, 1), Request(1, 10_000, 5, 1)], 0.0)
+        return {c.rid: c.time for c in run_all(e)}, e
+
+    t, e = run(100_000)
+    one = COST.prefill_time(10_000)
+    assert math.isclose(t[0], one + COST.p0, rel_tol=1e-12)  # passes 8,192 and 1,808 (+ open)
+    assert math.isclose(t[1], t[0] + one, rel_tol=1e-12)  # 6,384 in the open pass, 3,616 in one
+    assert (e.prefill_passes, e.joined_open_pass, e.multi_pass_batches) == (3, 1, 2)
+    t, e = run(15_000)  # request 1 fits only once request 0 has finished
+    assert math.isclose(t[1], t[0] + one + COST.p0, rel_tol=1e-12)
+    assert (e.prefill_passes, e.joined_open_pass) == (4, 0)
+
+
+@pytest.mark.parametrize("cls", ENGINES)
+def test_a_pause_mid_chunked_prefill_redoes_the_batch(cls):
+    """A pause during the second pass: the busy time so far is lost and the batch is redone in
+    full after the pause, from a pass of its own."""
+    e = cls(EngineSpec(COST, kv_capacity=100_000, chunked_prefill_size=8192))
+    e.submit([Request(0, 20_000, 10, 1)], 0.0)
+    full = COST.prefill_time(20_000, passes=3)
+    e.pause(0.5 * full, 2.0)
+    (c,) = run_all(e)
+    assert math.isclose(c.time, 2.0 + full, rel_tol=1e-12)
+    assert math.isclose(e.busy_time, 1.5 * full, rel_tol=1e-12)
+    assert e.prefill_passes == 3
+
+
+def test_cluster_key_sets_chunked_prefill():
+    """`[cluster] chunked_prefill_size` reaches the engine; -1 (SGLang's "off") and 0 are off."""
+    from aprilsim.config import default_scenario
+    from aprilsim.engine.cost import PRESETS, SGLANG_RULES
+
+    sc = default_scenario()
+    assert sc.engine_spec().prefill_chunk == 0  # off by default: results as before
+    assert all(p.prefill_chunk == 0 for p in PRESETS.values())
+    for value, chunk in ((8192, 8192), (-1, 0), (0, 0)):
+        c = sc.cluster.model_copy(update={"chunked_prefill_size": value})
+        assert sc.model_copy(update={"cluster": c}).engine_spec().prefill_chunk == chunk
+    assert SGLANG_RULES["chunked_prefill_size"] == 8192
+    with pytest.raises(ValueError):
+        EngineSpec(COST, chunked_prefill_size=-2)
