@@ -56,3 +56,37 @@ def test_fast_and_reference_engines_give_the_same_run(name, settings):
             else:
                 assert math.isclose(v, w, rel_tol=1e-9, abs_tol=1e-9), k
     assert sum(r.retractions for r in fast.result.steps) > 0, "the KV cache never ran out"
+
+
+CHUNKED = [("sync", {}), ("april", {}), ("fully_async", {"eta": 0, "interrupt": True}),
+           ("async_one_step", {})]
+
+
+@pytest.mark.parametrize(("name", "settings"), CHUNKED, ids=[n for n, _ in CHUNKED])
+def test_whole_runs_agree_with_chunked_prefill(name, settings):
+    """Chunked prefill (passes of 256 tokens, batches of at most 1,000): fast == reference over
+    whole runs, its batches do span several passes and join open ones, and it changes the run."""
+    sc = small_scenario(engines=2, batch=6, group=4, max_len=3072, steps=3, seed=4, alpha=0.5,
+                        beta=0.5)
+    base = {"kv_capacity": 5000, "max_prefill_tokens": 1000}
+    tight = sc.model_copy(update={"cluster": sc.cluster.model_copy(update=base)})
+    chunked = sc.model_copy(update={"cluster": sc.cluster.model_copy(
+        update={**base, "chunked_prefill_size": 256})})
+    fast = run(chunked, name, settings)
+    ref = run(chunked, name, settings, engine_factory=ReferenceEngine)
+    (f_steps, f_end), (r_steps, r_end) = _fingerprint(fast), _fingerprint(ref)
+    assert f_end == r_end
+    for (fd, ft), (rd, rt) in zip(f_steps, r_steps, strict=True):
+        assert fd == rd
+        for k, v in ft.items():
+            w = rt[k]
+            if isinstance(v, list):
+                assert all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9) for a, b in zip(v, w))
+            else:
+                assert math.isclose(v, w, rel_tol=1e-9, abs_tol=1e-9), k
+    for fe, re_ in zip(fast.sim.engines, ref.sim.engines, strict=True):
+        assert (fe.prefill_passes, fe.multi_pass_batches, fe.joined_open_pass) == (
+            re_.prefill_passes, re_.multi_pass_batches, re_.joined_open_pass)
+    assert sum(e.multi_pass_batches for e in fast.sim.engines) > 0
+    assert sum(e.joined_open_pass for e in fast.sim.engines) > 0
+    assert _fingerprint(run(tight, name, settings)) != (f_steps, f_end)
