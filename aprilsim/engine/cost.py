@@ -265,6 +265,11 @@ class EngineSpec:
     # remaining max_new_tokens counted in the admission estimate at most this many (0: no clip)
     clip_max_new_tokens: int = 0  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION: 4096
     retract_to: str = "head"  # where retracted requests re-enter the queue (SGLang: "tail")
+    # When an abort lands. None: at once (the idealised rule). An integer k: the step in flight
+    # when it arrives completes, then running requests decode k more steps (SGLang 0.5.23: 1,
+    # `scheduler.abort_request` "Abort method 3": to_finish runs one more decode pass; the bundled
+    # engine: 0, it applies aborts between steps).
+    abort_steps: int | None = None
     # SGLang's chunked prefill: a prefill batch runs as forward passes of at most this many input
     # tokens, each paying p0 (`prefill_passes`); 0 or -1 (SGLang's "off"): one pass per batch.
     chunked_prefill_size: int = 0  # SGLang on H100/H200: 8192
@@ -282,6 +287,8 @@ class EngineSpec:
             raise ValueError("retract_decode_steps must be >= 0")
         if self.retract_to not in ("head", "tail"):
             raise ValueError("retract_to must be 'head' or 'tail'")
+        if self.abort_steps is not None and self.abort_steps < 0:
+            raise ValueError("abort_steps must be >= 0 (or unset: the abort lands at once)")
         if self.chunked_prefill_size < -1:
             raise ValueError("chunked_prefill_size must be >= 1, or 0 or -1 (off)")
 
@@ -340,6 +347,7 @@ SGLANG_RULES: dict = {
     "retract_decode_steps": 20,  # SGLANG_RETRACT_DECODE_STEPS
     "clip_max_new_tokens": 4096,  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
     "retract_to": "tail",  # scheduler._add_request_to_queue appends
+    "abort_steps": 1,  # scheduler.abort_request, "Abort method 3": one more decode forward pass
     # sglang/srt/arg_groups/memory_hook.py:139 and :153 (80-160 GB GPUs: H100, H200) set 8192 when
     # unset (2048-4096 below, 16384 on B200/MI300); enable_mixed_chunk is False
     # (arg_groups/fields/schedule.py:208), so a chunked prefill's passes run back to back
