@@ -349,3 +349,28 @@ def test_cluster_key_sets_chunked_prefill():
     assert SGLANG_RULES["chunked_prefill_size"] == 8192
     with pytest.raises(ValueError):
         EngineSpec(COST, chunked_prefill_size=-2)
+
+
+@pytest.mark.parametrize("cls", ENGINES)
+def test_an_abort_lands_after_the_prefill_pass_in_flight(cls):
+    """`abort_after_steps` with chunked prefill: the step in flight is a pass. During the first
+    of three, the abort lands at its end and the request leaves with nothing new (SGLang launches
+    no further chunk); during the last, the batch completes, then k = 1 decode step runs."""
+    from aprilsim.engine.cost import pass_ends
+
+    spec = EngineSpec(COST, kv_capacity=100_000, chunked_prefill_size=8192)
+    ends = pass_ends(COST, [20_000], 8192)
+    assert len(ends) == 3 and math.isclose(ends[0], COST.prefill_time(8192), rel_tol=1e-12)
+    e = cls(spec)
+    e.submit([Request(0, 20_000, 10, 5)], 0.0)
+    t, out = e.abort_after_steps(0.5 * ends[0], 1)
+    assert math.isclose(t, ends[0], rel_tol=1e-12) and math.isclose(e.busy_time, t, rel_tol=1e-12)
+    assert [(c.rid, c.tokens, c.reason) for c in out] == [(0, 0, "abort")]
+    assert e.abort_pass_cuts == 1 and e.prefill_passes == 0 and e.is_idle()
+    e = cls(spec)
+    e.submit([Request(0, 20_000, 10, 5)], 0.0)
+    t, out = e.abort_after_steps(0.5 * (ends[1] + ends[2]), 1)
+    full = COST.prefill_time(20_000, passes=3)
+    assert math.isclose(t, full + COST.decode_time(1, 20_000), rel_tol=1e-12)
+    assert [(c.rid, c.tokens, c.reason) for c in out] == [(0, 2, "abort")]
+    assert e.abort_pass_cuts == 0 and e.prefill_passes == 3

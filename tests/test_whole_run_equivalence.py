@@ -100,17 +100,19 @@ def _recording(factory, made):
     return make
 
 
-CHUNKED = [("sync", {}), ("april", {}), ("fully_async", {"eta": 0, "interrupt": True}),
-           ("async_one_step", {})]
+CHUNKED = [("sync", {}, {}), ("april", {}, {}), ("fully_async", {"eta": 0, "interrupt": True}, {}),
+           ("async_one_step", {}, {}), ("april", {}, {"abort_steps": 1})]
 
 
-@pytest.mark.parametrize(("name", "settings"), CHUNKED, ids=[n for n, _ in CHUNKED])
-def test_whole_runs_agree_with_chunked_prefill(name, settings):
+@pytest.mark.parametrize(("name", "settings", "cluster"), CHUNKED,
+                         ids=[n + "".join(f"-{k}={v}" for k, v in c.items()) for n, _, c in CHUNKED])
+def test_whole_runs_agree_with_chunked_prefill(name, settings, cluster):
     """Chunked prefill (passes of 256 tokens, batches of at most 1,000): fast == reference over
-    whole runs, its batches do span several passes and join open ones, and it changes the run."""
+    whole runs, its batches do span several passes and join open ones, and it changes the run
+    (also with aborts that land after the step in flight: `abort_steps`)."""
     sc = small_scenario(engines=2, batch=6, group=4, max_len=3072, steps=3, seed=4, alpha=0.5,
                         beta=0.5)
-    base = {"kv_capacity": 5000, "max_prefill_tokens": 1000}
+    base = {"kv_capacity": 5000, "max_prefill_tokens": 1000, **cluster}
     tight = sc.model_copy(update={"cluster": sc.cluster.model_copy(update=base)})
     chunked = sc.model_copy(update={"cluster": sc.cluster.model_copy(
         update={**base, "chunked_prefill_size": 256})})
@@ -127,8 +129,11 @@ def test_whole_runs_agree_with_chunked_prefill(name, settings):
             else:
                 assert math.isclose(v, w, rel_tol=1e-9, abs_tol=1e-9), k
     for fe, re_ in zip(fast.sim.engines, ref.sim.engines, strict=True):
-        assert (fe.prefill_passes, fe.multi_pass_batches, fe.joined_open_pass) == (
-            re_.prefill_passes, re_.multi_pass_batches, re_.joined_open_pass)
+        assert (fe.prefill_passes, fe.multi_pass_batches, fe.joined_open_pass,
+                fe.abort_pass_cuts) == (re_.prefill_passes, re_.multi_pass_batches,
+                                        re_.joined_open_pass, re_.abort_pass_cuts)
+    if "abort_steps" in cluster:  # an abort found a multi-pass batch mid-way
+        assert sum(e.abort_pass_cuts for e in fast.sim.engines) > 0
     assert sum(e.multi_pass_batches for e in fast.sim.engines) > 0
     assert sum(e.joined_open_pass for e in fast.sim.engines) > 0
     assert _fingerprint(run(tight, name, settings)) != (f_steps, f_end)

@@ -219,6 +219,23 @@ def chunked_prefill_time(
     """
     if chunk <= 0:
         return cost.prefill_time(sum(input_lens), sum(n * n for n in input_lens)), 1, 0
+    ends, passes, left = _walk_passes(cost, input_lens, chunk, room)
+    return (ends[-1] if ends else 0.0), passes, left
+
+
+def pass_ends(cost: DecodeCost, input_lens: Sequence[int], chunk: int, room: int = 0) -> list[float]:
+    """Seconds from the start of a chunked prefill batch to the end of each pass it runs (the
+    open pass it joins first included), as `chunked_prefill_time` sums them: where an abort that
+    waits for the pass in flight lands."""
+    return _walk_passes(cost, input_lens, chunk, room)[0]
+
+
+def _walk_passes(
+    cost: DecodeCost, input_lens: Sequence[int], chunk: int, room: int
+) -> tuple[list[float], int, int]:
+    """(the running total at each pass's end, passes started, room left): the walk both
+    `chunked_prefill_time` and `pass_ends` report (chunk >= 1)."""
+    ends: list[float] = []
     total = 0.0
     passes = 0
     left = room  # tokens still free in the current pass
@@ -230,6 +247,7 @@ def chunked_prefill_time(
             if left == 0:
                 if tok:
                     total += cost.prefill_time(tok, sq, 1 if opened else 0)
+                    ends.append(total)
                 left, opened, tok, sq = chunk, True, 0, 0
                 passes += 1
             piece = min(left, n - done)
@@ -239,7 +257,8 @@ def chunked_prefill_time(
             left -= piece
     if tok:
         total += cost.prefill_time(tok, sq, 1 if opened else 0)
-    return total, passes, left
+        ends.append(total)
+    return ends, passes, left
 
 
 @dataclass(frozen=True)

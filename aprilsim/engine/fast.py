@@ -35,7 +35,7 @@ from aprilsim.engine.admission import (
     ratio_at,
     select_prefill_batch,
 )
-from aprilsim.engine.cost import EngineSpec, prefill_passes
+from aprilsim.engine.cost import EngineSpec, pass_ends, prefill_passes
 from aprilsim.engine.request import Completion, Request, check_requests
 
 INF = math.inf
@@ -89,6 +89,7 @@ class FastEngine:
         self.over_clip = False  # may a running request's remaining max_new exceed the clip?
         self.abort_steps_run = 0  # steps run while an abort was on its way, in flight + k (tests)
         self.abort_finishes = 0  # requests finished while an abort was on its way (tests)
+        self.abort_pass_cuts = 0  # aborts that landed after a pass in flight, mid-batch (tests)
         self.ratio_cuts = 0  # decode spans cut short where the decaying ratio may admit (tests)
 
     # ---------------------------------------------------------------- public API
@@ -225,7 +226,10 @@ class FastEngine:
     def abort_after_steps(self, now: float, k: int) -> tuple[float, list[Completion]]:
         """Abort as a live engine does: the step in flight at `now` (one starting at `now`
         included) completes, queued requests leave, the running ones decode `k` more steps, and
-        the rest returns partial then. Returns the time the abort lands and the completions."""
+        the rest returns partial then. Returns the time the abort lands and the completions.
+        With chunked prefill the step in flight is a pass: after one that is not its batch's
+        last, the batch's requests leave with what they had before it (SGLang launches no further
+        chunk, `scheduler.process_pending_chunked_abort`)."""
         out: list[Completion] = []
         while self.t_event <= now:
             out += self.advance()
@@ -234,7 +238,14 @@ class FastEngine:
         n_due = len(out)
         self.abort_steps_run += 1
         if self.phase == PREFILL:
-            out += self.advance()
+            end = self._pass_in_flight_end(now)
+            if end is None:  # one pass, or the last: the batch completes
+                out += self.advance()
+            else:
+                self.busy_time += end - self.t
+                self.t = end
+                self._unplan()  # its requests rejoin the queue, which leaves below
+                self.abort_pass_cuts += 1
         else:
             m = self._iterations_within(now - self.t) + 1
             out += self._decode_one_of(m)
@@ -250,6 +261,17 @@ class FastEngine:
         self.waiting.extend(queued)
         self.abort_finishes += len(out) - n_due
         return self.t, out + self.abort_all(self.t)
+
+    def _pass_in_flight_end(self, now: float) -> float | None:
+        """The end of the chunked prefill pass in flight at `now` (one starting at `now`
+        included), or None when it is the batch's last pass or the batch has only one."""
+        if not self.chunk or self.batch_passes + (self.room_in > 0) < 2:
+            return None
+        lens = [r.input_len + r.gen for r in self.batch]
+        for end in pass_ends(self.cost, lens, self.chunk, self.room_in)[:-1]:
+            if self.t + end > now:
+                return self.t + end
+        return None
 
     def _decode_one_of(self, m: int) -> list[Completion]:
         """Run the first m iterations of the decode span planned (m <= its length) and stop at a

@@ -22,7 +22,7 @@ from aprilsim.engine.admission import (
     ratio_at,
     select_prefill_batch,
 )
-from aprilsim.engine.cost import EngineSpec, chunked_prefill_time
+from aprilsim.engine.cost import EngineSpec, chunked_prefill_time, pass_ends
 from aprilsim.engine.request import Completion, Request, check_requests
 
 INF = math.inf
@@ -54,6 +54,7 @@ class ReferenceEngine:
         self.iterations = 0
         self.abort_steps_run = 0  # steps run while an abort was on its way, in flight + k (tests)
         self.abort_finishes = 0  # requests finished while an abort was on its way (tests)
+        self.abort_pass_cuts = 0  # aborts that landed after a pass in flight, mid-batch (tests)
         self.ratio_base = spec.new_token_ratio  # the new-token ratio when last set
         self.ratio_steps = 0  # decode steps since then (-1 right after a retraction)
         # chunked prefill: tokens free in the open last pass of a batch the token budget ended
@@ -186,7 +187,16 @@ class ReferenceEngine:
             return now, out + self.abort_all(now)
         n_due = len(out)
         self.abort_steps_run += 1
-        out += self.advance()  # the step in flight
+        ends = [] if self.phase != PREFILL or not self.spec.prefill_chunk else pass_ends(
+            self.cost, [r.input_len + r.gen for r in self.batch], self.spec.prefill_chunk,
+            self.room_in)
+        cut = next((self.t + e for e in ends[:-1] if self.t + e > now), None)
+        if cut is None:
+            out += self.advance()  # the step in flight
+        else:  # a chunked prefill pass that is not its batch's last: the batch's requests leave
+            self.busy_time += cut - self.t
+            self.t = cut
+            self.abort_pass_cuts += 1
         self._unplan()
         queued, self.waiting = self.waiting, deque()
         for _ in range(k):
