@@ -29,6 +29,14 @@ Scheduling follows SGLang 0.5.23's scheduler (``schedule_policy.py``, ``schedule
   length"), prompts too long for the context and prompt + max_new_tokens over the context too;
   ``max_new_tokens`` is clipped to ``max_req_len - prompt - 1``.
 
+**Output vocabulary** (:meth:`BatchEngine.restrict_output`): a server with a tokenizer lets
+the model sample only tokens whose text round-trips (:func:`.tokenizer.roundtrip_token_ids`),
+plus EOS for requests that stop on it. The mask is added to the logits of every sampled position
+(greedy, seeded, batched or not), so ``output_token_logprobs`` and ``output_top_logprobs`` are
+``log_softmax`` over the allowed tokens, the distribution actually sampled. Prompt ids are not
+restricted, and ``input_token_logprobs`` score them under the unmasked model (as SGLang scores
+inputs before any sampling mask).
+
 Every step is recorded (:class:`IterationRecord`: phase, batch size, KV tokens, duration) for
 calibration. A failure while sampling one request fails that request alone.
 """
@@ -39,7 +47,7 @@ import logging
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -195,6 +203,9 @@ class BatchEngine:
         self.max_req_input_len = self.max_req_len - 5
         self.pool = KVPool(model.cfg, slots, self.max_context, self.device, self.dtype)
         self.decode_text = decode_text  # for stop strings
+        # additive [2, V] output mask (row 0: may stop on EOS, row 1: ignore_eos), or None
+        self.output_mask: torch.Tensor | None = None
+        self.allowed_output_ids: tuple[int, ...] | None = None
         self.waiting: deque[EngineRequest] = deque()
         self.running: list[EngineRequest] = []
         self.generator = torch.Generator(device=self.device).manual_seed(0)
@@ -216,6 +227,13 @@ class BatchEngine:
     @property
     def eos_token_id(self) -> int:
         return self.model.cfg.eos_token_id
+
+    @property
+    def sampleable_tokens(self) -> int:
+        """How many ids a request that may stop on EOS can sample (see :meth:`restrict_output`)."""
+        if self.output_mask is None:
+            return self.vocab_size
+        return int((self.output_mask[0] == 0).sum())
 
     @property
     def has_work(self) -> bool:
@@ -328,6 +346,30 @@ class BatchEngine:
         for r in sorted(self.running, key=lambda r: r.arrived, reverse=True):
             self._retract(r)
         return n
+
+    def restrict_output(self, allowed: Iterable[int] | None) -> None:
+        """Sample only ``allowed`` ids from now on (``None``: the whole vocabulary again).
+
+        EOS is added for requests that may stop on it; an ``ignore_eos`` request never samples it
+        (it would not stop, and its empty text would break the round trip). Prompt ids stay
+        unrestricted. Raises ValueError for an empty set or an id outside the vocabulary.
+        """
+        if allowed is None:
+            self.output_mask = self.allowed_output_ids = None
+            return
+        ids = sorted({int(t) for t in allowed} - {self.eos_token_id})
+        if not ids:
+            raise ValueError("restrict_output: no token left to sample")
+        if ids[0] < 0 or ids[-1] >= self.vocab_size:
+            raise ValueError(f"restrict_output: ids must lie in [0, {self.vocab_size})")
+        mask = torch.full((2, self.vocab_size), -float("inf"), device=self.device)
+        mask[:, ids] = 0.0
+        if 0 <= self.eos_token_id < self.vocab_size:
+            mask[0, self.eos_token_id] = 0.0
+        self.output_mask, self.allowed_output_ids = mask, tuple(ids)
+
+    def _mask_for(self, r: EngineRequest) -> torch.Tensor | None:
+        return None if self.output_mask is None else self.output_mask[int(r.ignore_eos)]
 
     def load_weights(self, model: TinyDecoder) -> None:
         """Copy ``model``'s weights into the live model (same shape required)."""
@@ -539,13 +581,17 @@ class BatchEngine:
         """Sample the plain rows of a decode batch with batched tensor ops (the hot path).
 
         Same distribution as :func:`sample_next`: greedy rows take the argmax, the others draw
-        from ``softmax(logits / temperature)`` (with their own generator if seeded).
+        from ``softmax(logits / temperature)`` (with their own generator if seeded), both after
+        the output mask.
         """
         rows = [i for i, r in enumerate(batch) if self._is_plain(r)]
         if not rows:
             return {}
         try:
             sub = logits[rows].float()
+            if self.output_mask is not None:
+                which = torch.tensor([int(batch[i].ignore_eos) for i in rows], device=sub.device)
+                sub = sub + self.output_mask[which]
             temps = torch.tensor([batch[i].spec.temperature for i in rows],  # type: ignore[union-attr]
                                  device=sub.device)[:, None]
             lps = torch.log_softmax(sub / temps, dim=-1)
@@ -590,7 +636,7 @@ class BatchEngine:
         blocked: tuple[int, ...] = ()
         if len(r.output_ids) < s.min_new_tokens and not s.ignore_eos:
             blocked = (self.eos_token_id, *s.stop_token_ids)
-        adj = adjust_logits(logits, s, r.prompt_ids, r.output_ids, blocked)
+        adj = adjust_logits(logits, s, r.prompt_ids, r.output_ids, blocked, self._mask_for(r))
         gen = r.generator if r.generator is not None else self.generator
         tok, lp = sample_next(adj, s, gen)
         self._record_logprob(r, tok, lp)
