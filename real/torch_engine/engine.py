@@ -19,9 +19,14 @@ Scheduling follows SGLang 0.5.23's scheduler (``schedule_policy.py``, ``schedule
   free KV must stay above one token per running request at each finish. A slot must be free.
 - **Retraction**: before a decode step every running request needs one more KV token. When the
   budget cannot hold them, the request with the fewest output tokens (ties: the longest prompt)
-  is retracted (its KV freed, its output kept) and put back at the head of the queue, until the
-  rest fit (at least one keeps running). A retracted request is re-prefilled with prompt + output
-  and goes on where it stopped; its client sees nothing but a pause. After a retraction
+  is retracted (its KV freed, its output kept), until the rest fit (at least one keeps running).
+  Retracted requests are appended to the *tail* of the waiting queue, in the order they were
+  retracted, as SGLang's ``scheduler.update_running_batch`` does (``for req in retracted_reqs:
+  self._add_request_to_queue(req, is_retracted=True)``, which calls ``waiting_queue.append``;
+  the default FCFS policy does not re-sort the queue). A retracted request is re-prefilled with
+  prompt + output when it reaches the head and fits, and goes on where it stopped; its client
+  sees nothing but a pause. ``pause_generation`` in "retract" mode likewise appends the running
+  requests, in batch order, behind those already waiting. After a retraction
   ``new_token_ratio`` is re-estimated from the running batch; otherwise it decays each decode
   step from ``init_new_token_ratio`` to ``init * min_new_token_ratio_factor``.
 - **Limits** (SGLang's messages): ``max_req_len = min(context - 1, kv budget - 1)``; a prompt of
@@ -341,9 +346,11 @@ class BatchEngine:
         return None
 
     def retract_all(self) -> int:
-        """Move every running request back to the waiting queue (pause_generation "retract")."""
+        """Move every running request to the tail of the waiting queue, in batch order
+        (pause_generation "retract": SGLang's ``_add_request_to_queue`` for each request of
+        ``running_batch.reqs``)."""
         n = len(self.running)
-        for r in sorted(self.running, key=lambda r: r.arrived, reverse=True):
+        for r in list(self.running):
             self._retract(r)
         return n
 
@@ -501,7 +508,7 @@ class BatchEngine:
         r.slot = -1
         r.retractions += 1
         self.retracted_total += 1
-        self.waiting.appendleft(r)
+        self.waiting.append(r)  # SGLang appends retracted requests to the waiting queue
 
     def _prefill(self, admitted: list[EngineRequest]) -> StepOutput:
         out = StepOutput("prefill")
