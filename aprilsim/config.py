@@ -82,6 +82,7 @@ class ClusterSection(_Strict):
     retract_decode_steps: int | None = Field(default=None, ge=0)
     clip_max_new_tokens: int | None = Field(default=None, ge=0)
     retract_to: Literal["head", "tail"] | None = None
+    abort_steps: int | None = Field(default=None, ge=0)
     cost: CostSection | None = None
 
     @field_validator("preset")
@@ -211,7 +212,7 @@ class Scenario(_Strict):
             for k in (
                 "kv_capacity", "max_running", "new_token_ratio", "max_prefill_tokens",
                 "new_token_ratio_decay_steps", "min_new_token_ratio_factor",
-                "retract_decode_steps", "clip_max_new_tokens", "retract_to",
+                "retract_decode_steps", "clip_max_new_tokens", "retract_to", "abort_steps",
             )
             if getattr(c, k) is not None
         }

@@ -80,6 +80,16 @@ async def _iteration_rows(engine, since: int) -> list[dict[str, Any]]:
     return []
 
 
+def abort_steps_of(engine: Any, version: str | None) -> int:
+    """Decode steps an abort lets run after the step in flight, by engine family: the bundled
+    engine applies aborts between steps (0); SGLang runs one more decode pass for a running
+    request it aborts (1, ``scheduler.abort_request`` "Abort method 3"); vLLM frees an aborted
+    request when its engine core next reads its input queue, between steps (0, assumed)."""
+    if (version or "").startswith("aprilsim-torch") or type(engine).__name__ == "VLLMEngine":
+        return 0
+    return 1
+
+
 def _last_seq(rows: list[dict[str, Any]], prev: int) -> int:
     return max([prev, *(int(r["seq"]) for r in rows)])
 
@@ -98,7 +108,8 @@ async def run_live(sc: Scenario, specs: list[str], opts: dict[str, Any], progres
     try:
         info = await cluster.slots[0].engine.server_info()
         limits = {"max_running": int(info.max_running_requests or 64),
-                  "kv_capacity": int(info.kv_capacity_tokens or 1 << 30)}
+                  "kv_capacity": int(info.kv_capacity_tokens or 1 << 30),
+                  "abort_steps": abort_steps_of(cluster.slots[0].engine, info.version)}
         engines = [sl.engine for sl in cluster.slots]
         seqs = [0] * len(engines)
         for i, e in enumerate(engines):
@@ -280,5 +291,5 @@ def validate_command(scenario, schedulers, local, engines, router, calibration, 
     sys.stdout.flush()
 
 
-__all__ = ["BUSY_GAP_S", "LiveOutcome", "Validation", "comparisons", "run_live",
+__all__ = ["BUSY_GAP_S", "LiveOutcome", "abort_steps_of", "Validation", "comparisons", "run_live",
            "validate", "validate_command", "write_all"]

@@ -38,3 +38,14 @@ def test_bad_cost_sections_are_one_line_errors(cost, message):
     with pytest.raises(ScenarioError, match=message) as e:
         _with_cost(cost)
     assert str(e.value).startswith("cluster.cost") and "\n" not in str(e.value)
+
+
+def test_abort_steps_reaches_the_engine_and_bad_values_are_one_line_errors():
+    d = default_scenario().model_dump(mode="json", exclude_none=True)
+    d["cluster"]["abort_steps"] = 1
+    assert scenario_from_dict(d).engine_spec().abort_steps == 1
+    assert default_scenario().engine_spec().abort_steps is None  # default: aborts land at once
+    d["cluster"]["abort_steps"] = -1
+    with pytest.raises(ScenarioError, match="abort_steps") as e:
+        scenario_from_dict(d)
+    assert "\n" not in str(e.value)

@@ -3,7 +3,7 @@
 A small cluster (1-3 engines behind a router) of each kind is driven through the same outside
 calls: submits at random times, follow-up submits triggered by completions, aborts, pauses and
 interrupting weight updates (abort everything, `block_until` the sync ends, resubmit the partial
-outputs), placed either at random times or just after a completion, when engines are busy. The
+outputs), aborts that land after the step in flight and k more decode steps (`abort_after_steps`), placed either at random times or just after a completion, when engines are busy. The
 KV cache holds 500-3,000 tokens, so running batches outgrow it and retract. Completions must agree
 in request, token count and reason, and in time to 1e-9; so must the engines' statistics.
 
@@ -74,7 +74,7 @@ costs = st.one_of(
     ),
 )
 
-kinds = st.sampled_from(["submit", "abort", "pause", "update"])
+kinds = st.sampled_from(["submit", "abort", "pause", "update", "abort_late"])
 
 
 @st.composite
@@ -106,7 +106,7 @@ def cases(draw) -> Case:
     # then), and up to two more calls of any kind
     after = [
         (draw(st.integers(1, 4)), draw(st.floats(0, 0.2)), "pause", draw(dur)),
-        (draw(st.integers(1, 6)), draw(st.floats(0, 0.2)), draw(st.sampled_from(["abort", "update"])), draw(dur)),
+        (draw(st.integers(1, 6)), draw(st.floats(0, 0.2)), draw(st.sampled_from(["abort", "update", "abort_late"])), draw(dur)),
     ]
     after += draw(st.lists(st.tuples(st.integers(1, 12), st.floats(0, 0.3), kinds, dur), max_size=2))
     return Case(
@@ -152,6 +152,19 @@ class Driver:
             self.hits["paused a busy engine"] += sum(not e.is_idle() for e in es)
             for e in es:
                 self.out += e.pause(now, now + dur)
+            return
+        if kind == "abort_late":  # lands after the step in flight and k more decode steps
+            k = int(dur * 2) % 4
+            finished_before = sum(e.abort_finishes for e in es)
+            for e in es:
+                busy = not e.is_idle()
+                t_land, got = e.abort_after_steps(now, k)
+                self.out += got
+                self.hits["abort landed after a step in flight"] += busy and t_land > now
+                self.hits["aborted with partial output"] += sum(
+                    c.tokens > 0 and c.reason == "abort" for c in got)
+            self.hits["finished while an abort landed"] += (
+                sum(e.abort_finishes for e in es) > finished_before)
             return
         aborted = [c for e in es for c in e.abort_all(now)]
         self.out += aborted
@@ -242,6 +255,8 @@ def _fast_matches_reference(case: Case) -> None:
         "span cut where the decaying ratio may admit": sum(e.ratio_cuts for e in fd.engines) > 0,
         "clipped estimate": 0 < case.spec.clip_max_new_tokens < max(r[3] for r in case.reqs),
         "requeued at the tail": case.spec.retract_to == "tail" and retractions > 0,
+        "abort landed after a step in flight": fd.hits["abort landed after a step in flight"] > 0,
+        "finished while an abort landed": fd.hits["finished while an abort landed"] > 0,
     }
     REACHED["examples"] += 1
     for name, hit in reached.items():
@@ -271,6 +286,8 @@ def test_fast_engine_matches_reference_and_reaches_its_cases():
         "ratio re-estimated after a retraction",
         "clipped estimate",
         "requeued at the tail",
+        "abort landed after a step in flight",
+        "finished while an abort landed",
     ):
         assert shares.get(name, 0.0) >= MIN_SHARE_OTHER, (name, shares)
     for name, least in MIN_SHARE_RARE.items():

@@ -56,3 +56,45 @@ def test_fast_and_reference_engines_give_the_same_run(name, settings):
             else:
                 assert math.isclose(v, w, rel_tol=1e-9, abs_tol=1e-9), k
     assert sum(r.retractions for r in fast.result.steps) > 0, "the KV cache never ran out"
+
+
+
+@pytest.mark.parametrize("k", [0, 1])
+@pytest.mark.parametrize("name", ["april", "tail_batching"])
+def test_aborts_that_land_after_the_step_in_flight_agree_on_both_engines(name, k):
+    """`abort_steps` (the abort lands after the step in flight and k more decode steps, as on a
+    live engine): fast == reference over whole runs, the aborts found steps in flight, and the
+    rollouts end later than with aborts that land at once. (Requests finishing while an abort
+    lands are reached by the engine-level property test, tests/test_engine_equivalence.py.)"""
+    from aprilsim.engine.fast import FastEngine
+
+    sc = small_scenario(engines=2, batch=6, group=4, max_len=3072, steps=3, seed=4, alpha=0.5,
+                        beta=0.5)
+    cl = sc.cluster.model_copy(update={"kv_capacity": 5000, "abort_steps": k})
+    sc = sc.model_copy(update={"cluster": cl})
+    made_f: list = []
+    fast = run(sc, name, {}, engine_factory=_recording(FastEngine, made_f))
+    ref = run(sc, name, {}, engine_factory=ReferenceEngine)
+    (f_steps, f_end), (r_steps, r_end) = _fingerprint(fast), _fingerprint(ref)
+    assert f_end == r_end
+    for (fd, ft), (rd, rt) in zip(f_steps, r_steps, strict=True):
+        assert fd == rd
+        for key, v in ft.items():
+            w = rt[key]
+            if isinstance(v, list):
+                assert all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9) for a, b in zip(v, w))
+            else:
+                assert math.isclose(v, w, rel_tol=1e-9, abs_tol=1e-9), key
+    assert sum(e.abort_steps_run for e in made_f) > 0, "no abort found a step in flight"
+    base = run(sc.model_copy(update={"cluster": cl.model_copy(update={"abort_steps": None})}),
+               name, {})
+    assert sum(s.rollout_time_s for s in fast.result.steps) > sum(
+        s.rollout_time_s for s in base.result.steps)
+
+
+def _recording(factory, made):
+    def make(spec, i):
+        e = factory(spec, i)
+        made.append(e)
+        return e
+    return make

@@ -206,6 +206,11 @@ class EngineSpec:
     # remaining max_new_tokens counted in the admission estimate at most this many (0: no clip)
     clip_max_new_tokens: int = 0  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION: 4096
     retract_to: str = "head"  # where retracted requests re-enter the queue (SGLang: "tail")
+    # When an abort lands. None: at once (the idealised rule). An integer k: the step in flight
+    # when it arrives completes, then running requests decode k more steps (SGLang 0.5.23: 1,
+    # `scheduler.abort_request` "Abort method 3": to_finish runs one more decode pass; the bundled
+    # engine: 0, it applies aborts between steps).
+    abort_steps: int | None = None
 
     def __post_init__(self) -> None:
         if self.kv_capacity < 1 or self.max_running < 1 or self.max_prefill_tokens < 1:
@@ -220,6 +225,8 @@ class EngineSpec:
             raise ValueError("retract_decode_steps must be >= 0")
         if self.retract_to not in ("head", "tail"):
             raise ValueError("retract_to must be 'head' or 'tail'")
+        if self.abort_steps is not None and self.abort_steps < 0:
+            raise ValueError("abort_steps must be >= 0 (or unset: the abort lands at once)")
 
     @property
     def sglang_ratio(self) -> bool:
@@ -271,6 +278,7 @@ SGLANG_RULES: dict = {
     "retract_decode_steps": 20,  # SGLANG_RETRACT_DECODE_STEPS
     "clip_max_new_tokens": 4096,  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
     "retract_to": "tail",  # scheduler._add_request_to_queue appends
+    "abort_steps": 1,  # scheduler.abort_request, "Abort method 3": one more decode forward pass
 }
 
 

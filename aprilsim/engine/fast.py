@@ -72,6 +72,8 @@ class FastEngine:
         self.sglang = spec.sglang_ratio
         self.clip = spec.clip_max_new_tokens
         self.over_clip = False  # may a running request's remaining max_new exceed the clip?
+        self.abort_steps_run = 0  # steps run while an abort was on its way, in flight + k (tests)
+        self.abort_finishes = 0  # requests finished while an abort was on its way (tests)
         self.ratio_cuts = 0  # decode spans cut short where the decaying ratio may admit (tests)
 
     # ---------------------------------------------------------------- public API
@@ -197,6 +199,44 @@ class FastEngine:
         self.ratio_base, self.ratio_it0 = self.spec.new_token_ratio, self.it
         self.phase, self.n, self.t_event = IDLE, 0, INF
         return out
+
+    def abort_after_steps(self, now: float, k: int) -> tuple[float, list[Completion]]:
+        """Abort as a live engine does: the step in flight at `now` (one starting at `now`
+        included) completes, queued requests leave, the running ones decode `k` more steps, and
+        the rest returns partial then. Returns the time the abort lands and the completions."""
+        out: list[Completion] = []
+        while self.t_event <= now:
+            out += self.advance()
+        if self.phase == IDLE or self.t > now:  # nothing in flight (idle, or held until later)
+            return now, out + self.abort_all(now)
+        n_due = len(out)
+        self.abort_steps_run += 1
+        if self.phase == PREFILL:
+            out += self.advance()
+        else:
+            m = self._iterations_within(now - self.t) + 1
+            out += self._decode_one_of(m)
+        self._unplan()
+        queued, self.waiting = self.waiting, deque()
+        for _ in range(k):
+            if not self.running:
+                break
+            self._plan()
+            out += self._decode_one_of(1)
+            self._unplan()
+            self.abort_steps_run += 1
+        self.waiting.extend(queued)
+        self.abort_finishes += len(out) - n_due
+        return self.t, out + self.abort_all(self.t)
+
+    def _decode_one_of(self, m: int) -> list[Completion]:
+        """Run the first m iterations of the decode span planned (m <= its length) and stop at a
+        boundary: the whole span through `advance` (its finishes included), else a part of it."""
+        if m >= self.n:
+            return self.advance()
+        self._apply_decode(m)
+        self.phase, self.n, self.t_event = IDLE, 0, INF
+        return []
 
     def pause(self, now: float, until: float) -> list[Completion]:
         """Stop generating from `now` to `until` (weight update); the iteration in progress is redone."""

@@ -62,6 +62,11 @@ class SimEngine(Protocol):
         """Stop everything at `now`: finished work completes, the rest returns partial."""
         ...
 
+    def abort_after_steps(self, now: float, k: int) -> tuple[float, list[Completion]]:
+        """Abort as a live engine does: the step in flight at `now` completes, queued requests
+        leave, running ones decode `k` more steps; return when that lands and the completions."""
+        ...
+
     def pause(self, now: float, until: float) -> list[Completion]:
         """Stop generating from `now` to `until` (a weight update); work resumes after."""
         ...

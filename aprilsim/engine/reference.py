@@ -47,6 +47,8 @@ class ReferenceEngine:
         self.retractions = 0
         self.kv_peak = 0
         self.iterations = 0
+        self.abort_steps_run = 0  # steps run while an abort was on its way, in flight + k (tests)
+        self.abort_finishes = 0  # requests finished while an abort was on its way (tests)
         self.ratio_base = spec.new_token_ratio  # the new-token ratio when last set
         self.ratio_steps = 0  # decode steps since then (-1 right after a retraction)
 
@@ -161,6 +163,29 @@ class ReferenceEngine:
         self.ratio_base, self.ratio_steps = self.spec.new_token_ratio, 0
         self.phase, self.t_event = IDLE, INF
         return out
+
+    def abort_after_steps(self, now: float, k: int) -> tuple[float, list[Completion]]:
+        """Abort as a live engine does (see FastEngine.abort_after_steps), one step at a time."""
+        out: list[Completion] = []
+        while self.t_event <= now:
+            out += self.advance()
+        if self.phase == IDLE or self.t > now:
+            return now, out + self.abort_all(now)
+        n_due = len(out)
+        self.abort_steps_run += 1
+        out += self.advance()  # the step in flight
+        self._unplan()
+        queued, self.waiting = self.waiting, deque()
+        for _ in range(k):
+            if not self.running:
+                break
+            self._plan()
+            out += self.advance()
+            self._unplan()
+            self.abort_steps_run += 1
+        self.waiting.extend(queued)
+        self.abort_finishes += len(out) - n_due
+        return self.t, out + self.abort_all(self.t)
 
     def pause(self, now: float, until: float) -> list[Completion]:
         out: list[Completion] = []

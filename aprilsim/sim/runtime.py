@@ -161,6 +161,7 @@ class Simulation:
         self._batches = simpy.Store(self.env)
         self._synced: simpy.Event | None = None
         self._updating = False
+        self._landing: list[list[Completion]] = []  # aborts on their way (`abort_steps` set)
         self.ledger = StepLedger(self.engines, workload.expected_length, scheduler.step_stats)
         self.records = self.ledger.records
         self._finished = False
@@ -426,15 +427,45 @@ class Simulation:
         self.trace.requests.append(span)
 
     def _abort_all(self) -> None:
-        returned: list[Sample] = []
+        k = self.spec.abort_steps
+        if k is None:  # the abort lands at once
+            comps: list[Completion] = []
+            for i, e in enumerate(self.engines):
+                if not e.is_idle():
+                    comps += e.abort_all(self.now)
+                    self._dirty.add(i)
+            self._abort_landed(comps)
+            return
+        # as on a live engine: each engine finishes its step in flight (and k more decode steps);
+        # the samples stay in flight, and the scheduler hears of them, when the last one lands
+        comps, land = [], self.now
         for i, e in enumerate(self.engines):
-            if e.is_idle():
-                continue
-            for c in e.abort_all(self.now):
-                s = self._complete(c)
-                if s is not None:
-                    returned.append(s)
-            self._dirty.add(i)
+            if not e.is_idle():
+                t, got = e.abort_after_steps(self.now, k)
+                comps += got
+                land = max(land, t)
+                self._dirty.add(i)
+        if land <= self.now:
+            self._abort_landed(comps)
+            return
+        self._landing.append(comps)
+        self._at(land).callbacks.append(partial(self._abort_landed_at, comps))
+
+    def _abort_landed_at(self, comps: list[Completion], _ev) -> None:
+        if self._finished:
+            return
+        self._sync_clock()
+        self._landing.remove(comps)
+        self._abort_landed(comps)
+        self._drain()
+
+    def _abort_landed(self, comps: list[Completion]) -> None:
+        """Credit an abort's completions: finished samples as usual, the rest returned."""
+        returned: list[Sample] = []
+        for c in comps:
+            s = self._complete(c)
+            if s is not None:
+                returned.append(s)
         self._emit(SamplesReturned(tuple(returned)))
 
     def _discard(self, samples: Sequence[Sample]) -> None:
@@ -585,8 +616,9 @@ class Simulation:
     # ------------------------------------------------------------------ end of run
     def _final_drain(self) -> dict[str, int]:
         """Stop the engines at the end; count where every sample is (the conservation ledger)."""
-        for e in self.engines:
-            for c in e.abort_all(self.now):
+        landing, self._landing = [c for comps in self._landing for c in comps], []
+        for comps in [landing, *(e.abort_all(self.now) for e in self.engines)]:
+            for c in comps:
                 s = self._inflight.pop(c.rid)
                 s.add_tokens(c.tokens, s.submit_version)
                 if self.trace is not None:

@@ -1,17 +1,18 @@
-"""`aprilsim validate` on two in-process bundled engines (CPU): the command end to end, and the
+"""`aprilsim validate` on in-process bundled engines (CPU): the command end to end, and the
 issue's targets checked on a small case from the measured runs.
 
-What is bounded, and why: the per-step rollout-time error of the simulation against the live
-engines' *logged iterations priced by the calibrated cost* (median <= 5 % for sync; <= 10 % for
-APRIL, whose live engines run ~6 % more iterations than simulated in this 8-group case and
-~3 % in the 32-group case of docs/validation.md), the APRIL-vs-sync gain on the same footing
-(<= 5 pp here, against the 3 pp target, for the same reason) and the ranking. These depend on which
-iterations the engines ran (the scheduler, admission, batching), not on how long the shared CI
-machine took for each: another process stretching a step stretches the wall clock and the log
-alike, and the pricing leaves it out. The wall-clock errors are reported beside them and only
-guarded loosely (median per-step error <= 50 %): on a machine with several times more runnable
-processes than cores, one step of the same workload takes from 0.6x to 1.6x another
-(docs/validation.md), which no simulator can predict.
+What is bounded, and why. The wall clock of a shared CI machine is not predictable (one step of
+the same workload takes 0.6x to 1.6x another under load), so the targets are checked on the
+engines' *logged iterations priced by the calibrated cost*: which iterations the engines ran
+(scheduler, admission, batching, aborts), whatever each took. On one engine that is tight and
+repeatable, because the simulation lands aborts as the bundled engine does (after the step in
+flight, `abort_steps = 0`): over 11 runs, 6 of them beside three CPU burners, the priced
+per-step error was 0-1.2 % for both schedulers and the priced gain 0-0.3 pp from the predicted
+one (before that abort model, APRIL's error was 2.4-2.8 % and the gain 1.2-1.6 pp off). On two
+in-process engines only sync's figures are deterministic: the engines share one interpreter
+lock, so their progress relative to each other follows the threads' turns rather than the cost
+model, and APRIL's first-finished groups (hence its priced gain, 0.3-9.3 pp off over 10 runs)
+depend on it; that test bounds sync and the ranking.
 """
 
 from __future__ import annotations
@@ -53,27 +54,38 @@ ratio = 2.0
 """
 
 
-@pytest.mark.slow
-def test_validate_small_case_meets_the_engine_time_targets(tmp_path):
+def _validate(tmp_path, engines: int) -> tuple[dict, dict]:
     sc = tmp_path / "small.toml"
     sc.write_text(SMALL)
     out = tmp_path / "report"
-    res = CliRunner().invoke(main, ["validate", str(sc), "--local", "2", "-s", "sync", "-s", "april",
-                                    "--no-figures", "--out", str(out)])
+    res = CliRunner().invoke(main, ["validate", str(sc), "--local", str(engines), "-s", "sync",
+                                    "-s", "april", "--no-figures", "--out", str(out)])
     assert res.exit_code == 0, res.output
     rep = json.loads((out / "report.json").read_text())
     assert (out / "report.md").read_text().startswith("# aprilsim validate")
     assert rep["meta"]["limits"]["max_running"] == 64  # read from the engines' server info
-    t = rep["targets"]
     by = {s["label"]: s for s in rep["schedulers"]}
     assert set(by) == {"sync", "april"}
-    for label, s in by.items():
-        e = s["errors"]
-        bound = 0.05 if label == "sync" else 0.10
-        assert e["step_priced_median_abs"] <= bound, (label, e)  # engine rules + scheduler
-        assert e["step_rollout_median_abs"] <= 0.50, (label, e)  # wall clock: loose guard only
     # same groups on both sides: sync trains the same samples, so the same tokens (APRIL trains
     # the groups that finish first, which depends on timing)
     assert by["sync"]["predicted"]["trained_tokens"] == by["sync"]["measured"]["trained_tokens"]
-    assert t["gain_priced_pp"]["worst"] <= 5.0, (t["gain_vs_sync_pp"], by)
+    for s in by.values():  # wall clock: a guard against nonsense only (see the module docstring)
+        assert s["errors"]["step_rollout_median_abs"] <= 1.0, (s["label"], s["errors"])
+    return rep["targets"], by
+
+
+@pytest.mark.slow
+def test_validate_on_one_engine_meets_the_engine_time_targets(tmp_path):
+    t, by = _validate(tmp_path, 1)
+    for label in ("sync", "april"):  # the abort model (abort_steps 0) makes APRIL's as tight
+        assert by[label]["errors"]["step_priced_median_abs"] <= 0.03, (label, by[label]["errors"])
+    assert t["step_priced_error"]["met"], t["step_priced_error"]
+    assert t["gain_priced_pp"]["worst"] <= 1.0, t["gain_vs_sync_pp"]
+    assert t["ranking_priced"]["met"], t
+
+
+@pytest.mark.slow
+def test_validate_on_two_engines_matches_sync_and_the_ranking(tmp_path):
+    t, by = _validate(tmp_path, 2)
+    assert by["sync"]["errors"]["step_priced_median_abs"] <= 0.05, by["sync"]["errors"]
     assert t["ranking_priced"]["met"], t

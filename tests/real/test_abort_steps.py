@@ -1,0 +1,15 @@
+"""`aprilsim validate` lands simulated aborts as the live engine family does."""
+
+from __future__ import annotations
+
+from real.validate import abort_steps_of
+from real.vllm_http import VLLMEngine
+
+
+def test_abort_steps_by_engine_family():
+    assert abort_steps_of(object(), "aprilsim-torch-0.2") == 0  # bundled server: between steps
+    assert abort_steps_of(object(), "aprilsim-torch-local") == 0  # bundled, in-process
+    assert abort_steps_of(object(), "0.5.23") == 1  # SGLang: one more decode pass (to_finish)
+    assert abort_steps_of(object(), None) == 1
+    vllm = VLLMEngine.__new__(VLLMEngine)
+    assert abort_steps_of(vllm, None) == 0
