@@ -51,7 +51,7 @@ class Validation:
     seed: int | None
     steps: int
     engines: str
-    limits: dict[str, int]
+    limits: dict[str, Any]  # the engines' limits and rules the simulation takes
     fit: CostFit
     live: list[LiveOutcome] = field(default_factory=list)
     sim: dict[str, RunResult] = field(default_factory=dict)
@@ -85,9 +85,20 @@ def abort_steps_of(engine: Any, version: str | None) -> int:
     engine applies aborts between steps (0); SGLang runs one more decode pass for a running
     request it aborts (1, ``scheduler.abort_request`` "Abort method 3"); vLLM frees an aborted
     request when its engine core next reads its input queue, between steps (0, assumed)."""
-    if (version or "").startswith("aprilsim-torch") or type(engine).__name__ == "VLLMEngine":
+    if (version or "").startswith("aprilsim-torch") or _is_vllm(engine):
         return 0
     return 1
+
+
+def retract_to_of(engine: Any) -> str:
+    """Where a retracted (preempted) request re-enters the queue: the tail for SGLang
+    (``_add_request_to_queue`` appends) and the bundled engine, the head for vLLM (its V1
+    scheduler's ``_preempt_request`` prepends it to the waiting queue)."""
+    return "head" if _is_vllm(engine) else "tail"
+
+
+def _is_vllm(engine: Any) -> bool:
+    return type(engine).__name__ == "VLLMEngine"
 
 
 def _last_seq(rows: list[dict[str, Any]], prev: int) -> int:
@@ -109,7 +120,8 @@ async def run_live(sc: Scenario, specs: list[str], opts: dict[str, Any], progres
         info = await cluster.slots[0].engine.server_info()
         limits = {"max_running": int(info.max_running_requests or 64),
                   "kv_capacity": int(info.kv_capacity_tokens or 1 << 30),
-                  "abort_steps": abort_steps_of(cluster.slots[0].engine, info.version)}
+                  "abort_steps": abort_steps_of(cluster.slots[0].engine, info.version),
+                  "retract_to": retract_to_of(cluster.slots[0].engine)}
         engines = [sl.engine for sl in cluster.slots]
         seqs = [0] * len(engines)
         for i, e in enumerate(engines):
@@ -291,5 +303,5 @@ def validate_command(scenario, schedulers, local, engines, router, calibration, 
     sys.stdout.flush()
 
 
-__all__ = ["BUSY_GAP_S", "LiveOutcome", "abort_steps_of", "Validation", "comparisons", "run_live",
+__all__ = ["BUSY_GAP_S", "LiveOutcome", "abort_steps_of", "retract_to_of", "Validation", "comparisons", "run_live",
            "validate", "validate_command", "write_all"]

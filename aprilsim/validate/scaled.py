@@ -113,13 +113,14 @@ def make_policy(scenario: Scenario, spec: str) -> Scheduler:
 
 def matched_engine(cost: CostModel | TabulatedCost, *, max_running: int, kv_capacity: int,
                    max_prefill_tokens: int = 8192, new_token_ratio: float = 1.0,
-                   abort_steps: int | None = None) -> EngineSpec:
+                   abort_steps: int | None = None, retract_to: str = "head") -> EngineSpec:
     """The simulated engine of a live replay run: replay requests ignore EOS, so the engine
-    reserves their whole remaining length (ratio 1); aborts land as on the live engine
-    (``abort_steps``: 0 for the bundled engine, 1 for SGLang; see EngineSpec)."""
+    reserves their whole remaining length (ratio 1); aborts land and retracted requests
+    re-enter the queue as on the live engine (see EngineSpec)."""
     return EngineSpec(cost=cost, kv_capacity=kv_capacity, max_running=max_running,
                       new_token_ratio=new_token_ratio, max_prefill_tokens=max_prefill_tokens,
-                      tp=1, label="calibrated", source="aprilsim validate", abort_steps=abort_steps)
+                      tp=1, label="calibrated", source="aprilsim validate", abort_steps=abort_steps,
+                      retract_to=retract_to)
 
 
 def simulate_matched(scenario: Scenario, spec: str, engine: EngineSpec, *, n_engines: int,

@@ -19,15 +19,28 @@ Scheduling follows SGLang 0.5.23's scheduler (``schedule_policy.py``, ``schedule
   free KV must stay above one token per running request at each finish. A slot must be free.
 - **Retraction**: before a decode step every running request needs one more KV token. When the
   budget cannot hold them, the request with the fewest output tokens (ties: the longest prompt)
-  is retracted (its KV freed, its output kept) and put back at the head of the queue, until the
-  rest fit (at least one keeps running). A retracted request is re-prefilled with prompt + output
-  and goes on where it stopped; its client sees nothing but a pause. After a retraction
+  is retracted (its KV freed, its output kept), until the rest fit (at least one keeps running).
+  Retracted requests are appended to the *tail* of the waiting queue, in the order they were
+  retracted, as SGLang's ``scheduler.update_running_batch`` does (``for req in retracted_reqs:
+  self._add_request_to_queue(req, is_retracted=True)``, which calls ``waiting_queue.append``;
+  the default FCFS policy does not re-sort the queue). A retracted request is re-prefilled with
+  prompt + output when it reaches the head and fits, and goes on where it stopped; its client
+  sees nothing but a pause. ``pause_generation`` in "retract" mode likewise appends the running
+  requests, in batch order, behind those already waiting. After a retraction
   ``new_token_ratio`` is re-estimated from the running batch; otherwise it decays each decode
   step from ``init_new_token_ratio`` to ``init * min_new_token_ratio_factor``.
 - **Limits** (SGLang's messages): ``max_req_len = min(context - 1, kv budget - 1)``; a prompt of
   ``max_req_len - 5`` tokens or more is refused ("Input length ... exceeds the maximum allowed
   length"), prompts too long for the context and prompt + max_new_tokens over the context too;
   ``max_new_tokens`` is clipped to ``max_req_len - prompt - 1``.
+
+**Output vocabulary** (:meth:`BatchEngine.restrict_output`): a server with a tokenizer lets
+the model sample only tokens whose text round-trips (:func:`.tokenizer.roundtrip_token_ids`),
+plus EOS for requests that stop on it. The mask is added to the logits of every sampled position
+(greedy, seeded, batched or not), so ``output_token_logprobs`` and ``output_top_logprobs`` are
+``log_softmax`` over the allowed tokens, the distribution actually sampled. Prompt ids are not
+restricted, and ``input_token_logprobs`` score them under the unmasked model (as SGLang scores
+inputs before any sampling mask).
 
 Every step is recorded (:class:`IterationRecord`: phase, batch size, KV tokens, duration) for
 calibration. A failure while sampling one request fails that request alone.
@@ -39,7 +52,7 @@ import logging
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -195,6 +208,9 @@ class BatchEngine:
         self.max_req_input_len = self.max_req_len - 5
         self.pool = KVPool(model.cfg, slots, self.max_context, self.device, self.dtype)
         self.decode_text = decode_text  # for stop strings
+        # additive [2, V] output mask (row 0: may stop on EOS, row 1: ignore_eos), or None
+        self.output_mask: torch.Tensor | None = None
+        self.allowed_output_ids: tuple[int, ...] | None = None
         self.waiting: deque[EngineRequest] = deque()
         self.running: list[EngineRequest] = []
         self.generator = torch.Generator(device=self.device).manual_seed(0)
@@ -216,6 +232,13 @@ class BatchEngine:
     @property
     def eos_token_id(self) -> int:
         return self.model.cfg.eos_token_id
+
+    @property
+    def sampleable_tokens(self) -> int:
+        """How many ids a request that may stop on EOS can sample (see :meth:`restrict_output`)."""
+        if self.output_mask is None:
+            return self.vocab_size
+        return int((self.output_mask[0] == 0).sum())
 
     @property
     def has_work(self) -> bool:
@@ -323,11 +346,37 @@ class BatchEngine:
         return None
 
     def retract_all(self) -> int:
-        """Move every running request back to the waiting queue (pause_generation "retract")."""
+        """Move every running request to the tail of the waiting queue, in batch order
+        (pause_generation "retract": SGLang's ``_add_request_to_queue`` for each request of
+        ``running_batch.reqs``)."""
         n = len(self.running)
-        for r in sorted(self.running, key=lambda r: r.arrived, reverse=True):
+        for r in list(self.running):
             self._retract(r)
         return n
+
+    def restrict_output(self, allowed: Iterable[int] | None) -> None:
+        """Sample only ``allowed`` ids from now on (``None``: the whole vocabulary again).
+
+        EOS is added for requests that may stop on it; an ``ignore_eos`` request never samples it
+        (it would not stop, and its empty text would break the round trip). Prompt ids stay
+        unrestricted. Raises ValueError for an empty set or an id outside the vocabulary.
+        """
+        if allowed is None:
+            self.output_mask = self.allowed_output_ids = None
+            return
+        ids = sorted({int(t) for t in allowed} - {self.eos_token_id})
+        if not ids:
+            raise ValueError("restrict_output: no token left to sample")
+        if ids[0] < 0 or ids[-1] >= self.vocab_size:
+            raise ValueError(f"restrict_output: ids must lie in [0, {self.vocab_size})")
+        mask = torch.full((2, self.vocab_size), -float("inf"), device=self.device)
+        mask[:, ids] = 0.0
+        if 0 <= self.eos_token_id < self.vocab_size:
+            mask[0, self.eos_token_id] = 0.0
+        self.output_mask, self.allowed_output_ids = mask, tuple(ids)
+
+    def _mask_for(self, r: EngineRequest) -> torch.Tensor | None:
+        return None if self.output_mask is None else self.output_mask[int(r.ignore_eos)]
 
     def load_weights(self, model: TinyDecoder) -> None:
         """Copy ``model``'s weights into the live model (same shape required)."""
@@ -459,7 +508,7 @@ class BatchEngine:
         r.slot = -1
         r.retractions += 1
         self.retracted_total += 1
-        self.waiting.appendleft(r)
+        self.waiting.append(r)  # SGLang appends retracted requests to the waiting queue
 
     def _prefill(self, admitted: list[EngineRequest]) -> StepOutput:
         out = StepOutput("prefill")
@@ -539,13 +588,17 @@ class BatchEngine:
         """Sample the plain rows of a decode batch with batched tensor ops (the hot path).
 
         Same distribution as :func:`sample_next`: greedy rows take the argmax, the others draw
-        from ``softmax(logits / temperature)`` (with their own generator if seeded).
+        from ``softmax(logits / temperature)`` (with their own generator if seeded), both after
+        the output mask.
         """
         rows = [i for i, r in enumerate(batch) if self._is_plain(r)]
         if not rows:
             return {}
         try:
             sub = logits[rows].float()
+            if self.output_mask is not None:
+                which = torch.tensor([int(batch[i].ignore_eos) for i in rows], device=sub.device)
+                sub = sub + self.output_mask[which]
             temps = torch.tensor([batch[i].spec.temperature for i in rows],  # type: ignore[union-attr]
                                  device=sub.device)[:, None]
             lps = torch.log_softmax(sub / temps, dim=-1)
@@ -590,7 +643,7 @@ class BatchEngine:
         blocked: tuple[int, ...] = ()
         if len(r.output_ids) < s.min_new_tokens and not s.ignore_eos:
             blocked = (self.eos_token_id, *s.stop_token_ids)
-        adj = adjust_logits(logits, s, r.prompt_ids, r.output_ids, blocked)
+        adj = adjust_logits(logits, s, r.prompt_ids, r.output_ids, blocked, self._mask_for(r))
         gen = r.generator if r.generator is not None else self.generator
         tok, lp = sample_next(adj, s, gen)
         self._record_logprob(r, tok, lp)

@@ -112,6 +112,14 @@ class EngineHTTPServer:
                 raise ValueError(f"tokenizer has {self.codec.vocab_size} tokens, model "
                                  f"{runner.engine.vocab_size}")
             runner.engine.decode_text = self.codec.decode
+            # Sample only tokens whose text re-encodes to themselves (bench_serving's
+            # retokenized count then equals the generated count); none found: no restriction.
+            allowed = self.codec.roundtrip_ids
+            if allowed:
+                runner.engine.restrict_output(allowed)
+            else:
+                log.warning("tokenizer %s has no round-trip token set: the model samples the "
+                            "whole vocabulary", cfg.tokenizer_path)
         self.started = time.time()
         self.total_requests = 0
         self._updating = asyncio.Event()  # set while a weight update waits for the engine
@@ -307,6 +315,8 @@ class EngineHTTPServer:
                 "kv_used_tokens": e.used_tokens,
                 "free_slots": len(e.pool.free),
                 "retracted_total": e.retracted_total,
+                # ids the model may sample (round-trip words + EOS; the vocabulary if unmasked)
+                "sampleable_tokens": e.sampleable_tokens,
                 "step_errors": self.runner.step_errors,
                 "paused": self.runner.paused,
                 "memory_released": sorted(self.runner.released),

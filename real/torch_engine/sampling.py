@@ -9,7 +9,10 @@ names them instead of being silently ignored.
 
 :func:`sample_next` applies penalties, logit bias, temperature, top-k, top-p and min-p, and
 returns the token and its log-prob as SGLang reports it (``log_softmax(logits / temperature)``,
-before top-k/top-p/min-p filtering; greedy requests use temperature 1).
+before top-k/top-p/min-p filtering; greedy requests use temperature 1). When the server restricts
+what the model may emit (:meth:`real.torch_engine.engine.BatchEngine.restrict_output`), the
+masked ids are at -inf in ``logits`` before any of this, so the log-probs (and top log-probs)
+are those of the masked distribution, the one actually sampled.
 """
 
 from __future__ import annotations
@@ -220,8 +223,11 @@ def _verify(s: SamplingSpec, sp: dict, vocab_size: int) -> None:
 
 
 def adjust_logits(logits: torch.Tensor, s: SamplingSpec, prompt_ids: list[int],
-                  output_ids: list[int], block_ids: tuple[int, ...]) -> torch.Tensor:
-    """Penalties, logit bias, and the ids blocked by min_new_tokens, on one request's [V] row."""
+                  output_ids: list[int], block_ids: tuple[int, ...],
+                  vocab_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Penalties, logit bias, the output vocabulary mask and the ids blocked by min_new_tokens,
+    on one request's [V] row. ``vocab_mask`` is additive (0 where allowed, -inf elsewhere), added
+    after the bias, so no bias brings back a masked token."""
     logits = logits.float().clone()
     if s.needs_penalties and (output_ids or s.repetition_penalty != 1.0):
         v = logits.shape[-1]
@@ -236,6 +242,8 @@ def adjust_logits(logits: torch.Tensor, s: SamplingSpec, prompt_ids: list[int],
                                        vals * s.repetition_penalty)
     for tid, b in s.logit_bias.items():
         logits[tid] += b
+    if vocab_mask is not None:
+        logits += vocab_mask
     if block_ids:
         logits[list(block_ids)] = -float("inf")
     return logits

@@ -1,4 +1,4 @@
-"""The bundled model's tokenizer: a byte-level BPE trained on a corpus generated in code.
+r"""The bundled model's tokenizer: a byte-level BPE trained on a corpus generated in code.
 
 Why: SGLang clients (its benchmark client, RL frameworks, OpenAI clients) send and read *text*;
 a server without a tokenizer reports empty ``text`` and refuses text prompts. Nothing is ever
@@ -10,10 +10,23 @@ it) in a local directory, keyed by vocabulary size, and reuses it afterwards.
 
 Special tokens take the first ids, so they line up with :class:`ModelConfig`'s defaults:
 ``<|pad|>`` = 0, ``<|bos|>`` = 1, ``<|eos|>`` = 2 (the model's ``eos_token_id``).
+
+Round trip: a random-weight model emitting any token writes text that re-encodes to a different
+number of tokens (byte pieces of a UTF-8 character, pieces BPE merges across token boundaries),
+so SGLang's ``bench_serving`` counted ~25 % more "retokenized" tokens than were generated.
+:func:`roundtrip_token_ids` picks the tokens the server lets the model sample
+(:meth:`real.torch_engine.engine.BatchEngine.restrict_output`): each decodes to one space
+followed by ASCII letters only or digits only (" the", " 42") and encodes back to itself alone.
+The GPT-2 split pattern of the ``ByteLevel`` pre-tokenizer (``'s|'t|'re|'ve|'m|'ll|'d|
+?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+``) starts a new piece at every space
+followed by a letter or digit and ends ``" ?\p{L}+"``/``" ?\p{N}+"`` at the next space, so the
+text of any sequence of such tokens pre-tokenizes into exactly their texts, BPE never merges
+across them, and ``encode(decode(ids)) == ids``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -106,6 +119,42 @@ def ensure_tokenizer(vocab_size: int, directory: str | Path | None = None) -> Pa
     return target
 
 
+def _whole_word(text: str) -> bool:
+    """One space, then one run of ASCII letters or of ASCII digits (a whole pre-token)."""
+    word = text[1:]
+    return (text[:1] == " " and bool(word) and word.isascii()
+            and (word.isalpha() or word.isdigit()))
+
+
+def roundtrip_token_ids(tok) -> list[int]:
+    """Ids of ``tok`` (a ``tokenizers.Tokenizer``) whose every sequence round-trips.
+
+    A token qualifies when its text is one whole word after a space (:func:`_whole_word`), the
+    pre-tokenizer keeps that text in one piece, and encoding the text gives back the token alone.
+    Special tokens never qualify (EOS is the engine's to add). The result is checked once more on
+    the text of all of them concatenated; an empty list means this tokenizer has no such set
+    (another pre-tokenizer than the bundled one's), and the caller should not restrict.
+    """
+    special = {tok.token_to_id(t) for t in SPECIAL_TOKENS}
+    pre = tok.pre_tokenizer
+    ids: list[int] = []
+    texts: list[str] = []
+    for tid in range(tok.get_vocab_size()):
+        if tid in special:
+            continue
+        text = tok.decode([tid], skip_special_tokens=False)
+        if not _whole_word(text):
+            continue
+        if pre is not None and len(pre.pre_tokenize_str(text)) != 1:
+            continue
+        if tok.encode(text, add_special_tokens=False).ids == [tid]:
+            ids.append(tid)
+            texts.append(text)
+    if ids and tok.encode("".join(texts), add_special_tokens=False).ids != ids:
+        return []  # the splitting argument does not hold for this tokenizer
+    return ids
+
+
 class TextCodec:
     """Encode/decode through a ``tokenizer.json``; what the server uses for ``text``."""
 
@@ -122,6 +171,11 @@ class TextCodec:
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self.tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    @functools.cached_property
+    def roundtrip_ids(self) -> tuple[int, ...]:
+        """:func:`roundtrip_token_ids` of this tokenizer, computed once."""
+        return tuple(roundtrip_token_ids(self.tok))
 
     def token_text(self, token_id: int) -> str:
         """The text of one token as SGLang puts it in logprob tuples."""

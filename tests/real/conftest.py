@@ -101,6 +101,19 @@ def tokenizer_dir(vocab: int = VOCAB) -> Path:
     return ensure_tokenizer(vocab, Path(tempfile.mkdtemp(prefix="aprilsim-tok-")))
 
 
+def served_logprobs(model, ids: list[int], ignore_eos: bool = True):
+    """What the test servers report as output log-probs, at every position of ``ids`` [T, V]:
+    ``log_softmax`` over the tokens they let the model sample (the bundled tokenizer's
+    round-trip ids, plus EOS unless ``ignore_eos``)."""
+    from real.torch_engine.tokenizer import TextCodec
+
+    mask = torch.full((model.cfg.vocab_size,), -float("inf"))
+    mask[list(TextCodec(tokenizer_dir()).roundtrip_ids)] = 0.0
+    if not ignore_eos:
+        mask[model.cfg.eos_token_id] = 0.0
+    return torch.log_softmax(model.forward_full(torch.tensor(ids)) + mask, dim=-1)
+
+
 def stop_all(procs: list[Proc]) -> None:
     """Terminate every process first, then wait: their shutdowns overlap."""
     for p in procs:

@@ -5,6 +5,8 @@ chunks, so this checks that the server's text streaming is real, with the bundle
 loaded through ``transformers.AutoTokenizer`` from its local directory. It runs in a subprocess
 with the vendored modules first on the path (see third_party/sglang_bench/README.md for what is
 stubbed); nothing is downloaded (the random dataset reads a ShareGPT-format file written here).
+Its retokenized output count equals the generated count: the server lets the model sample only
+tokens whose text re-encodes to themselves (``TextCodec.roundtrip_ids``).
 """
 
 from __future__ import annotations
@@ -55,9 +57,11 @@ def test_bench_serving_reports_ttft_and_itl(servers, tmp_path):
     assert all(t > 0 for t in res["ttfts"]) and all(len(i) == OUT_LEN - 1 for i in res["itls"])
     texts = res["generated_texts"]
     assert all(texts)
-    # The retokenized count is the bundled tokenizer's count of the text the server sent.
+    # The retokenized count is the bundled tokenizer's count of the text the server sent, and,
+    # since the server samples only tokens whose text round-trips, the generated count.
     codec = TextCodec(tokenizer_dir())
     assert res["total_output_tokens_retokenized"] == sum(len(codec.encode(t)) for t in texts)
+    assert res["total_output_tokens_retokenized"] == res["total_output_tokens"]
     print(json.dumps({k: res[k] for k in ("mean_ttft_ms", "median_ttft_ms", "mean_itl_ms",
                                           "median_itl_ms", "output_throughput",
                                           "total_output_tokens",

@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from conftest import VOCAB, run, tokenizer_dir
+from conftest import VOCAB, run, served_logprobs, tokenizer_dir
 from http_util import call, internal, stream
 
 from real.torch_engine import BatchEngine, EngineConfig, EngineRequest, ModelConfig, TinyDecoder
@@ -93,14 +93,21 @@ def test_greedy_temperature_zero_and_supported_params_take_effect(servers, codec
                                                              "ignore_eos": True}}
     a, b = gen(url, **base)[1], gen(url, **base)[1]
     assert a["output_ids"] == b["output_ids"]
-    # logit_bias forces a token; frequency_penalty stops it repeating
+    # logit_bias forces a token the model may sample; frequency_penalty stops it repeating
+    word = codec.roundtrip_ids[5]
     forced = gen(url, input_ids=[30, 31], sampling_params={
-        "max_new_tokens": 4, "temperature": 0, "ignore_eos": True, "logit_bias": {"77": 100.0}})[1]
-    assert forced["output_ids"] == [77] * 4
+        "max_new_tokens": 4, "temperature": 0, "ignore_eos": True,
+        "logit_bias": {str(word): 100.0}})[1]
+    assert forced["output_ids"] == [word] * 4
     pen = gen(url, input_ids=[30, 31], sampling_params={
-        "max_new_tokens": 4, "temperature": 0, "ignore_eos": True, "logit_bias": {"77": 5.0},
+        "max_new_tokens": 4, "temperature": 0, "ignore_eos": True, "logit_bias": {str(word): 5.0},
         "frequency_penalty": 2.0, "presence_penalty": 2.0, "repetition_penalty": 2.0})[1]
-    assert pen["output_ids"] != [77] * 4
+    assert pen["output_ids"] != [word] * 4
+    # ... but no bias brings back a token outside the round-trip set (77: a byte-level piece)
+    assert 77 not in codec.roundtrip_ids
+    masked = gen(url, input_ids=[30, 31], sampling_params={
+        "max_new_tokens": 4, "temperature": 0, "ignore_eos": True, "logit_bias": {"77": 100.0}})[1]
+    assert 77 not in masked["output_ids"] and set(masked["output_ids"]) <= set(codec.roundtrip_ids)
     # a stop string ends generation and is trimmed from text (kept with no_stop_trim)
     ids = a["output_ids"]
     piece = codec.decode(ids[2:4])
@@ -181,7 +188,7 @@ def test_a_request_failing_in_sampling_fails_alone(monkeypatch):
 
 # ---- item 1: log-probs in SGLang's format ------------------------------------------------------
 
-def test_return_logprob_gives_real_model_logprobs(servers, served_model):
+def test_return_logprob_gives_real_model_logprobs(servers, served_model, codec):
     url = servers[0].url
     prompt = [40, 41, 42, 43]
     status, r = gen(url, input_ids=prompt, return_logprob=True, top_logprobs_num=3,
@@ -191,17 +198,23 @@ def test_return_logprob_gives_real_model_logprobs(servers, served_model):
     meta, out = r["meta_info"], r["output_ids"]
     # response tokens rebuilt from output_token_logprobs == output_ids (RL rollout code does this)
     assert [t[1] for t in meta["output_token_logprobs"]] == out
-    ref = torch.log_softmax(served_model.forward_full(torch.tensor(prompt + out)), dim=-1)
+    # outputs: the distribution sampled (masked to the round-trip tokens); inputs: the model's
+    ref = served_logprobs(served_model, prompt + out)
+    full = torch.log_softmax(served_model.forward_full(torch.tensor(prompt + out)), dim=-1)
     for i, (lp, tid, text) in enumerate(meta["output_token_logprobs"]):
         assert text is None
         assert math.isclose(lp, float(ref[len(prompt) - 1 + i, tid]), abs_tol=1e-4)
     ins = meta["input_token_logprobs"]
     assert [t[1] for t in ins] == prompt and ins[0][0] is None
     for i in range(1, len(prompt)):
-        assert math.isclose(ins[i][0], float(ref[i - 1, prompt[i]]), abs_tol=1e-4)
+        assert math.isclose(ins[i][0], float(full[i - 1, prompt[i]]), abs_tol=1e-4)
     tops = meta["output_top_logprobs"]
     assert len(tops) == len(out) and all(len(t) == 3 for t in tops)
     assert all(t[0][1] == tok for t, tok in zip(tops, out))  # greedy: the top-1 was chosen
+    assert all(x[1] in codec.roundtrip_ids for t in tops for x in t)
+    assert [x[0] for t in tops for x in t] == pytest.approx(
+        [v for i in range(len(out)) for v in ref[len(prompt) - 1 + i].topk(3).values.tolist()],
+        abs=1e-4)
     assert meta["input_top_logprobs"][0] is None and len(meta["input_top_logprobs"]) == 4
 
 

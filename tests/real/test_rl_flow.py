@@ -14,8 +14,7 @@ from collections.abc import Iterator
 
 import aiohttp
 import pytest
-import torch
-from conftest import VOCAB, Proc, run, start_router, start_server, stop_all
+from conftest import VOCAB, Proc, run, served_logprobs, start_router, start_server, stop_all
 from http_util import call, internal
 
 from real.sglang_http import SGLangClient
@@ -104,7 +103,7 @@ def test_rollout_abort_update_weights_resume(cluster, checkpoint):
     prompt = [11, 12, 13]
 
     def ref_logprobs(model: TinyDecoder, out: list[int]) -> list[float]:
-        lp = torch.log_softmax(model.forward_full(torch.tensor(prompt + out)), dim=-1)
+        lp = served_logprobs(model, prompt + out)
         return [float(lp[len(prompt) - 1 + i, t]) for i, t in enumerate(out)]
 
     for w in workers:
@@ -194,7 +193,7 @@ def test_weights_updated_while_released_are_the_ones_resumed(control_server, tmp
     out = call(url, "/generate", body)[1]
     model = TinyDecoder.random(SERVED, seed=11)
     ids = [7, 8, 9] + out["output_ids"]
-    lp = torch.log_softmax(model.forward_full(torch.tensor(ids)), dim=-1)
+    lp = served_logprobs(model, ids)
     want = [float(lp[2 + i, t]) for i, t in enumerate(out["output_ids"])]
     assert [x[0] for x in out["meta_info"]["output_token_logprobs"]] == pytest.approx(want,
                                                                                       abs=1e-4)

@@ -107,8 +107,46 @@ def test_retracts_the_request_with_fewest_output_tokens(model):
     while eng.has_work and not retracted:
         retracted = eng.step().retracted
     assert retracted == ["r1"]  # fewer output tokens than r0
-    assert eng.waiting[0].rid == "r1" and eng.waiting[0].output_ids  # re-queued at the head
+    assert [r.rid for r in eng.waiting] == ["r1"] and eng.waiting[0].output_ids
     assert eng.waiting[0].retractions == 1
+
+
+def test_retracted_requests_go_to_the_tail_of_the_queue(model):
+    """SGLang 0.5.23 appends retracted requests to waiting_queue (scheduler.py:
+    ``for req in retracted_reqs: self._add_request_to_queue(req, is_retracted=True)``), behind
+    requests already waiting; with FCFS the head then blocks them."""
+    eng = BatchEngine(model, EngineConfig(max_running_requests=3, kv_budget_tokens=120,
+                                          init_new_token_ratio=0.01))
+    r0, r1, r2, r3 = _reqs(4, max_new=60)
+    eng.add(r0)
+    for _ in range(5):
+        eng.step()
+    eng.add(r1)
+    for _ in range(5):
+        eng.step()
+    eng.add(r2)
+    eng.add(r3)  # no slot left: r3 waits
+    retracted: list[str] = []
+    while eng.has_work and not retracted:
+        retracted = eng.step().retracted
+    assert [r.rid for r in eng.running] == ["r0", "r1"] and retracted == ["r2"]
+    assert [r.rid for r in eng.waiting] == ["r3", "r2"]  # at the tail, not ahead of r3
+    done, _ = _drain(eng)
+    assert sorted(done) == ["r0", "r1", "r2", "r3"]
+
+
+def test_retract_all_appends_the_running_batch_in_order(model):
+    """pause_generation "retract": SGLang appends running_batch.reqs, in order, to the queue."""
+    eng = BatchEngine(model, EngineConfig(max_running_requests=2))
+    for r in _reqs(3, max_new=20):
+        eng.add(r)
+    eng.step()
+    eng.step()
+    assert [r.rid for r in eng.running] == ["r0", "r1"]
+    assert [r.rid for r in eng.waiting] == ["r2"]
+    assert eng.retract_all() == 2
+    assert [r.rid for r in eng.waiting] == ["r2", "r0", "r1"] and not eng.running
+    assert len(eng.pool.free) == 2 and all(r.output_ids for r in list(eng.waiting)[1:])
 
 
 def test_request_larger_than_kv_budget_gets_sglangs_error(model):
