@@ -285,6 +285,9 @@ def _fast_matches_reference(case: Case) -> None:
     target(float(fd.hits["aborted with partial output"]), label="partial aborts")
     target(float(fd.hits["paused a busy engine"]), label="busy pauses")
     target(float(sum(e.ratio_cuts for e in fd.engines)), label="ratio cuts")
+    # the retraction target favours head requeues (a request retracted to the head is readmitted
+    # and retracted again): without this one, tail requeues can vanish from the examples
+    target(float(retractions if case.spec.retract_to == "tail" else 0), label="tail retractions")
     target(float(sum(e.abort_finishes for e in fd.engines)), label="finishes while aborts land")
 
 
