@@ -107,7 +107,7 @@ def cases(draw, chunked: bool = False) -> Case:
         min_new_token_ratio_factor=draw(st.sampled_from([0.14, 0.0, 0.6])),
         retract_decode_steps=draw(st.sampled_from([20, 0, 200])),
         clip_max_new_tokens=(400, 60, 0)[kv // 5 % 3],
-        retract_to=draw(st.sampled_from(["head", "tail"])),
+        retract_to=("head", "tail")[kv // 15 % 2],
         chunked_prefill_size=draw(st.sampled_from([16, 40, 150, 400])) if chunked else 0,
     )
     arrival = st.sampled_from([0.0, 0.0, 0.4, 1.5]) if chunked else st.floats(0, 3, allow_nan=False)
