@@ -1,17 +1,20 @@
-"""Routers: which engine gets the next request (sglang-router's round_robin / load-aware policies)."""
+"""Routers: which engine gets the next request (sglang-router's round_robin / load-aware policies,
+and a group-affinity policy that keeps a group's samples on one engine so that its radix cache
+shares their prompt)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 
 class Router(Protocol):
     name: str
 
-    def pick(self, loads: Sequence[int]) -> int:
-        """Index of the engine for the next request, given each engine's current load."""
+    def pick(self, loads: Sequence[int], key: int | None = None) -> int:
+        """Index of the engine for the next request, given each engine's current load and the
+        request's group (`key`; None when unknown)."""
         ...
 
 
@@ -22,7 +25,7 @@ class RoundRobin:
     name: str = "round_robin"
     _next: int = 0
 
-    def pick(self, loads: Sequence[int]) -> int:
+    def pick(self, loads: Sequence[int], key: int | None = None) -> int:
         i = self._next % len(loads)
         self._next = i + 1
         return i
@@ -34,15 +37,39 @@ class LeastLoaded:
 
     name: str = "least_loaded"
 
-    def pick(self, loads: Sequence[int]) -> int:
-        best, best_load = 0, None
-        for i, load in enumerate(loads):
-            if best_load is None or load < best_load:
-                best, best_load = i, load
-        return best
+    def pick(self, loads: Sequence[int], key: int | None = None) -> int:
+        return _least(loads)
 
 
-ROUTERS = {"round_robin": RoundRobin, "least_loaded": LeastLoaded}
+@dataclass
+class GroupAffinity:
+    """A group's first request goes to the least-loaded engine, and the group's later requests
+    (its other samples, resumed partials) to the same one: with prefix sharing, a group's prompt
+    is prefilled and held once per engine (sglang-router's cache-aware policy does this by
+    matching prompt prefixes). Requests without a group are balanced by load."""
+
+    name: str = "group_affinity"
+    _home: dict[int, int] = field(default_factory=dict)
+
+    def pick(self, loads: Sequence[int], key: int | None = None) -> int:
+        if key is None:
+            return _least(loads)
+        i = self._home.get(key)
+        if i is None or i >= len(loads):
+            i = self._home[key] = _least(loads)
+        return i
+
+
+def _least(loads: Sequence[int]) -> int:
+    """The engine with the fewest requests; ties go to the lowest index."""
+    best, best_load = 0, None
+    for i, load in enumerate(loads):
+        if best_load is None or load < best_load:
+            best, best_load = i, load
+    return best
+
+
+ROUTERS = {"round_robin": RoundRobin, "least_loaded": LeastLoaded, "group_affinity": GroupAffinity}
 
 
 def make_router(name: str) -> Router:

@@ -365,7 +365,7 @@ class Simulation:
             else:  # a token budget: stop this submission after `cap` tokens
                 req = Request(rid, s.prompt_len + g, cap, min(s._target_len - g, cap))
                 self._cap[rid] = cap
-            i = pick(loads)
+            i = pick(loads, s.group_id)
             loads[i] += 1
             s.status = running
             s.submits += 1

@@ -94,12 +94,13 @@ class Cluster:
     def tokens(self) -> int:
         return sum(s.tokens for s in self.slots)
 
-    def pick(self) -> Slot:
-        """The live slot the router chooses (loads: outstanding requests); raises AllEnginesDown."""
+    def pick(self, key: int | None = None) -> Slot:
+        """The live slot the router chooses (loads: outstanding requests; `key`: the request's
+        group, for the group-affinity router); raises AllEnginesDown."""
         live = self.alive
         if not live:
             raise AllEnginesDown("every engine is gone")
-        return live[self.router.pick([s.outstanding for s in live])]
+        return live[self.router.pick([s.outstanding for s in live], key)]
 
     async def generate(self, slot: Slot, request: GenerateRequest) -> GenerateResult:
         slot.started()

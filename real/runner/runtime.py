@@ -355,7 +355,7 @@ class LiveRuntime:
     def _send(self, s: Sample, cap: int | None) -> None:
         """Send ``s`` (status set to running, version stamped) to the least loaded live engine."""
         t0 = time.monotonic()
-        slot = self.cluster.pick()
+        slot = self.cluster.pick(s.group_id)
         s.status = _RUNNING
         s.submit_version = self.version
         req = self.source.request(s, self._ids.get(s.uid, ()), cap)
