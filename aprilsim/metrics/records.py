@@ -98,7 +98,7 @@ def summarize(run: RunResult, warmup: int = 0) -> dict[str, Any]:
         "total_time_s": measured_s,
         "engine_busy_fraction": min(1.0, busy / (run.n_engines * roll)) if roll else 0.0,
         "engine_busy_fraction_by_engine": [min(1.0, b / roll) if roll else 0.0 for b in per_engine],
-        "engine_idle_time_s": run.n_engines * roll - busy,
+        "engine_idle_time_s": max(0.0, run.n_engines * roll - busy),  # no rounding remainder
         "efficiency_vs_ideal": gen / ideal if ideal else 0.0,
         "generated_tokens": gen,
         "trained_tokens": trained,
