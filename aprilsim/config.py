@@ -84,6 +84,7 @@ class ClusterSection(_Strict):
     retract_to: Literal["head", "tail"] | None = None
     abort_steps: int | None = Field(default=None, ge=0)
     chunked_prefill_size: int | None = Field(default=None, ge=-1)  # 0 or -1: off
+    prefix_sharing: bool | None = None  # a group's prompt held once per engine (radix cache)
     cost: CostSection | None = None
 
     @field_validator("preset")
@@ -214,7 +215,7 @@ class Scenario(_Strict):
                 "kv_capacity", "max_running", "new_token_ratio", "max_prefill_tokens",
                 "new_token_ratio_decay_steps", "min_new_token_ratio_factor",
                 "retract_decode_steps", "clip_max_new_tokens", "retract_to", "abort_steps",
-                "chunked_prefill_size",
+                "chunked_prefill_size", "prefix_sharing",
             )
             if getattr(c, k) is not None
         }
@@ -224,7 +225,10 @@ class Scenario(_Strict):
             except ValueError as e:
                 raise ScenarioError(f"cluster.cost: {e}") from None
             over["label"] = "custom"
-        return replace(spec, **over) if over else spec
+        try:
+            return replace(spec, **over) if over else spec
+        except ValueError as e:
+            raise ScenarioError(f"cluster: {e}") from None
 
     def trainer_model(self) -> TrainerModel:
         """The training and weight-sync time model of `[trainer]`."""

@@ -20,7 +20,7 @@ import math
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
@@ -93,6 +93,7 @@ class Case:
     timed: list[tuple[float, str, float]]  # (time, kind, duration)
     after: list[tuple[int, float, str, float]]  # (k-th completion, delay, kind, duration)
     follow: bool  # a finished original request triggers a new one at once
+    prefixes: dict[int, tuple[int, int]] = field(default_factory=dict)  # rid -> (key, shared)
 
 
 costs = st.one_of(
@@ -120,9 +121,10 @@ kinds = st.sampled_from(["submit", "abort", "pause", "update", "abort_late"])
 
 
 @st.composite
-def cases(draw, chunked: bool = False) -> Case:
-    """A case; `chunked`: chunked prefill on, small prefill budgets, requests arriving in bursts
-    (without it, the draws are those of the property before chunked prefill existed)."""
+def cases(draw, chunked: bool = False, shared: bool = False) -> Case:
+    """A case; `chunked`: chunked prefill on, small prefill budgets, requests arriving in bursts;
+    `shared`: prefix sharing on, requests in groups sharing a prefix, the group-affinity router
+    drawn too (without either, the draws are those of the property before they existed)."""
     kv = draw(st.integers(500, 3_000))
     spec = EngineSpec(
         draw(costs),
@@ -138,12 +140,20 @@ def cases(draw, chunked: bool = False) -> Case:
         clip_max_new_tokens=(400, 60, 0)[kv // 5 % 3],
         retract_to=("head", "tail")[kv // 15 % 2],
         chunked_prefill_size=draw(st.sampled_from([16, 40, 150, 400])) if chunked else 0,
+        prefix_sharing=shared,
     )
+    n_groups = draw(st.integers(1, 4)) if shared else 0
+    plens = [draw(st.integers(1, 200)) for _ in range(n_groups)]
+    prefixes: dict[int, tuple[int, int]] = {}
     arrival = st.sampled_from([0.0, 0.0, 0.4, 1.5]) if chunked else st.floats(0, 3, allow_nan=False)
     reqs = []
     for rid in range(draw(st.integers(2, 24))):
         inp = draw(st.integers(1, 300))
-        max_new = draw(st.integers(1, min(1_500, kv - inp)))
+        if shared:
+            key = rid % n_groups
+            prefixes[rid] = (key, plens[key])
+            inp = min(inp, 100)
+        max_new = draw(st.integers(1, min(1_500, kv - inp - (plens[rid % n_groups] if shared else 0))))
         tgt = draw(st.one_of(st.just(max_new), st.just(1), st.integers(1, max_new)))
         reqs.append((draw(arrival), rid, inp, max_new, tgt))
     dur = st.floats(0.05, 2.0)
@@ -155,14 +165,16 @@ def cases(draw, chunked: bool = False) -> Case:
         (draw(st.integers(1, 6)), draw(st.floats(0, 0.2)), draw(st.sampled_from(["abort", "update", "abort_late"])), draw(dur)),
     ]
     after += draw(st.lists(st.tuples(st.integers(1, 12), st.floats(0, 0.3), kinds, dur), max_size=2))
+    routers = ["round_robin", "least_loaded", "group_affinity"] if shared else ["round_robin", "least_loaded"]
     return Case(
         spec,
         draw(st.integers(1, 3)),
-        draw(st.sampled_from(["round_robin", "least_loaded"])),
+        draw(st.sampled_from(routers)),
         sorted(reqs),
         sorted(timed),
         after,
         draw(st.booleans()),
+        prefixes,
     )
 
 
@@ -178,11 +190,13 @@ class Driver:
         self.reqs: dict[int, tuple[int, int, int]] = {}  # rid -> (input_len, max_new, target)
         self.next_rid = FOLLOW
         self.hits: Counter[str] = Counter()
+        self.prefix_of: dict[int, tuple[int, int]] = {}
 
     def submit(self, reqs: list[Request], now: float) -> None:
         for r in reqs:
             self.reqs[r.rid] = (r.input_len, r.max_new, r.target_new)
-            i = self.router.pick([e.load for e in self.engines])
+            self.prefix_of[r.rid] = (r.prefix, r.shared)
+            i = self.router.pick([e.load for e in self.engines], r.prefix if r.shared else None)
             self.engines[i].submit([r], now)
 
     def new_rid(self) -> int:
@@ -224,7 +238,9 @@ class Driver:
             resub = []
             for c in partial:
                 inp, max_new, tgt = self.reqs[c.rid]
-                resub.append(Request(self.new_rid(), inp + c.tokens, max_new - c.tokens, tgt - c.tokens))
+                r = Request(self.new_rid(), inp + c.tokens, max_new - c.tokens, tgt - c.tokens)
+                r.prefix, r.shared = self.prefix_of[c.rid]  # a resumed sample keeps its prefix
+                resub.append(r)
             self.submit(resub, now)
 
     def run(self) -> list[tuple[int, int, str, float]]:
@@ -258,7 +274,10 @@ class Driver:
             t, _, kind, payload = calls[i]
             i += 1
             if kind == "submit" and isinstance(payload, list):
-                self.submit([Request(*payload)], t)
+                r = Request(*payload)
+                if r.rid in case.prefixes:
+                    r.prefix, r.shared = case.prefixes[r.rid]
+                self.submit([r], t)
             else:
                 self.outside(t, kind, payload)
         return sorted((c.rid, c.tokens, c.reason, c.time) for c in self.out)
@@ -341,6 +360,8 @@ def _check(case: Case) -> tuple[Driver, dict[str, bool]]:
         assert ef.multi_pass_batches == er.multi_pass_batches
         assert ef.joined_open_pass == er.joined_open_pass
         assert ef.abort_pass_cuts == er.abort_pass_cuts
+        assert ef.prefix_hits == er.prefix_hits
+        assert not ef.refs  # every shared prefix left with its last holder
         assert ef.iterations == er.iterations
         assert _close(ef.busy_time, er.busy_time)
         assert ef.is_idle() and er.is_idle()
@@ -358,6 +379,9 @@ def _check(case: Case) -> tuple[Driver, dict[str, bool]]:
         "prefill batch joined an open pass": sum(e.joined_open_pass for e in fd.engines) > 0,
         "interrupted a prefill": fd.hits["interrupted a prefill"] > 0,
         "abort landed after a pass mid-batch": sum(e.abort_pass_cuts for e in fd.engines) > 0,
+        "admitted onto a held prefix": sum(e.prefix_hits for e in fd.engines) > 0,
+        "prefix freed with its last holder": sum(e.prefix_drops for e in fd.engines) > 0,
+        "group-affinity router": case.router == "group_affinity",
     }
     return fd, reached
 
@@ -374,6 +398,41 @@ def _fast_matches_reference_chunked(case: Case) -> None:
     target(float(sum(e.joined_open_pass for e in fd.engines)), label="open passes joined")
     target(float(fd.hits["interrupted a prefill"]), label="interrupted prefills")
     target(float(sum(e.abort_pass_cuts for e in fd.engines)), label="aborts after a pass")
+
+
+SHARED_EXAMPLES = 100
+REACHED_SHARED: Counter[str] = Counter()
+
+
+@settings(max_examples=SHARED_EXAMPLES, deadline=None, derandomize=True)
+@given(cases(shared=True))
+def _fast_matches_reference_shared(case: Case) -> None:
+    fd, reached = _check(case)
+    REACHED_SHARED["examples"] += 1
+    for name, hit in reached.items():
+        if hit:
+            event(name)
+            REACHED_SHARED[name] += 1
+    target(float(sum(e.prefix_hits for e in fd.engines)), label="prefix hits")
+    target(float(sum(e.retractions for e in fd.engines)), label="retractions")
+
+
+def test_fast_engine_matches_reference_with_prefix_sharing():
+    """Prefix sharing (issue 11): the same equivalence with groups of requests sharing a prefix,
+    reaching requests admitted onto a prefix the engine holds, prefixes freed with their last
+    holder, retractions and aborts of holders, and the group-affinity router."""
+    REACHED_SHARED.clear()
+    with _no_mined_constants():
+        _fast_matches_reference_shared()
+    n = REACHED_SHARED["examples"]
+    assert n >= SHARED_EXAMPLES // 2, REACHED_SHARED
+    shares = {k: REACHED_SHARED[k] / n for k in REACHED_SHARED if k != "examples"}
+    print("prefix-sharing examples reached:", {k: round(v, 2) for k, v in sorted(shares.items())})
+    assert shares.get("admitted onto a held prefix", 0.0) >= 0.3, shares
+    assert shares.get("prefix freed with its last holder", 0.0) >= 0.3, shares
+    for name in ("retracted", "several engines", "aborted with partial output",
+                 "group-affinity router", "interrupting update", "paused a busy engine"):
+        assert shares.get(name, 0.0) >= MIN_SHARE_OTHER, (name, shares)
 
 
 def test_fast_engine_matches_reference_and_reaches_its_cases():

@@ -374,3 +374,62 @@ def test_an_abort_lands_after_the_prefill_pass_in_flight(cls):
     assert math.isclose(t, full + COST.decode_time(1, 20_000), rel_tol=1e-12)
     assert [(c.rid, c.tokens, c.reason) for c in out] == [(0, 2, "abort")]
     assert e.abort_pass_cuts == 0 and e.prefill_passes == 3
+
+
+def _grouped(rid: int, key: int, prompt: int, max_new: int, target: int) -> Request:
+    """A fresh sample of group `key` as the runtime submits it with prefix sharing: the prompt
+    but its last token is the shared prefix."""
+    r = Request(rid, 1, max_new, target)
+    r.prefix, r.shared = key, prompt - 1
+    return r
+
+
+@pytest.mark.parametrize("cls", ENGINES)
+def test_a_group_prefills_and_holds_its_prompt_once(cls):
+    """Prefix sharing: four samples of one 101-token prompt compute 100 + 4 x 1 prefill tokens
+    (not 404), hold the prefix once, pay attention over it ((100 + 1)^2 - 100^2 per sample but
+    the first), and free it with the last of them; a second group brings its own."""
+    e = cls(EngineSpec(COST, kv_capacity=10_000, prefix_sharing=True))
+    e.submit([_grouped(i, 7, 101, 10, 3 + i) for i in range(4)], 0.0)
+    e.submit([_grouped(9, 8, 51, 10, 2)], 0.0)
+    assert e.kv == 100 + 4 + 50 + 1
+    (first,) = [c for c in run_all(e) if c.rid == 0]
+    sq = 101**2 + 3 * (101**2 - 100**2) + 51**2
+    # decode 1: 5 requests over 150 prefix + 5 own tokens; then sample 9 leaves with its
+    # prefix (50 + its 2 own), so decode 2 runs 4 requests over 155 + 5 - 52 = 108 tokens
+    decodes = COST.decode_time(5, 155) + COST.decode_time(4, 108)
+    assert math.isclose(first.time, COST.prefill_time(155, sq) + decodes, rel_tol=1e-12)
+    assert e.prefill_tokens == 155 and e.prefix_hits == 3
+    assert e.kv == 0 and e.is_idle()
+    plain = cls(EngineSpec(COST, kv_capacity=10_000))
+    plain.submit([Request(i, 101, 10, 3 + i) for i in range(4)], 0.0)
+    run_all(plain)
+    assert plain.prefill_tokens == 404
+
+
+@pytest.mark.parametrize("cls", ENGINES)
+def test_a_shared_prefix_stays_while_one_holder_runs(cls):
+    """The prefix leaves with its last holder: after the first sample finishes, the second still
+    holds it, so a third arriving then is admitted onto it and computes one token."""
+    e = cls(EngineSpec(COST, kv_capacity=10_000, prefix_sharing=True))
+    e.submit([_grouped(0, 1, 201, 50, 1), _grouped(1, 1, 201, 50, 40)], 0.0)
+    done = e.advance()  # the prefill: sample 0 finishes there (one token)
+    assert [c.rid for c in done] == [0]
+    assert e.kv == 200 + 1  # the prefix + sample 1's prompt token (its first output has no KV)
+    e.submit([_grouped(2, 1, 201, 50, 5)], e.t)
+    run_all(e)
+    assert e.prefill_tokens == 200 + 2 + 1 and e.prefix_hits == 2
+    assert e.kv == 0
+
+
+def test_prefix_sharing_is_a_cluster_key_and_refuses_chunking():
+    from aprilsim.config import ScenarioError, default_scenario
+
+    sc = default_scenario()
+    assert not sc.engine_spec().prefix_sharing
+    c = sc.cluster.model_copy(update={"prefix_sharing": True, "router": "group_affinity"})
+    assert sc.model_copy(update={"cluster": c}).engine_spec().prefix_sharing
+    bad = sc.cluster.model_copy(update={"prefix_sharing": True, "chunked_prefill_size": 8192})
+    with pytest.raises(ScenarioError, match="prefix_sharing") as e:
+        sc.model_copy(update={"cluster": bad}).engine_spec()
+    assert "\n" not in str(e.value)

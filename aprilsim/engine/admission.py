@@ -12,6 +12,7 @@ tokens, and each decode iteration needs one new slot per running request.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Container
 
 from aprilsim.engine.cost import EngineSpec
 from aprilsim.engine.request import Request
@@ -50,6 +51,7 @@ def can_admit_head(
     reserve: int,
     ratio: float,
     batch_reserve: int = 0,
+    resident: Container[int] = (),
 ) -> bool:
     """Would the head of the waiting queue be admitted now? (FCFS: the head blocks the rest.)
 
@@ -69,6 +71,8 @@ def can_admit_head(
         return False
     r = waiting[0]
     need = r.input_len + r.gen
+    if r.shared and r.prefix not in resident:  # it brings its shared prefix (`resident`: held)
+        need += r.shared
     if kv + need + n_running + 1 > spec.kv_capacity:
         return False
     if n_running == 0:
@@ -86,6 +90,7 @@ def select_prefill_batch(
     kv: int,
     reserve: int,
     ratio: float,
+    resident: Container[int] = (),
 ) -> tuple[list[Request], int, int, int, bool]:
     """Pop from `waiting` the requests one prefill batch admits (FCFS, KV reserve, token budget:
     at most `max_prefill_tokens` input tokens, at least one request).
@@ -94,30 +99,69 @@ def select_prefill_batch(
     path): its input tokens, the sum of their squares per request, its remaining max_new
     (unclipped), and whether the token budget ended it (the queue head was admissible but did not
     fit): with chunked prefill SGLang has no such budget across passes, so the next batch, which
-    follows at once, continues this one's last pass (`cost.prefill_passes`).
+    follows at once, continues this one's last pass (`cost.prefill_passes`). With prefix
+    sharing, `resident` holds the prefixes already on the engine; a request whose prefix is
+    neither there nor brought by an earlier request of the batch brings it (see `prefill_sizes`).
     """
     batch: list[Request] = []
     tokens = sq = added = held = 0
     limit = spec.max_prefill_tokens
-    while can_admit_head(spec, waiting, n_running + len(batch), kv + tokens, reserve, ratio, held):
+    seen: Container[int] = resident
+    brought: set[int] = set()
+    while can_admit_head(spec, waiting, n_running + len(batch), kv + tokens, reserve, ratio, held,
+                         seen):
         r = waiting[0]
         need = r.input_len + r.gen
+        s = r.shared
+        if s and r.prefix not in seen:
+            need += s
         if batch and tokens + need > limit:
             return batch, tokens, sq, added, True
         waiting.popleft()
         batch.append(r)
         tokens += need
-        sq += need * need
+        if s and need == r.input_len + r.gen:  # the prefix is cached: its tokens are not computed
+            sq += (s + need) * (s + need) - s * s
+        else:
+            sq += need * need
+        if s and r.prefix not in seen:
+            if not brought:
+                seen = _Union(resident, brought)
+            brought.add(r.prefix)
         added += r.max_new - r.gen
         held += clipped(spec, r.max_new - r.gen)
     return batch, tokens, sq, added, False
 
 
-def prefill_sizes(batch: list[Request]) -> tuple[int, int]:
-    """(sum of n_i, sum of n_i^2) over the batch's input lengths: what a prefill costs."""
+class _Union:
+    """Membership in either of two containers (the engine's prefixes, the batch's new ones)."""
+
+    __slots__ = ("a", "b")
+
+    def __init__(self, a: Container[int], b: Container[int]) -> None:
+        self.a, self.b = a, b
+
+    def __contains__(self, x: object) -> bool:
+        return x in self.a or x in self.b
+
+
+def prefill_sizes(batch: list[Request], resident: Container[int] = ()) -> tuple[int, int]:
+    """(tokens, attention work) of a prefill: each request computes its input, and the first
+    request of a group whose prefix is not yet `resident` also the prefix. Attention work is
+    sum(n_i^2) with n_i the tokens a request computes, except that tokens after a cached prefix
+    of s tokens cost (s + n)^2 - s^2 (they attend to it): the p2 term of the cost."""
     tokens = sq = 0
+    have = set()
     for r in batch:
         n = r.input_len + r.gen
+        s = r.shared
+        if s and r.prefix not in resident and r.prefix not in have:
+            have.add(r.prefix)
+            n += s
+            sq += n * n
+        elif s:
+            sq += (s + n) * (s + n) - s * s
+        else:
+            sq += n * n
         tokens += n
-        sq += n * n
     return tokens, sq

@@ -289,6 +289,10 @@ class EngineSpec:
     # `scheduler.abort_request` "Abort method 3": to_finish runs one more decode pass; the bundled
     # engine: 0, it applies aborts between steps).
     abort_steps: int | None = None
+    # SGLang's radix cache within a group: a group's samples on one engine prefill and hold its
+    # prompt once (all but its last token, which SGLang always recomputes). Pair it with the
+    # group_affinity router. Not combined with chunked prefill yet.
+    prefix_sharing: bool = False
     # SGLang's chunked prefill: a prefill batch runs as forward passes of at most this many input
     # tokens, each paying p0 (`prefill_passes`); 0 or -1 (SGLang's "off"): one pass per batch.
     chunked_prefill_size: int = 0  # SGLang on H100/H200: 8192
@@ -306,6 +310,9 @@ class EngineSpec:
             raise ValueError("retract_decode_steps must be >= 0")
         if self.retract_to not in ("head", "tail"):
             raise ValueError("retract_to must be 'head' or 'tail'")
+        if self.prefix_sharing and self.prefill_chunk:
+            raise ValueError("prefix_sharing with chunked_prefill_size is not modelled yet: "
+                             "set one of them")
         if self.abort_steps is not None and self.abort_steps < 0:
             raise ValueError("abort_steps must be >= 0 (or unset: the abort lands at once)")
         if self.chunked_prefill_size < -1:

@@ -87,6 +87,12 @@ class FastEngine:
         self.sglang = spec.sglang_ratio
         self.clip = spec.clip_max_new_tokens
         self.over_clip = False  # may a running request's remaining max_new exceed the clip?
+        # prefix sharing: key -> requests holding it (running or prefilling); its length
+        self.refs: dict[int, int] = {}
+        self.share = spec.prefix_sharing
+        self.prefix_hits = 0  # requests prefilled onto a prefix the engine held (tests)
+        self.batch_hits = 0  # those of the prefill batch in progress
+        self.prefix_drops = 0  # prefixes freed with their last holder (tests)
         self.abort_steps_run = 0  # steps run while an abort was on its way, in flight + k (tests)
         self.abort_finishes = 0  # requests finished while an abort was on its way (tests)
         self.abort_pass_cuts = 0  # aborts that landed after a pass in flight, mid-batch (tests)
@@ -165,6 +171,7 @@ class FastEngine:
             done = self._pop_finished()
         elif phase == PREFILL:
             self.prefill_tokens += self.batch_tokens
+            self.prefix_hits += self.batch_hits
             self.prefill_passes += self.batch_passes
             if self.room_in:  # the room this batch started from
                 self.joined_open_pass += 1
@@ -180,6 +187,8 @@ class FastEngine:
                 gen = r.gen = r.gen + 1
                 if gen == r.target_new:  # done at its prefill: its last token has no KV entry
                     self.kv -= r.input_len + gen - 1
+                    if r.shared:
+                        self._release(r)
                     self.reserve -= r.max_new - gen
                     self.hold = False
                     done.append(Completion(r.rid, gen, "length" if gen == r.max_new else "stop", t))
@@ -217,6 +226,7 @@ class FastEngine:
         self.waiting.clear()
         self._finish.clear()
         self.kv = self.reserve = 0
+        self.refs.clear()
         self.hold = False
         self.room = 0
         self.ratio_base, self.ratio_it0 = self.spec.new_token_ratio, self.it
@@ -330,11 +340,24 @@ class FastEngine:
             gen = r.gen = r.target_new
             max_new = r.max_new
             freed += r.input_len + gen - 1
+            if r.shared:
+                self._release(r)
             self.reserve -= max_new - gen
             done.append(Completion(rid, gen, "length" if gen == max_new else "stop", t))
         self.kv -= freed
         self.hold = False
         return done
+
+    def _release(self, r) -> None:
+        """A request holding a shared prefix leaves: the prefix goes with the last holder."""
+        refs, key = self.refs, r.prefix
+        c = refs[key] - 1
+        if c:
+            refs[key] = c
+        else:
+            del refs[key]
+            self.kv -= r.shared
+            self.prefix_drops += 1
 
     def _retract_until_fits(self) -> None:
         """Evict the requests with the fewest generated tokens (latest rid on ties) until the
@@ -347,6 +370,8 @@ class FastEngine:
             del running[r.rid]
             r.gen = r.base + self.it
             self.kv -= r.input_len + r.gen - 1
+            if r.shared:
+                self._release(r)
             self.reserve -= r.max_new - r.gen
             r.retractions += 1
             self.retractions += 1
@@ -396,10 +421,20 @@ class FastEngine:
             # the older rules' common case inlined (hot path)
             reserve = self._reserve_after(0) if self.over_clip else self.reserve
             ratio = self._ratio_after(0) if self.sglang else self.ratio_base
-            if can_admit_head(self.spec, self.waiting, len(running), self.kv, reserve, ratio):
+            refs = self.refs
+            if can_admit_head(self.spec, self.waiting, len(running), self.kv, reserve, ratio, 0,
+                              refs):
                 self.batch, tokens, sq, added, capped = select_prefill_batch(
-                    self.spec, self.waiting, len(running), self.kv, reserve, ratio
+                    self.spec, self.waiting, len(running), self.kv, reserve, ratio, refs
                 )
+                if self.share:
+                    hits = 0
+                    for r in self.batch:
+                        if r.shared:
+                            c = refs.get(r.prefix, 0)
+                            hits += c > 0  # its prefix was held: not recomputed
+                            refs[r.prefix] = c + 1
+                    self.batch_hits = hits
                 self.batch_tokens = tokens
                 kv = self.kv = self.kv + tokens
                 self.reserve += added
@@ -461,6 +496,8 @@ class FastEngine:
             return None
         r = self.waiting[0]
         need = r.input_len + r.gen
+        if r.shared and r.prefix not in self.refs:
+            need += r.shared
         cap = self.kv_capacity
         m1 = (cap - self.kv - need - b - 1) // b  # the last m at which the decode after fits
         hi = min(hi, m1)
@@ -501,7 +538,15 @@ class FastEngine:
     def _unplan(self) -> None:
         """Undo a plan that has not progressed (it starts at the current boundary)."""
         if self.phase == PREFILL:
-            self.kv -= self.batch_tokens
+            self.kv -= self.batch_tokens  # the prefixes this batch brought included
+            refs = self.refs
+            for r in self.batch:
+                if r.shared:
+                    c = refs[r.prefix] - 1
+                    if c:
+                        refs[r.prefix] = c
+                    else:
+                        del refs[r.prefix]
             self.reserve -= sum(r.max_new - r.gen for r in self.batch)
             self.waiting.extendleft(reversed(self.batch))
             self.batch = []
@@ -523,7 +568,8 @@ class FastEngine:
         if m >= self.n:
             return
         if not can_admit_head(
-            self.spec, self.waiting, b, self.kv + m * b, self._reserve_after(m), self._ratio_after(m)
+            self.spec, self.waiting, b, self.kv + m * b, self._reserve_after(m),
+            self._ratio_after(m), 0, self.refs,
         ):
             if not self.decay or m + 1 >= self.n:
                 return

@@ -39,6 +39,9 @@ class ReferenceEngine:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # in admission order
         self.batch: list[Request] = []
+        self.batch_tokens = 0  # tokens the prefill batch computes (shared prefixes it brings too)
+        self.prefix_hits = 0  # requests prefilled onto a prefix the engine held (tests)
+        self.batch_hits = 0
         self.t = 0.0
         self.hold = False
         self.phase = IDLE
@@ -63,9 +66,10 @@ class ReferenceEngine:
 
     @property
     def kv(self) -> int:
+        prefixes = {r.prefix: r.shared for r in [*self.running, *self.batch] if r.shared}
         return sum(r.input_len + r.gen - 1 for r in self.running) + sum(
             r.input_len + r.gen for r in self.batch
-        )
+        ) + sum(prefixes.values())
 
     @property
     def reserve(self) -> int:
@@ -123,7 +127,8 @@ class ReferenceEngine:
         if self.phase == PREFILL:
             dur = self.t_event - self.t
             self.busy_time += dur
-            self.prefill_tokens += sum(r.input_len + r.gen for r in self.batch)
+            self.prefill_tokens += self.batch_tokens
+            self.prefix_hits += self.batch_hits
             self.prefill_passes += self.batch_passes
             self.joined_open_pass += int(self.room_in > 0)
             self.multi_pass_batches += int(self.batch_passes + (self.room_in > 0) > 1)
@@ -231,16 +236,28 @@ class ReferenceEngine:
         ratio = ratio_at(spec, self.ratio_base, self.ratio_steps)
         room = self.room_in = self.room
         self.room = 0
-        if not self.hold and can_admit_head(spec, self.waiting, len(self.running), kv, reserve, ratio):
+        resident = {r.prefix for r in self.running if r.shared}
+        if not self.hold and can_admit_head(spec, self.waiting, len(self.running), kv, reserve,
+                                            ratio, 0, resident):
             self.batch, *_, capped = select_prefill_batch(
-                spec, self.waiting, len(self.running), kv, reserve, ratio
+                spec, self.waiting, len(self.running), kv, reserve, ratio, resident
             )
-            tokens, _ = prefill_sizes(self.batch)  # recounted: the oracle trusts no shortcut
+            # recounted: the oracle trusts no shortcut
+            tokens, sq = prefill_sizes(self.batch, resident)
+            self.batch_tokens = tokens
+            self.batch_hits = 0
+            for r in self.batch:  # admitted onto a prefix already held (or brought just before)
+                if r.shared:
+                    self.batch_hits += r.prefix in resident
+                    resident.add(r.prefix)
             self.kv_peak = max(self.kv_peak, kv + tokens)
             self.phase = PREFILL
-            dur, self.batch_passes, left = chunked_prefill_time(
-                self.cost, [r.input_len + r.gen for r in self.batch], spec.prefill_chunk, room
-            )
+            if spec.prefix_sharing:  # (not combined with chunking: EngineSpec refuses it)
+                dur, self.batch_passes, left = self.cost.prefill_time(tokens, sq), 1, 0
+            else:
+                dur, self.batch_passes, left = chunked_prefill_time(
+                    self.cost, [r.input_len + r.gen for r in self.batch], spec.prefill_chunk, room
+                )
             self.batch_room = left if capped else 0
             self.t_event = self.t + dur
             return

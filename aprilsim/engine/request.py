@@ -12,6 +12,11 @@ class Request:
     `input_len` tokens are prefilled (prompt + tokens the sample already carried), at most
     `max_new` tokens may be generated; the workload decides the request stops after `target_new`
     (<= max_new). Admission sees only input_len and max_new, as a real engine would.
+
+    With prefix sharing (`EngineSpec.prefix_sharing`), the first `shared` tokens of the input
+    are a prefix that every request with the same `prefix` key shares on one engine (a group's
+    prompt in SGLang's radix cache): `input_len` is then what follows it, and the prefix is
+    prefilled and held once per engine while any request holding it runs there.
     """
 
     rid: int
@@ -22,6 +27,8 @@ class Request:
     # bookkeeping of the fast engine: gen == base + engine iteration counter while running
     base: int = 0
     retractions: int = 0
+    prefix: int = -1  # key of the shared prefix (the group), -1: none
+    shared: int = 0  # its length, not counted in input_len
 
 
 @dataclass(slots=True)
@@ -39,5 +46,5 @@ def check_requests(reqs: list[Request], kv_capacity: int) -> None:
     for r in reqs:
         if r.target_new < 1 or r.target_new > r.max_new:
             raise ValueError(f"request {r.rid}: need 1 <= target_new <= max_new")
-        if r.input_len + r.max_new > kv_capacity:
+        if r.input_len + r.shared + r.max_new > kv_capacity:
             raise ValueError(f"request {r.rid} can never fit in the KV cache")

@@ -346,6 +346,7 @@ class Simulation:
         per_engine: dict[int, list[Request]] = {}
         loads = [e.load for e in self.engines]
         pick = self.router.pick
+        share = self.spec.prefix_sharing
         # during a weight sync, new work starts only once the new weights are loaded
         inflight, version = self._inflight, self.version + 1 if self._updating else self.version
         pending, partial_st, running = SampleStatus.PENDING, SampleStatus.PARTIAL, SampleStatus.RUNNING
@@ -365,6 +366,9 @@ class Simulation:
             else:  # a token budget: stop this submission after `cap` tokens
                 req = Request(rid, s.prompt_len + g, cap, min(s._target_len - g, cap))
                 self._cap[rid] = cap
+            if share and s.prompt_len > 1:  # the prompt but its last token, held once per engine
+                req.prefix, req.shared = s.group_id, s.prompt_len - 1
+                req.input_len -= req.shared
             i = pick(loads, s.group_id)
             loads[i] += 1
             s.status = running
