@@ -139,7 +139,8 @@ def cases(draw, chunked: bool = False, shared: bool = False) -> Case:
         retract_decode_steps=draw(st.sampled_from([20, 0, 200])),
         clip_max_new_tokens=(400, 60, 0)[kv // 5 % 3],
         retract_to=("head", "tail")[kv // 15 % 2],
-        chunked_prefill_size=draw(st.sampled_from([16, 40, 150, 400])) if chunked else 0,
+        chunked_prefill_size=(draw(st.sampled_from([16, 40, 150, 400])) if chunked
+                              else draw(st.sampled_from([0, 0, 24, 150])) if shared else 0),
         prefix_sharing=shared,
     )
     n_groups = draw(st.integers(1, 4)) if shared else 0
@@ -420,7 +421,8 @@ def _fast_matches_reference_shared(case: Case) -> None:
 def test_fast_engine_matches_reference_with_prefix_sharing():
     """Prefix sharing (issue 11): the same equivalence with groups of requests sharing a prefix,
     reaching requests admitted onto a prefix the engine holds, prefixes freed with their last
-    holder, retractions and aborts of holders, and the group-affinity router."""
+    holder, retractions and aborts of holders, the group-affinity router, and chunked prefill
+    over cached prefixes."""
     REACHED_SHARED.clear()
     with _no_mined_constants():
         _fast_matches_reference_shared()
@@ -431,7 +433,8 @@ def test_fast_engine_matches_reference_with_prefix_sharing():
     assert shares.get("admitted onto a held prefix", 0.0) >= 0.3, shares
     assert shares.get("prefix freed with its last holder", 0.0) >= 0.3, shares
     for name in ("retracted", "several engines", "aborted with partial output",
-                 "group-affinity router", "interrupting update", "paused a busy engine"):
+                 "group-affinity router", "interrupting update", "paused a busy engine",
+                 "prefill batch over several passes"):
         assert shares.get(name, 0.0) >= MIN_SHARE_OTHER, (name, shares)
 
 

@@ -422,14 +422,26 @@ def test_a_shared_prefix_stays_while_one_holder_runs(cls):
     assert e.kv == 0
 
 
-def test_prefix_sharing_is_a_cluster_key_and_refuses_chunking():
-    from aprilsim.config import ScenarioError, default_scenario
+def test_prefix_sharing_is_a_cluster_key():
+    from aprilsim.config import default_scenario
 
     sc = default_scenario()
     assert not sc.engine_spec().prefix_sharing
     c = sc.cluster.model_copy(update={"prefix_sharing": True, "router": "group_affinity"})
     assert sc.model_copy(update={"cluster": c}).engine_spec().prefix_sharing
-    bad = sc.cluster.model_copy(update={"prefix_sharing": True, "chunked_prefill_size": 8192})
-    with pytest.raises(ScenarioError, match="prefix_sharing") as e:
-        sc.model_copy(update={"cluster": bad}).engine_spec()
-    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("cls", ENGINES)
+def test_chunked_prefill_over_a_cached_prefix(cls):
+    """Both rules at once: a group of three 301-token prompts with 100-token passes computes
+    300 + 1 + 1 + 1 tokens in 4 passes, the later samples attending to the cached 300."""
+    from aprilsim.engine.cost import chunked_prefill_time
+
+    e = cls(EngineSpec(COST, kv_capacity=10_000, prefix_sharing=True, chunked_prefill_size=100))
+    e.submit([_grouped(i, 3, 301, 10, 1) for i in range(3)], 0.0)
+    done = e.advance()
+    assert e.prefill_tokens == 303 and e.prefill_passes == 4
+    dur, passes, _ = chunked_prefill_time(COST, [301, 1, 1], 100, 0, [0, 300, 300])
+    assert passes == 4 and math.isclose(done[0].time, dur, rel_tol=1e-12)
+    assert math.isclose(dur, COST.prefill_time(303, 301**2 + 2 * (301**2 - 300**2), 4),
+                        rel_tol=1e-12)

@@ -145,23 +145,29 @@ class _Union:
         return x in self.a or x in self.b
 
 
-def prefill_sizes(batch: list[Request], resident: Container[int] = ()) -> tuple[int, int]:
-    """(tokens, attention work) of a prefill: each request computes its input, and the first
-    request of a group whose prefix is not yet `resident` also the prefix. Attention work is
-    sum(n_i^2) with n_i the tokens a request computes, except that tokens after a cached prefix
-    of s tokens cost (s + n)^2 - s^2 (they attend to it): the p2 term of the cost."""
-    tokens = sq = 0
-    have = set()
+def prefill_pieces(batch: list[Request], resident: Container[int] = ()) -> tuple[list[int], list[int]]:
+    """Per request of a prefill batch, in order: (tokens it computes, tokens of its prefix already
+    held). The first request of a group whose prefix is not yet `resident` computes the prefix
+    too; the later ones compute their own tokens only, over a cached prefix they attend to."""
+    lens: list[int] = []
+    cached: list[int] = []
+    have: set[int] = set()
     for r in batch:
         n = r.input_len + r.gen
         s = r.shared
         if s and r.prefix not in resident and r.prefix not in have:
             have.add(r.prefix)
-            n += s
-            sq += n * n
-        elif s:
-            sq += (s + n) * (s + n) - s * s
+            lens.append(n + s)
+            cached.append(0)
         else:
-            sq += n * n
-        tokens += n
-    return tokens, sq
+            lens.append(n)
+            cached.append(s)
+    return lens, cached
+
+
+def prefill_sizes(batch: list[Request], resident: Container[int] = ()) -> tuple[int, int]:
+    """(tokens, attention work) of a prefill (`prefill_pieces`): attention work is sum(n_i^2)
+    over the tokens each request computes, except that n tokens after a cached prefix of s
+    tokens cost (s + n)^2 - s^2 (they attend to it): the p2 term of the cost."""
+    lens, cached = prefill_pieces(batch, resident)
+    return sum(lens), sum((s + n) * (s + n) - s * s for n, s in zip(lens, cached))

@@ -203,7 +203,8 @@ def prefill_passes(tokens: int, chunk: int, room: int = 0) -> tuple[int, int]:
 
 
 def chunked_prefill_time(
-    cost: DecodeCost, input_lens: Sequence[int], chunk: int, room: int = 0
+    cost: DecodeCost, input_lens: Sequence[int], chunk: int, room: int = 0,
+    cached: Sequence[int] = (),
 ) -> tuple[float, int, int]:
     """(seconds, forward passes started, tokens still free in the last pass) of a prefill batch
     (its requests' input lengths, in batch order) run as SGLang's chunked prefill, pass by pass.
@@ -216,22 +217,27 @@ def chunked_prefill_time(
     sum(n_i^2): the total is `cost.prefill_time(sum(n_i), sum(n_i^2), passes)` with
     `prefill_passes` up to float rounding (the fast engine's closed form), and exactly that with
     a single pass. This walk is the definition, and what the reference engine computes.
+    `cached[i]` (prefix sharing): tokens of request i's prefix already held, which its pieces
+    attend to but do not compute (its quadratic terms then telescope to (s+n)^2 - s^2).
     """
+    pre = list(cached) or [0] * len(input_lens)
     if chunk <= 0:
-        return cost.prefill_time(sum(input_lens), sum(n * n for n in input_lens)), 1, 0
-    ends, passes, left = _walk_passes(cost, input_lens, chunk, room)
+        sq = sum((s + n) * (s + n) - s * s for n, s in zip(input_lens, pre))
+        return cost.prefill_time(sum(input_lens), sq), 1, 0
+    ends, passes, left = _walk_passes(cost, input_lens, chunk, room, pre)
     return (ends[-1] if ends else 0.0), passes, left
 
 
-def pass_ends(cost: DecodeCost, input_lens: Sequence[int], chunk: int, room: int = 0) -> list[float]:
+def pass_ends(cost: DecodeCost, input_lens: Sequence[int], chunk: int, room: int = 0,
+              cached: Sequence[int] = ()) -> list[float]:
     """Seconds from the start of a chunked prefill batch to the end of each pass it runs (the
     open pass it joins first included), as `chunked_prefill_time` sums them: where an abort that
     waits for the pass in flight lands."""
-    return _walk_passes(cost, input_lens, chunk, room)[0]
+    return _walk_passes(cost, input_lens, chunk, room, list(cached) or [0] * len(input_lens))[0]
 
 
 def _walk_passes(
-    cost: DecodeCost, input_lens: Sequence[int], chunk: int, room: int
+    cost: DecodeCost, input_lens: Sequence[int], chunk: int, room: int, cached: Sequence[int]
 ) -> tuple[list[float], int, int]:
     """(the running total at each pass's end, passes started, room left): the walk both
     `chunked_prefill_time` and `pass_ends` report (chunk >= 1)."""
@@ -241,8 +247,9 @@ def _walk_passes(
     left = room  # tokens still free in the current pass
     opened = False  # the current pass started in this batch (it pays p0)
     tok = sq = 0  # the current pass's tokens and quadratic term
-    for n in input_lens:
-        done = 0
+    for n, held in zip(input_lens, cached):
+        done = held  # tokens of this request already in the cache (its shared prefix)
+        n += held
         while done < n:
             if left == 0:
                 if tok:
@@ -291,7 +298,7 @@ class EngineSpec:
     abort_steps: int | None = None
     # SGLang's radix cache within a group: a group's samples on one engine prefill and hold its
     # prompt once (all but its last token, which SGLang always recomputes). Pair it with the
-    # group_affinity router. Not combined with chunked prefill yet.
+    # group_affinity router.
     prefix_sharing: bool = False
     # SGLang's chunked prefill: a prefill batch runs as forward passes of at most this many input
     # tokens, each paying p0 (`prefill_passes`); 0 or -1 (SGLang's "off"): one pass per batch.
@@ -310,9 +317,6 @@ class EngineSpec:
             raise ValueError("retract_decode_steps must be >= 0")
         if self.retract_to not in ("head", "tail"):
             raise ValueError("retract_to must be 'head' or 'tail'")
-        if self.prefix_sharing and self.prefill_chunk:
-            raise ValueError("prefix_sharing with chunked_prefill_size is not modelled yet: "
-                             "set one of them")
         if self.abort_steps is not None and self.abort_steps < 0:
             raise ValueError("abort_steps must be >= 0 (or unset: the abort lands at once)")
         if self.chunked_prefill_size < -1:

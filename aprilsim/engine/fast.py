@@ -31,6 +31,7 @@ from collections import deque
 
 from aprilsim.engine.admission import (
     can_admit_head,
+    prefill_pieces,
     ratio_after_retraction,
     ratio_at,
     select_prefill_batch,
@@ -92,6 +93,7 @@ class FastEngine:
         self.share = spec.prefix_sharing
         self.prefix_hits = 0  # requests prefilled onto a prefix the engine held (tests)
         self.batch_hits = 0  # those of the prefill batch in progress
+        self.batch_pieces: tuple[list[int], list[int]] = ([], [])  # its per-request pieces
         self.prefix_drops = 0  # prefixes freed with their last holder (tests)
         self.abort_steps_run = 0  # steps run while an abort was on its way, in flight + k (tests)
         self.abort_finishes = 0  # requests finished while an abort was on its way (tests)
@@ -277,8 +279,11 @@ class FastEngine:
         included), or None when it is the batch's last pass or the batch has only one."""
         if not self.chunk or self.batch_passes + (self.room_in > 0) < 2:
             return None
-        lens = [r.input_len + r.gen for r in self.batch]
-        for end in pass_ends(self.cost, lens, self.chunk, self.room_in)[:-1]:
+        if self.share:
+            lens, cached = self.batch_pieces
+        else:
+            lens, cached = [r.input_len + r.gen for r in self.batch], []
+        for end in pass_ends(self.cost, lens, self.chunk, self.room_in, cached)[:-1]:
             if self.t + end > now:
                 return self.t + end
         return None
@@ -428,6 +433,8 @@ class FastEngine:
                     self.spec, self.waiting, len(running), self.kv, reserve, ratio, refs
                 )
                 if self.share:
+                    if self.chunk:  # what an abort in mid-batch walks (`_pass_in_flight_end`)
+                        self.batch_pieces = prefill_pieces(self.batch, refs)
                     hits = 0
                     for r in self.batch:
                         if r.shared:

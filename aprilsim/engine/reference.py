@@ -17,7 +17,7 @@ from collections import deque
 from aprilsim.engine.admission import (
     can_admit_head,
     clipped,
-    prefill_sizes,
+    prefill_pieces,
     ratio_after_retraction,
     ratio_at,
     select_prefill_batch,
@@ -40,6 +40,7 @@ class ReferenceEngine:
         self.running: list[Request] = []  # in admission order
         self.batch: list[Request] = []
         self.batch_tokens = 0  # tokens the prefill batch computes (shared prefixes it brings too)
+        self.batch_pieces: tuple[list[int], list[int]] = ([], [])  # per request (`prefill_pieces`)
         self.prefix_hits = 0  # requests prefilled onto a prefix the engine held (tests)
         self.batch_hits = 0
         self.t = 0.0
@@ -193,8 +194,8 @@ class ReferenceEngine:
         n_due = len(out)
         self.abort_steps_run += 1
         ends = [] if self.phase != PREFILL or not self.spec.prefill_chunk else pass_ends(
-            self.cost, [r.input_len + r.gen for r in self.batch], self.spec.prefill_chunk,
-            self.room_in)
+            self.cost, *self.batch_pieces[:1], self.spec.prefill_chunk, self.room_in,
+            self.batch_pieces[1])
         cut = next((self.t + e for e in ends[:-1] if self.t + e > now), None)
         if cut is None:
             out += self.advance()  # the step in flight
@@ -243,8 +244,8 @@ class ReferenceEngine:
                 spec, self.waiting, len(self.running), kv, reserve, ratio, resident
             )
             # recounted: the oracle trusts no shortcut
-            tokens, sq = prefill_sizes(self.batch, resident)
-            self.batch_tokens = tokens
+            lens, cached = self.batch_pieces = prefill_pieces(self.batch, resident)
+            tokens = self.batch_tokens = sum(lens)
             self.batch_hits = 0
             for r in self.batch:  # admitted onto a prefix already held (or brought just before)
                 if r.shared:
@@ -252,12 +253,9 @@ class ReferenceEngine:
                     resident.add(r.prefix)
             self.kv_peak = max(self.kv_peak, kv + tokens)
             self.phase = PREFILL
-            if spec.prefix_sharing:  # (not combined with chunking: EngineSpec refuses it)
-                dur, self.batch_passes, left = self.cost.prefill_time(tokens, sq), 1, 0
-            else:
-                dur, self.batch_passes, left = chunked_prefill_time(
-                    self.cost, [r.input_len + r.gen for r in self.batch], spec.prefill_chunk, room
-                )
+            dur, self.batch_passes, left = chunked_prefill_time(
+                self.cost, lens, spec.prefill_chunk, room, cached
+            )
             self.batch_room = left if capped else 0
             self.t_event = self.t + dur
             return
