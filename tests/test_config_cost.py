@@ -44,8 +44,10 @@ def test_abort_steps_reaches_the_engine_and_bad_values_are_one_line_errors():
     d = default_scenario().model_dump(mode="json", exclude_none=True)
     d["cluster"]["abort_steps"] = 1
     assert scenario_from_dict(d).engine_spec().abort_steps == 1
-    assert default_scenario().engine_spec().abort_steps is None  # default: aborts land at once
-    d["cluster"]["abort_steps"] = -1
+    assert default_scenario().engine_spec().abort_steps == 1  # the presets: SGLang's
+    d["cluster"]["abort_steps"] = -1  # the abort lands at once
+    assert scenario_from_dict(d).engine_spec().abort_steps is None
+    d["cluster"]["abort_steps"] = -2
     with pytest.raises(ScenarioError, match="abort_steps") as e:
         scenario_from_dict(d)
     assert "\n" not in str(e.value)

@@ -341,8 +341,8 @@ def test_cluster_key_sets_chunked_prefill():
     from aprilsim.engine.cost import PRESETS, SGLANG_RULES
 
     sc = default_scenario()
-    assert sc.engine_spec().prefill_chunk == 0  # off by default: results as before
-    assert all(p.prefill_chunk == 0 for p in PRESETS.values())
+    assert sc.engine_spec().prefill_chunk == 8192  # the presets run SGLang's rules
+    assert all(p.prefill_chunk == 8192 for p in PRESETS.values())
     for value, chunk in ((8192, 8192), (-1, 0), (0, 0)):
         c = sc.cluster.model_copy(update={"chunked_prefill_size": value})
         assert sc.model_copy(update={"cluster": c}).engine_spec().prefill_chunk == chunk

@@ -16,6 +16,19 @@ from sched_helpers import USER_SCHEDULER, run, small_scenario
 from aprilsim.engine.reference import ReferenceEngine
 from aprilsim.policies.registry import REGISTRY
 
+# The simpler engine rules (constant ratio 0.1, no clip, retractions at the head, aborts landing at
+# once, no chunking): the KV pressure these cases need to retract under every scheduler. The
+# presets' SGLang rules admit more cautiously; they have their own whole-run test below.
+SIMPLE = {"new_token_ratio": 0.1, "new_token_ratio_decay_steps": 0, "clip_max_new_tokens": 0,
+          "retract_to": "head", "abort_steps": -1, "chunked_prefill_size": 0}
+
+
+def _tight(sc, **cluster):
+    """The scenario on a tight KV cache (5,000 tokens) with the simpler rules and `cluster`."""
+    return sc.model_copy(update={"cluster": sc.cluster.model_copy(
+        update={**SIMPLE, "kv_capacity": 5000, **cluster})})
+
+
 CASES = [(name, {}) for name in sorted(REGISTRY)] + [
     (USER_SCHEDULER, {}),
     ("april", {"token_budget": 500}),
@@ -42,7 +55,7 @@ def _fingerprint(r):
 def test_fast_and_reference_engines_give_the_same_run(name, settings):
     sc = small_scenario(engines=2, batch=6, group=4, max_len=3072, steps=3, seed=4, alpha=0.5,
                         beta=0.5)
-    tight = sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"kv_capacity": 5000})})
+    tight = _tight(sc)
     fast = run(tight, name, settings)
     ref = run(tight, name, settings, engine_factory=ReferenceEngine)
     (f_steps, f_end), (r_steps, r_end) = _fingerprint(fast), _fingerprint(ref)
@@ -64,14 +77,13 @@ def test_fast_and_reference_engines_give_the_same_run(name, settings):
 def test_aborts_that_land_after_the_step_in_flight_agree_on_both_engines(name, k):
     """`abort_steps` (the abort lands after the step in flight and k more decode steps, as on a
     live engine): fast == reference over whole runs, the aborts found steps in flight, and the
-    rollouts end later than with aborts that land at once. (Requests finishing while an abort
+    first rollout ends later than with aborts that land at once. (Requests finishing while an abort
     lands are reached by the engine-level property test, tests/test_engine_equivalence.py.)"""
     from aprilsim.engine.fast import FastEngine
 
     sc = small_scenario(engines=2, batch=6, group=4, max_len=3072, steps=3, seed=4, alpha=0.5,
                         beta=0.5)
-    cl = sc.cluster.model_copy(update={"kv_capacity": 5000, "abort_steps": k})
-    sc = sc.model_copy(update={"cluster": cl})
+    sc = _tight(sc, abort_steps=k)
     made_f: list = []
     fast = run(sc, name, {}, engine_factory=_recording(FastEngine, made_f))
     ref = run(sc, name, {}, engine_factory=ReferenceEngine)
@@ -86,10 +98,11 @@ def test_aborts_that_land_after_the_step_in_flight_agree_on_both_engines(name, k
             else:
                 assert math.isclose(v, w, rel_tol=1e-9, abs_tol=1e-9), key
     assert sum(e.abort_steps_run for e in made_f) > 0, "no abort found a step in flight"
-    base = run(sc.model_copy(update={"cluster": cl.model_copy(update={"abort_steps": None})}),
-               name, {})
-    assert sum(s.rollout_time_s for s in fast.result.steps) > sum(
-        s.rollout_time_s for s in base.result.steps)
+    base = run(sc.model_copy(update={"cluster": sc.cluster.model_copy(
+        update={"abort_steps": -1})}), name, {})  # -1: the abort lands at once
+    # the runs are the same up to the first abort, which lands later; after it they part ways
+    assert fast.result.steps[0].rollout_time_s > base.result.steps[0].rollout_time_s
+    assert _fingerprint(base) != (f_steps, f_end)
 
 
 def _recording(factory, made):
@@ -112,10 +125,8 @@ def test_whole_runs_agree_with_chunked_prefill(name, settings, cluster):
     (also with aborts that land after the step in flight: `abort_steps`)."""
     sc = small_scenario(engines=2, batch=6, group=4, max_len=3072, steps=3, seed=4, alpha=0.5,
                         beta=0.5)
-    base = {"kv_capacity": 5000, "max_prefill_tokens": 1000, **cluster}
-    tight = sc.model_copy(update={"cluster": sc.cluster.model_copy(update=base)})
-    chunked = sc.model_copy(update={"cluster": sc.cluster.model_copy(
-        update={**base, "chunked_prefill_size": 256})})
+    tight = _tight(sc, max_prefill_tokens=1000, **cluster)
+    chunked = _tight(sc, max_prefill_tokens=1000, **cluster, chunked_prefill_size=256)
     fast = run(chunked, name, settings)
     ref = run(chunked, name, settings, engine_factory=ReferenceEngine)
     (f_steps, f_end), (r_steps, r_end) = _fingerprint(fast), _fingerprint(ref)
@@ -149,9 +160,8 @@ def test_prefix_sharing_runs_agree_on_both_engines(name, router):
 
     sc = small_scenario(engines=2, batch=6, group=4, max_len=3072, steps=3, seed=4, alpha=0.5,
                         beta=0.5)
-    cl = sc.cluster.model_copy(update={"kv_capacity": 5000, "prefix_sharing": True,
-                                       "router": router})
-    shared = sc.model_copy(update={"cluster": cl})
+    shared = _tight(sc, prefix_sharing=True, router=router)
+    cl = shared.cluster
     made: list = []
     fast = run(shared, name, {}, engine_factory=_recording(FastEngine, made))
     ref = run(shared, name, {}, engine_factory=ReferenceEngine)
@@ -172,3 +182,29 @@ def test_prefix_sharing_runs_agree_on_both_engines(name, router):
     run(sc.model_copy(update={"cluster": cl.model_copy(update={"prefix_sharing": False})}),
         name, {}, engine_factory=_recording(FastEngine, plain))
     assert sum(e.prefill_tokens for e in made) < sum(e.prefill_tokens for e in plain)
+
+
+def test_whole_runs_agree_under_the_presets_sglang_rules():
+    """The presets' SGLang rules (decaying ratio 0.7, clip 4,096, retractions at the tail, aborts
+    landing one decode step late, chunked prefill 8,192): fast == reference for every registered
+    scheduler on a tight KV cache, and some of them retract (SGLang reserves cautiously: at 5,000
+    tokens sync, april, fully_async and dynamic_sampling do, tail_batching does not)."""
+    sc = small_scenario(engines=2, batch=6, group=4, max_len=3072, steps=3, seed=4, alpha=0.5,
+                        beta=0.5)
+    tight = sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"kv_capacity": 5000})})
+    assert tight.engine_spec().sglang_ratio and tight.engine_spec().abort_steps == 1
+    retracted = 0
+    for name in sorted(REGISTRY):
+        fast, ref = run(tight, name, {}), run(tight, name, {}, engine_factory=ReferenceEngine)
+        (f_steps, f_end), (r_steps, r_end) = _fingerprint(fast), _fingerprint(ref)
+        assert f_end == r_end, name
+        for (fd, ft), (rd, rt) in zip(f_steps, r_steps, strict=True):
+            assert fd == rd, name
+            for k, v in ft.items():
+                w = rt[k]
+                if isinstance(v, list):
+                    assert all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9) for a, b in zip(v, w))
+                else:
+                    assert math.isclose(v, w, rel_tol=1e-9, abs_tol=1e-9), (name, k)
+        retracted += sum(r.retractions for r in fast.result.steps) > 0
+    assert retracted >= 3, "the SGLang rules never ran out of KV"

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 
@@ -367,9 +367,8 @@ _CROSS_CHECK_TEXT = (
 
 
 # SGLang 0.5.23's scheduling defaults (sglang/srt/environ.py, server_args: schedule_conservativeness
-# 1.0), to be set as `[cluster]` keys or `replace(spec, **SGLANG_RULES)`. Not yet the presets'
-# default: with them the tight-KV run of tests/test_whole_run_equivalence.py no longer retracts
-# (fast == reference still holds; its reach assertion fails), a file outside the engine's.
+# 1.0): the presets run them (see PRESETS); a bare EngineSpec keeps the simpler rules, and each
+# is a `[cluster]` key (`replace(spec, **SGLANG_RULES)` in Python).
 SGLANG_RULES: dict = {
     "new_token_ratio": 0.7,  # SGLANG_INIT_NEW_TOKEN_RATIO x schedule_conservativeness
     "new_token_ratio_decay_steps": 600,  # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
@@ -438,9 +437,11 @@ def _qwen3_8b_h100_tp1() -> EngineSpec:
     )
 
 
+# The presets run SGLang's rules (a bare EngineSpec keeps the simple ones: constant ratio 0.1, no
+# clip, retractions at the head, aborts landing at once, no chunking), so scenarios do by default.
 PRESETS: dict[str, EngineSpec] = {
-    "qwen3-4b-h100-tp2": _qwen3_4b_h100_tp2(),
-    "qwen3-8b-h100-tp1": _qwen3_8b_h100_tp1(),
+    "qwen3-4b-h100-tp2": replace(_qwen3_4b_h100_tp2(), **SGLANG_RULES),
+    "qwen3-8b-h100-tp1": replace(_qwen3_8b_h100_tp1(), **SGLANG_RULES),
 }
 
 DEFAULT_PRESET = "qwen3-4b-h100-tp2"
