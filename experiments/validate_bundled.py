@@ -1,12 +1,14 @@
 """Validate the simulator against the bundled engine on CPU and write docs/validation.md.
 
-Runs `aprilsim validate`'s pipeline (real/validate.py) on two in-process bundled engines with the
+Runs `aprilsim validate`'s pipeline (real/validate.py) on in-process bundled engines (one by
+default: two in-process engines share one interpreter lock, which makes APRIL's live figures vary
+from run to run; docs/validation.md) with the
 default scenario scaled to max_response_len 64: sync, APRIL at ratios 2 and 1.5, and
 async_one_step, each live (replay) and simulated with the cost fitted on the live iteration logs.
 Rewrites the results part of docs/validation.md (between the `<!-- results -->` markers; the
 method above them is kept) and docs/img/validation_*.png.
 
-    python experiments/validate_bundled.py [--steps 5] [--seed 0]
+    python experiments/validate_bundled.py [--steps 5] [--seed 0] [--local 1]
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--local", type=int, default=1, help="in-process bundled engines (default 1)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs")
     args = ap.parse_args()
     sc = with_overrides(load_scenario(None), steps=args.steps, warmup=None)
-    opts = dict(local=2, engines=None, router=None, vocab_size=None, seed=args.seed,
+    opts = dict(local=args.local, engines=None, router=None, vocab_size=None, seed=args.seed,
                 steps=args.steps, calibration=None, scale=local_scale(sc.max_response_len))
     t0 = time.monotonic()
     v = validate(sc, SPECS, opts, lambda name, d, t: print(f"{name}: step {d}/{t}", flush=True))
