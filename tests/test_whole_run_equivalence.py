@@ -51,13 +51,9 @@ def _fingerprint(r):
     return out, r.result.end_state
 
 
-@pytest.mark.parametrize(("name", "settings"), CASES, ids=IDS)
-def test_fast_and_reference_engines_give_the_same_run(name, settings):
-    sc = small_scenario(engines=2, batch=6, group=4, max_len=3072, steps=3, seed=4, alpha=0.5,
-                        beta=0.5)
-    tight = _tight(sc)
-    fast = run(tight, name, settings)
-    ref = run(tight, name, settings, engine_factory=ReferenceEngine)
+def _assert_same_run(fast, ref):
+    """Both runs' step records equal (times to 1e-9) and their end states equal; returns the fast
+    run's fingerprint."""
     (f_steps, f_end), (r_steps, r_end) = _fingerprint(fast), _fingerprint(ref)
     assert f_end == r_end
     for (fd, ft), (rd, rt) in zip(f_steps, r_steps, strict=True):
@@ -68,6 +64,17 @@ def test_fast_and_reference_engines_give_the_same_run(name, settings):
                 assert all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9) for a, b in zip(v, w))
             else:
                 assert math.isclose(v, w, rel_tol=1e-9, abs_tol=1e-9), k
+    return f_steps, f_end
+
+
+@pytest.mark.parametrize(("name", "settings"), CASES, ids=IDS)
+def test_fast_and_reference_engines_give_the_same_run(name, settings):
+    sc = small_scenario(engines=2, batch=6, group=4, max_len=3072, steps=3, seed=4, alpha=0.5,
+                        beta=0.5)
+    tight = _tight(sc)
+    fast = run(tight, name, settings)
+    ref = run(tight, name, settings, engine_factory=ReferenceEngine)
+    f_steps, f_end = _assert_same_run(fast, ref)
     assert sum(r.retractions for r in fast.result.steps) > 0, "the KV cache never ran out"
 
 
@@ -87,16 +94,7 @@ def test_aborts_that_land_after_the_step_in_flight_agree_on_both_engines(name, k
     made_f: list = []
     fast = run(sc, name, {}, engine_factory=_recording(FastEngine, made_f))
     ref = run(sc, name, {}, engine_factory=ReferenceEngine)
-    (f_steps, f_end), (r_steps, r_end) = _fingerprint(fast), _fingerprint(ref)
-    assert f_end == r_end
-    for (fd, ft), (rd, rt) in zip(f_steps, r_steps, strict=True):
-        assert fd == rd
-        for key, v in ft.items():
-            w = rt[key]
-            if isinstance(v, list):
-                assert all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9) for a, b in zip(v, w))
-            else:
-                assert math.isclose(v, w, rel_tol=1e-9, abs_tol=1e-9), key
+    f_steps, f_end = _assert_same_run(fast, ref)
     assert sum(e.abort_steps_run for e in made_f) > 0, "no abort found a step in flight"
     base = run(sc.model_copy(update={"cluster": sc.cluster.model_copy(
         update={"abort_steps": -1})}), name, {})  # -1: the abort lands at once
@@ -129,16 +127,7 @@ def test_whole_runs_agree_with_chunked_prefill(name, settings, cluster):
     chunked = _tight(sc, max_prefill_tokens=1000, **cluster, chunked_prefill_size=256)
     fast = run(chunked, name, settings)
     ref = run(chunked, name, settings, engine_factory=ReferenceEngine)
-    (f_steps, f_end), (r_steps, r_end) = _fingerprint(fast), _fingerprint(ref)
-    assert f_end == r_end
-    for (fd, ft), (rd, rt) in zip(f_steps, r_steps, strict=True):
-        assert fd == rd
-        for k, v in ft.items():
-            w = rt[k]
-            if isinstance(v, list):
-                assert all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9) for a, b in zip(v, w))
-            else:
-                assert math.isclose(v, w, rel_tol=1e-9, abs_tol=1e-9), k
+    f_steps, f_end = _assert_same_run(fast, ref)
     for fe, re_ in zip(fast.sim.engines, ref.sim.engines, strict=True):
         assert (fe.prefill_passes, fe.multi_pass_batches, fe.joined_open_pass,
                 fe.abort_pass_cuts) == (re_.prefill_passes, re_.multi_pass_batches,
@@ -165,16 +154,7 @@ def test_prefix_sharing_runs_agree_on_both_engines(name, router):
     made: list = []
     fast = run(shared, name, {}, engine_factory=_recording(FastEngine, made))
     ref = run(shared, name, {}, engine_factory=ReferenceEngine)
-    (f_steps, f_end), (r_steps, r_end) = _fingerprint(fast), _fingerprint(ref)
-    assert f_end == r_end
-    for (fd, ft), (rd, rt) in zip(f_steps, r_steps, strict=True):
-        assert fd == rd
-        for key, v in ft.items():
-            w = rt[key]
-            if isinstance(v, list):
-                assert all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9) for a, b in zip(v, w))
-            else:
-                assert math.isclose(v, w, rel_tol=1e-9, abs_tol=1e-9), key
+    f_steps, f_end = _assert_same_run(fast, ref)
     assert sum(e.prefix_hits for e in made) > 0
     if name != "sync":  # other schedulers' work changes with the timing (what gets aborted)
         return
@@ -196,15 +176,6 @@ def test_whole_runs_agree_under_the_presets_sglang_rules():
     retracted = 0
     for name in sorted(REGISTRY):
         fast, ref = run(tight, name, {}), run(tight, name, {}, engine_factory=ReferenceEngine)
-        (f_steps, f_end), (r_steps, r_end) = _fingerprint(fast), _fingerprint(ref)
-        assert f_end == r_end, name
-        for (fd, ft), (rd, rt) in zip(f_steps, r_steps, strict=True):
-            assert fd == rd, name
-            for k, v in ft.items():
-                w = rt[k]
-                if isinstance(v, list):
-                    assert all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9) for a, b in zip(v, w))
-                else:
-                    assert math.isclose(v, w, rel_tol=1e-9, abs_tol=1e-9), (name, k)
+        f_steps, f_end = _assert_same_run(fast, ref)
         retracted += sum(r.retractions for r in fast.result.steps) > 0
     assert retracted >= 3, "the SGLang rules never ran out of KV"
