@@ -111,7 +111,10 @@ def test_argument_string_maps_exact_values():
     assert sc.cluster.engines == 3
     assert (sc.cluster.max_running, sc.cluster.kv_capacity, sc.cluster.max_prefill_tokens) == (
         128, 500000, 8192)
-    assert sc.launch.chunked_prefill_size == 4096
+    assert sc.cluster.chunked_prefill_size == 4096  # simulated (issue 11), and exported back
+    assert sc.engine_spec().prefill_chunk == 4096
+    argv, _ = to_slime(sc)
+    assert argv[argv.index("--sglang-chunked-prefill-size") + 1] == "4096"
     assert sc.launch.colocate is False
     assert sc.schedulers["april"] == {"ratio": 3.0, "recycle": True}
     assert res.unmapped == ["--lr"]

@@ -16,7 +16,8 @@ Flag names and meanings follow slime's own argument definitions (`slime/utils/ar
 | `--sglang-max-running-requests` | `cluster.max_running` |
 | `--sglang-max-total-tokens` | `cluster.kv_capacity` |
 | `--sglang-max-prefill-tokens` | `cluster.max_prefill_tokens` |
-| `--rollout-temperature`, `--global-batch-size`, `--sglang-mem-fraction-static`, `--sglang-chunked-prefill-size`, `--buffer-filter-path` | `[launch]`: kept for export, not simulated |
+| `--sglang-chunked-prefill-size` | `cluster.chunked_prefill_size` |
+| `--rollout-temperature`, `--global-batch-size`, `--sglang-mem-fraction-static`, `--buffer-filter-path` | `[launch]`: kept for export, not simulated |
 
 Everything else (model architecture, optimizer, data paths, logging...) is listed in one warning.
 """
@@ -49,7 +50,7 @@ _DIRECT: dict[str, tuple[tuple[str, ...], type]] = {
     "--rollout-temperature": (("launch", "temperature"), float),
     "--global-batch-size": (("launch", "global_batch_size"), int),
     "--sglang-mem-fraction-static": (("launch", "mem_fraction_static"), float),
-    "--sglang-chunked-prefill-size": (("launch", "chunked_prefill_size"), int),
+    "--sglang-chunked-prefill-size": (("cluster", "chunked_prefill_size"), int),
     "--buffer-filter-path": (("launch", "buffer_filter"), str),
     "--dynamic-sampling-filter-path": (("launch", "dynamic_sampling_filter"), str),
     "--actor-num-nodes": (("launch", "trainer_nodes"), int),
@@ -196,7 +197,9 @@ def to_slime(sc: Scenario, scheduler: str | None = None) -> tuple[list[str], lis
         add("--buffer-filter-path", la.buffer_filter)
     c = sc.cluster
     for flag, value in (("--sglang-mem-fraction-static", la.mem_fraction_static),
-                        ("--sglang-chunked-prefill-size", la.chunked_prefill_size),
+                        ("--sglang-chunked-prefill-size",
+                         c.chunked_prefill_size if c.chunked_prefill_size is not None
+                         else la.chunked_prefill_size),
                         ("--sglang-max-running-requests", c.max_running),
                         ("--sglang-max-total-tokens", c.kv_capacity),
                         ("--sglang-max-prefill-tokens", c.max_prefill_tokens)):
