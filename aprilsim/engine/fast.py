@@ -88,6 +88,13 @@ class FastEngine:
         self.sglang = spec.sglang_ratio
         self.clip = spec.clip_max_new_tokens
         self.over_clip = False  # may a running request's remaining max_new exceed the clip?
+        # The clipped reserve sum(min(max_new - gen, clip)) over running requests, kept up to date
+        # (`_reserve_after`): a request with E = max_new - base (gen = base + it) counts `clip`
+        # while it < K = E - clip ("far", in a heap by K) and E - it once past ("near").
+        self._far: list[tuple[int, int]] = []  # (K, rid), lazily cleaned
+        self._far_ids: set[int] = set()
+        self._near_ids: set[int] = set()
+        self._sum_e_near = 0  # sum of E over the near ones
         # prefix sharing: key -> requests holding it (running or prefilling); its length
         self.refs: dict[int, int] = {}
         self.share = spec.prefix_sharing
@@ -197,8 +204,10 @@ class FastEngine:
                     continue
                 r.base = base = gen - it  # running: gen == base + it from now on
                 running[r.rid] = r
-                if self.clip and r.max_new - gen > self.clip:
-                    self.over_clip = True
+                if self.clip:
+                    self._clip_add(r)
+                    if r.max_new - gen > self.clip:
+                        self.over_clip = True
                 push(finish, (r.target_new - base, r.rid))
             self.batch = []
             self.batch_tokens = 0
@@ -229,6 +238,10 @@ class FastEngine:
         self._finish.clear()
         self.kv = self.reserve = 0
         self.refs.clear()
+        self._far.clear()
+        self._far_ids.clear()
+        self._near_ids.clear()
+        self._sum_e_near = 0
         self.hold = False
         self.room = 0
         self.ratio_base, self.ratio_it0 = self.spec.new_token_ratio, self.it
@@ -342,6 +355,8 @@ class FastEngine:
         while heap and heap[0][0] <= it:
             rid = pop(heap)[1]
             r = running.pop(rid)
+            if self.clip:
+                self._clip_drop(r)
             gen = r.gen = r.target_new
             max_new = r.max_new
             freed += r.input_len + gen - 1
@@ -373,6 +388,8 @@ class FastEngine:
         while running and self.kv + len(running) > cap:
             r = min(running.values(), key=lambda x: (x.base, -x.rid))
             del running[r.rid]
+            if self.clip:
+                self._clip_drop(r)
             r.gen = r.base + self.it
             self.kv -= r.input_len + r.gen - 1
             if r.shared:
@@ -401,11 +418,53 @@ class FastEngine:
 
     def _reserve_after(self, m: int) -> int:
         """The running requests' remaining max_new, clipped, after m more decode iterations:
-        closed form unless one of them may be over the clip (then a scan: long requests only)."""
+        closed form unless one of them may be over the clip; then from the far/near split (O(1)
+        amortised; a query past the present moves the far ones that cross by then, and back)."""
         if not self.over_clip:
             return self.reserve - m * len(self.running)
-        c, g = self.clip, self.it + m
-        return sum(min(r.max_new - r.base - g, c) for r in self.running.values())
+        c, it = self.clip, self.it
+        far, ids, pop = self._far, self._far_ids, heapq.heappop
+        while far and far[0][0] < it:  # crossed for good: far -> near
+            k, rid = pop(far)
+            if rid in ids:
+                ids.discard(rid)
+                self._near_ids.add(rid)
+                self._sum_e_near += k + c
+        n_near, sum_e, g = len(self._near_ids), self._sum_e_near, it + m
+        n_far = len(ids)
+        if m > 0 and far and far[0][0] < g:
+            crossed = []
+            while far and far[0][0] < g:
+                k, rid = pop(far)
+                if rid in ids:
+                    crossed.append((k, rid))
+                    n_far -= 1
+                    n_near += 1
+                    sum_e += k + c
+            for item in crossed:
+                heapq.heappush(far, item)
+        return c * n_far + sum_e - g * n_near
+
+    def _clip_add(self, r) -> None:
+        """A request starts running: file it far or near (see `_reserve_after`)."""
+        e = r.max_new - r.base
+        k = e - self.clip
+        if k >= self.it:
+            heapq.heappush(self._far, (k, r.rid))
+            self._far_ids.add(r.rid)
+        else:
+            self._near_ids.add(r.rid)
+            self._sum_e_near += e
+
+    def _clip_drop(self, r) -> None:
+        """A running request leaves (finished or retracted)."""
+        if r.rid in self._far_ids:
+            self._far_ids.discard(r.rid)
+        elif r.rid in self._near_ids:
+            self._near_ids.discard(r.rid)
+            self._sum_e_near -= r.max_new - r.base
+        if not self._far_ids and self._far:
+            self._far.clear()
 
     def _ratio_after(self, m: int) -> float:
         """The new-token ratio at the boundary m decode iterations from now."""
