@@ -12,7 +12,7 @@ one (before that abort model, APRIL's error was 2.4-2.8 % and the gain 1.2-1.6 p
 in-process engines only sync's figures are deterministic: the engines share one interpreter
 lock, so their progress relative to each other follows the threads' turns rather than the cost
 model, and APRIL's first-finished groups (hence its priced gain, 0.3-9.3 pp off over 10 runs)
-depend on it; that test bounds sync and the ranking.
+depend on it; that test bounds sync only.
 """
 
 from __future__ import annotations
@@ -85,7 +85,12 @@ def test_validate_on_one_engine_meets_the_engine_time_targets(tmp_path):
 
 
 @pytest.mark.slow
-def test_validate_on_two_engines_matches_sync_and_the_ranking(tmp_path):
+def test_validate_on_two_engines_matches_sync(tmp_path):
+    """Two in-process engines: sync's engine time is deterministic (every request runs to its
+    end), so it matches the simulation; APRIL's is not asserted (see the module docstring: its
+    priced gain moved 0.3-9.3 pp from the prediction over 10 runs, more than the predicted gap
+    to sync in some of them, so even the ranking would be a coin toss there)."""
     t, by = _validate(tmp_path, 2)
     assert by["sync"]["errors"]["step_priced_median_abs"] <= 0.05, by["sync"]["errors"]
-    assert t["ranking_priced"]["met"], t
+    assert by["april"]["measured"]["steps"] == by["april"]["predicted"]["steps"]
+    assert "april" in t["gain_vs_sync_pp"]["by_scheduler"]  # reported, whatever it is
