@@ -113,18 +113,19 @@ def select_prefill_batch(
         r = waiting[0]
         need = r.input_len + r.gen
         s = r.shared
-        if s and r.prefix not in seen:
+        brings = s and r.prefix not in seen  # a shared prefix not held yet: computed here
+        if brings:
             need += s
         if batch and tokens + need > limit:
             return batch, tokens, sq, added, True
         waiting.popleft()
         batch.append(r)
         tokens += need
-        if s and need == r.input_len + r.gen:  # the prefix is cached: its tokens are not computed
+        if s and not brings:  # over a cached prefix: its tokens are attended to, not computed
             sq += (s + need) * (s + need) - s * s
         else:
             sq += need * need
-        if s and r.prefix not in seen:
+        if brings:
             if not brought:
                 seen = _Union(resident, brought)
             brought.add(r.prefix)

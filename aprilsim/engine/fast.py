@@ -370,14 +370,18 @@ class FastEngine:
 
     def _release(self, r) -> None:
         """A request holding a shared prefix leaves: the prefix goes with the last holder."""
-        refs, key = self.refs, r.prefix
-        c = refs[key] - 1
-        if c:
-            refs[key] = c
-        else:
-            del refs[key]
+        if self._unref(r.prefix):
             self.kv -= r.shared
             self.prefix_drops += 1
+
+    def _unref(self, key: int) -> bool:
+        """One holder fewer for prefix `key`; True when that was the last."""
+        c = self.refs[key] - 1
+        if c:
+            self.refs[key] = c
+            return False
+        del self.refs[key]
+        return True
 
     def _retract_until_fits(self) -> None:
         """Evict the requests with the fewest generated tokens (latest rid on ties) until the
@@ -605,14 +609,9 @@ class FastEngine:
         """Undo a plan that has not progressed (it starts at the current boundary)."""
         if self.phase == PREFILL:
             self.kv -= self.batch_tokens  # the prefixes this batch brought included
-            refs = self.refs
             for r in self.batch:
                 if r.shared:
-                    c = refs[r.prefix] - 1
-                    if c:
-                        refs[r.prefix] = c
-                    else:
-                        del refs[r.prefix]
+                    self._unref(r.prefix)
             self.reserve -= sum(r.max_new - r.gen for r in self.batch)
             self.waiting.extendleft(reversed(self.batch))
             self.batch = []

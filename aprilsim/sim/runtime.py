@@ -431,24 +431,22 @@ class Simulation:
         self.trace.requests.append(span)
 
     def _abort_all(self) -> None:
+        # with `abort_steps` k, as on a live engine: each engine finishes its step in flight (and
+        # k more decode steps); the samples stay in flight, and the scheduler hears of them, when
+        # the last one lands. Without it the abort lands at once.
         k = self.spec.abort_steps
-        if k is None:  # the abort lands at once
-            comps: list[Completion] = []
-            for i, e in enumerate(self.engines):
-                if not e.is_idle():
-                    comps += e.abort_all(self.now)
-                    self._dirty.add(i)
-            self._abort_landed(comps)
-            return
-        # as on a live engine: each engine finishes its step in flight (and k more decode steps);
-        # the samples stay in flight, and the scheduler hears of them, when the last one lands
-        comps, land = [], self.now
+        comps: list[Completion] = []
+        land = self.now
         for i, e in enumerate(self.engines):
-            if not e.is_idle():
+            if e.is_idle():
+                continue
+            if k is None:
+                comps += e.abort_all(self.now)
+            else:
                 t, got = e.abort_after_steps(self.now, k)
                 comps += got
                 land = max(land, t)
-                self._dirty.add(i)
+            self._dirty.add(i)
         if land <= self.now:
             self._abort_landed(comps)
             return
