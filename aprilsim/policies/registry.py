@@ -17,6 +17,7 @@ from aprilsim.policies.async_one_step import AsyncOneStepScheduler
 from aprilsim.policies.base import Scheduler
 from aprilsim.policies.dynamic_sampling import DynamicSamplingScheduler
 from aprilsim.policies.fully_async import FullyAsyncScheduler
+from aprilsim.policies.slime_dapo import SlimeDapoScheduler
 from aprilsim.policies.sync import SyncScheduler
 from aprilsim.policies.tail_batching import TailBatchingScheduler
 
@@ -38,6 +39,7 @@ for _cls in (
     AsyncOneStepScheduler,
     FullyAsyncScheduler,
     DynamicSamplingScheduler,
+    SlimeDapoScheduler,
     TailBatchingScheduler,
 ):
     register(_cls)
