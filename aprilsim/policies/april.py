@@ -154,7 +154,7 @@ class AprilScheduler:
         }
         self._stats["chunks"] = 1.0
         actions: list[Action] = []
-        target = math.ceil(self.ratio * ctx.batch_size)
+        target = math.ceil(self.ratio * ctx.batch_size - 1e-9)  # 43/30 x 30 is 43
         buffered = list(self.buffer)
         self.buffer.clear()
         if self.max_staleness is not None:
@@ -307,7 +307,7 @@ class AprilDSScheduler(AprilScheduler):
 
     def _chunk(self, ctx: Context) -> list[Action]:
         """slime's `data_source(over_sampling_batch_size)`: buffered groups first, then fresh."""
-        size = math.ceil(self.ratio * ctx.batch_size)
+        size = math.ceil(self.ratio * ctx.batch_size - 1e-9)
         cap = self.max_new_groups * ctx.batch_size
         taken = [self.buffer.popleft() for _ in range(min(size, len(self.buffer)))]
         n_fresh = min(size - len(taken), max(0, int(cap - self._fresh)))
