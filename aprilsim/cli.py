@@ -116,6 +116,11 @@ def simulate(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trac
                    f"{sc.group_size} samples, max {sc.max_response_len} tokens, {sc.steps} steps, "
                    f"the first {sc.warmup_steps} left out as warm-up)")
         click.echo(format_table(rows))
+        for row in rows:  # the steady-state check (aprilsim.metrics.steady): say it plainly
+            if not row.get("settled", True):
+                click.echo(f"note: {row['scheduler']} has not settled over {row['steps']} "
+                           f"summarised steps ({row['unsettled_reason']}); its figures include the "
+                           "transient: run more --steps (docs/metrics.md, steady state)")
 
 
 def with_overrides(sc, *, steps: int | None = None, warmup: int | None = None):

@@ -81,6 +81,13 @@ def slime_off_policy_ratio(steps: list[StepRecord]) -> float:
     return _mean(ratios)
 
 
+def steady_state(steps: list[StepRecord]) -> dict[str, Any]:
+    """`aprilsim.metrics.steady.steady_state`, imported on call (it imports this module)."""
+    from aprilsim.metrics.steady import steady_state as check
+
+    return check(steps)
+
+
 def summarize(run: RunResult, warmup: int = 0) -> dict[str, Any]:
     """The per-run table row over steps `warmup`.. (JSON keys are part of the CLI's contract).
 
@@ -140,4 +147,5 @@ def summarize(run: RunResult, warmup: int = 0) -> dict[str, Any]:
         "retractions": sum(s.retractions for s in st),
         "kv_peak_tokens": max((s.kv_peak_tokens for s in st), default=0),
         "generation_paused_s": sum(s.generation_paused_s for s in st),
+        **steady_state(st),
     }
