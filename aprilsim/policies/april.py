@@ -226,6 +226,7 @@ class AprilScheduler:
         if self._closed or gid not in self._active or gid in self._parked:
             return ()
         self._parked.add(gid)
+        self._in_flight_or_done -= 1  # parked: it cannot finish this step
         return self._replace(ctx)
 
     def _replace(self, ctx: Context) -> list[Action]:
@@ -235,6 +236,7 @@ class AprilScheduler:
             self._fresh += 1
             (g,) = ctx.new_groups(1)
             self._active[g.gid] = g
+            self._in_flight_or_done += 1
             return [Submit(tuple(g.samples), max_new_tokens=self.token_budget)]
         if live == 0:  # nothing left that can finish this step: train on what there is
             return self._close(ctx, fallback=True)
