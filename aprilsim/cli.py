@@ -118,9 +118,8 @@ def simulate(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trac
         click.echo(format_table(rows))
         for row in rows:  # the steady-state check (aprilsim.metrics.steady): say it plainly
             if not row.get("settled", True):
-                click.echo(f"note: {row['scheduler']} has not settled over {row['steps']} "
-                           f"summarised steps ({row['unsettled_reason']}); its figures include the "
-                           "transient: run more --steps (docs/metrics.md, steady state)")
+                click.echo(f"note: {row['scheduler']} not settled in {row['steps']} steps "
+                           f"({row['unsettled_reason']}): run more --steps")
 
 
 def with_overrides(sc, *, steps: int | None = None, warmup: int | None = None):

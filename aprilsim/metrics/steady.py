@@ -54,7 +54,6 @@ def steady_state(steps: Sequence[StepRecord]) -> dict[str, Any]:
         out[f"{key}_drift_per_10_steps"] = drift
         if abs(drift) + 2 * err > TOL[key]:
             out["settled"] = False
-            reasons.append(f"{key} {drift:+.1%} +- {2 * err:.1%} per 10 steps "
-                           f"(settled: within {TOL[key]:.0%})")
+            reasons.append(f"{key} {drift:+.1%} +- {2 * err:.1%} per 10 steps")
     out["unsettled_reason"] = "; ".join(reasons)
     return out
