@@ -137,8 +137,8 @@ def from_slime(text: str, lengths: str | None = None) -> ImportResult:
         res.notes.append("--buffer-filter-path: a custom buffer filter is kept for export; the "
                          "simulator resumes partial groups in FIFO order (slime's default pop_first)")
     if "--sglang-mem-fraction-static" in res.mapped and "--sglang-max-total-tokens" not in res.mapped:
-        res.notes.append("--sglang-mem-fraction-static: the KV pool it leaves depends on the GPU and "
-                         "the model, so cluster.kv_capacity comes from the preset; pass "
+        res.notes.append("--sglang-mem-fraction-static: cluster.kv_capacity comes from the preset "
+                         "(MI300X presets assume 0.6, H100 presets 0.85 minus 6 GB); pass "
                          "--sglang-max-total-tokens to set it exactly")
     return res
 
@@ -225,8 +225,9 @@ def _setup(res: ImportResult, text: str, lengths: str | None) -> None:
 def _horizon(res: ImportResult) -> None:
     """Steps: slime's --num-rollout is a training length; the simulation needs a steady state."""
     if "--num-rollout" not in res.mapped:
-        res.notes.append(f"steps: no --num-rollout; kept {res.data.get('steps')} steps (the "
-                         "summary says whether the buffer and the gain settled)")
+        res.notes.append(f"steps: no --num-rollout; kept {res.data.get('steps')} steps, which is "
+                         "not a steady state for APRIL (simulate with --steps 60 --warmup 10; the "
+                         "summary's `settled` says whether a run settled)")
 
 
 def _scheduler(res: ImportResult, entry: str | None) -> None:
