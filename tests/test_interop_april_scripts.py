@@ -88,15 +88,23 @@ def test_unknown_model_and_gpu_are_said_plainly():
                for n in tp4.notes)
 
 
-def test_train_async_with_april_flags_or_an_interval_is_refused():
-    with pytest.raises(ValueError, match="one-step async pipeline"):
-        from_slime("python3 train_async.py --rollout-batch-size 32 --partial-rollout "
-                   "--over-sampling-batch-size 64")
+def test_train_async_with_april_flags_is_async_april_and_an_interval_is_refused():
+    res = from_slime("python3 train_async.py --rollout-batch-size 32 --partial-rollout "
+                     "--over-sampling-batch-size 64 --rollout-num-gpus 8 "
+                     "--dynamic-sampling-filter-path x.check_reward_nonzero_std")
+    assert res.data["compare"] == ["sync", "async_one_step", "async_april"]
+    assert res.data["schedulers"]["async_april"] == {"ratio": 2.0, "recycle": True,
+                                                     "dynamic_filter": True}
+    argv, notes = to_slime(scenario_from_dict(res.data))
+    for flag in ("--partial-rollout", "--dynamic-sampling-filter-path"):
+        assert flag in argv
+    assert argv[argv.index("--over-sampling-batch-size") + 1] == "64"
+    assert "--colocate" not in argv and any("train_async.py" in n for n in notes)
     with pytest.raises(ValueError, match="--update-weights-interval 2"):
         from_slime("python3 train_async.py --rollout-batch-size 32 --update-weights-interval 2")
     r = CliRunner().invoke(main, ["scenario", "--from-slime", "python3 train_async.py "
-                                  "--rollout-batch-size 32 --partial-rollout"])
-    assert r.exit_code == 2 and "one-step async pipeline" in r.stderr
+                                  "--rollout-batch-size 32 --update-weights-interval 3"])
+    assert r.exit_code == 2 and "not modelled" in r.stderr
     ok = from_slime("python3 train.py --rollout-batch-size 32 --update-weights-interval 2")
     assert any("ignores it" in n for n in ok.notes)
 

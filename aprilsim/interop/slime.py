@@ -11,7 +11,7 @@ Flag names and meanings follow slime's own argument definitions (`slime/utils/ar
 | `--rollout-max-response-len` | `max_response_len` |
 | `--rollout-max-prompt-len` | `prompts.max_len` |
 | `--num-rollout` | `steps` |
-| `--partial-rollout`, `--over-sampling-batch-size`, `--dynamic-sampling-filter-path`, `--mask-offpolicy-in-partial-rollout`, `--update-weights-interval`, the entry point (`train_async.py`) | the scheduler (`compare`, `[schedulers.*]`): partial + filter -> `april_ds` (baseline `slime_dapo`), partial -> `april`, filter -> `slime_dapo`, over-sampling alone -> `april` without recycling, none -> `sync`; `train_async.py` -> `async_one_step` (with APRIL's flags or an interval > 1: refused, not modelled) |
+| `--partial-rollout`, `--over-sampling-batch-size`, `--dynamic-sampling-filter-path`, `--mask-offpolicy-in-partial-rollout`, `--update-weights-interval`, the entry point (`train_async.py`) | the scheduler (`compare`, `[schedulers.*]`): partial + filter -> `april_ds` (baseline `slime_dapo`), partial -> `april`, filter -> `slime_dapo`, over-sampling alone -> `april` without recycling, none -> `sync`; `train_async.py` -> `async_one_step`, with APRIL's flags `async_april` (an interval > 1: refused, not modelled) |
 | `--hf-checkpoint` (model), the script's ROCm variables (GPU), `--rollout-num-gpus-per-engine` | `cluster.preset` (MODEL-GPU-tpN), `trainer.per_token_s` |
 | `--prompt-data` (dataset) | `lengths` (per model and dataset, `aprilsim.interop.setups`) |
 | `--rollout-num-gpus`, `--rollout-num-gpus-per-engine`, `--colocate`, `--actor-num-nodes`, `--actor-num-gpus-per-node` | `cluster.engines` (+ `[launch]`) |
@@ -246,20 +246,24 @@ def _scheduler(res: ImportResult, entry: str | None) -> None:
         res.notes.append("--dynamic-sampling-filter-path: a custom filter is simulated as DAPO's "
                          "zero-std filter")
     if entry is not None and entry.endswith("train_async.py"):
-        if partial or osbs is not None or ds:
-            used = [f for f in ("--partial-rollout", "--over-sampling-batch-size",
-                                "--dynamic-sampling-filter-path") if f in m]
-            raise ValueError(f"train_async.py with {' '.join(used)}: slime runs APRIL's rollout "
-                             "inside its one-step async pipeline, which aprilsim does not model; "
-                             "import the same flags with train.py to simulate the colocated APRIL "
-                             "rollout, or drop them for plain async_one_step")
         if interval != 1:
             raise ValueError(f"--update-weights-interval {interval}: slime's train_async.py then "
                              "syncs weights every {interval} steps (staleness up to {interval}); "
                              "aprilsim's runtime syncs after every training step, so it is not "
                              "modelled (use 1, or fully_async with eta = {interval} as an "
                              "approximation)".replace("{interval}", str(interval)))
-        name, knobs, baseline = "async_one_step", {}, "sync"
+        if partial or osbs is not None or ds:  # APRIL's rollout inside the async pipeline
+            name = "async_april"
+            knobs = {"ratio": (osbs or batch) / batch, "recycle": partial}
+            if ds:
+                knobs["dynamic_filter"] = True
+            baseline = "async_one_step"
+            res.notes.append("train_async.py with APRIL's flags: async_april (slime runs "
+                             "generate_rollout_async, with its over-sampling and abort, inside the "
+                             "one-step async pipeline); compared with async_one_step, the same "
+                             "script without them")
+        else:
+            name, knobs, baseline = "async_one_step", {}, "sync"
     elif partial or (osbs is not None and osbs > batch and not ds):
         name = "april_ds" if ds else "april"
         knobs = {"ratio": (osbs or batch) / batch, "recycle": partial}
@@ -272,7 +276,7 @@ def _scheduler(res: ImportResult, entry: str | None) -> None:
     if interval != 1 and not (entry or "").endswith("train_async.py"):
         res.notes.append(f"--update-weights-interval {interval}: slime's train.py syncs weights "
                          "after every step and ignores it")
-    if "--mask-offpolicy-in-partial-rollout" in m and name in ("april", "april_ds"):
+    if "--mask-offpolicy-in-partial-rollout" in m and name in ("april", "april_ds", "async_april"):
         knobs["mask_offpolicy"] = True
     data["compare"] = list(dict.fromkeys(["sync", baseline, name]))
     data["schedulers"] = {name: knobs} if knobs else {}
@@ -371,7 +375,9 @@ def _export_cluster(sc: Scenario, name: str, add: Any, notes: list[str]) -> None
 def _export_scheduler(sc: Scenario, name: str, add: Any, notes: list[str]) -> None:
     knobs = sc.settings_for(name)
     ds_filter = sc.launch.dynamic_sampling_filter or NONZERO_STD
-    if name in ("april", "april_ds", "slime_dapo"):
+    if name in ("april", "april_ds", "slime_dapo", "async_april"):
+        if name == "async_april":
+            notes.append("async_april: launch with slime's train_async.py (not train.py)")
         recycle = knobs.get("recycle", name != "slime_dapo")
         if recycle:
             add("--partial-rollout")
@@ -383,7 +389,8 @@ def _export_scheduler(sc: Scenario, name: str, add: Any, notes: list[str]) -> No
                          f"{osbs / sc.batch_size:g}, the groups the simulator kept in flight)")
         if osbs != sc.batch_size or name != "slime_dapo":
             add("--over-sampling-batch-size", osbs)
-        if name in ("april_ds", "slime_dapo"):
+        if name in ("april_ds", "slime_dapo") or (name == "async_april"
+                                                  and knobs.get("dynamic_filter")):
             add("--dynamic-sampling-filter-path", ds_filter)
             if knobs.get("refill", "chunk") != "chunk":
                 notes.append(f"schedulers.{name}.refill: slime refills in whole over-sampling "
@@ -410,7 +417,7 @@ def _export_scheduler(sc: Scenario, name: str, add: Any, notes: list[str]) -> No
     elif name != "sync":
         notes.append(f"{name}: slime has no built-in counterpart; the flags launch a sync rollout")
     if sc.launch.dynamic_sampling_filter is not None and name not in (
-            "april_ds", "dynamic_sampling", "slime_dapo"):
+            "april_ds", "dynamic_sampling", "slime_dapo", "async_april"):
         add("--dynamic-sampling-filter-path", ds_filter)
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aprilsim.policies.april import AprilDSScheduler, AprilScheduler
+from aprilsim.policies.async_april import AsyncAprilScheduler
 from aprilsim.policies.async_one_step import AsyncOneStepScheduler
 from aprilsim.policies.base import Scheduler
 from aprilsim.policies.dynamic_sampling import DynamicSamplingScheduler
@@ -37,6 +38,7 @@ for _cls in (
     AprilScheduler,
     AprilDSScheduler,
     AsyncOneStepScheduler,
+    AsyncAprilScheduler,
     FullyAsyncScheduler,
     DynamicSamplingScheduler,
     SlimeDapoScheduler,
