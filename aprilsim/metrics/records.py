@@ -6,6 +6,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from aprilsim.metrics.steady import steady_state
+
 
 @dataclass
 class StepRecord:
@@ -79,13 +81,6 @@ def slime_off_policy_ratio(steps: list[StepRecord]) -> float:
         if s.generated_tokens + off > 0:
             ratios.append(off / (s.generated_tokens + off))
     return _mean(ratios)
-
-
-def steady_state(steps: list[StepRecord]) -> dict[str, Any]:
-    """`aprilsim.metrics.steady.steady_state`, imported on call (it imports this module)."""
-    from aprilsim.metrics.steady import steady_state as check
-
-    return check(steps)
 
 
 def summarize(run: RunResult, warmup: int = 0) -> dict[str, Any]:

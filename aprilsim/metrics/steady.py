@@ -12,9 +12,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
-from aprilsim.metrics.records import StepRecord
+
+class StepRecord(Protocol):
+    """What the check reads of a step record (aprilsim.metrics.records.StepRecord)."""
+
+    generated_tokens: int
+    rollout_time_s: float
+    partial_samples: int
 
 TOL = {"throughput": 0.03, "buffer": 0.10}  # allowed drift per 10 steps, share of the mean
 MIN_STEPS = 4
