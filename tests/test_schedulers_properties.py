@@ -31,6 +31,14 @@ KNOBS = {
     "april_ds": st.fixed_dictionaries({
         "ratio": st.sampled_from([1.5, 2.0, 3.0]),
         "token_budget": st.sampled_from([None, 500]),
+        "refill": st.sampled_from(["chunk", "one_for_one"]),
+        "surplus": st.sampled_from(["drop", "recycle"]),
+    }),
+    "slime_dapo": st.fixed_dictionaries({"ratio": st.sampled_from([1.0, 1.5, 2.0])}),
+    "async_april": st.fixed_dictionaries({
+        "ratio": st.sampled_from([1.0, 2.0]),
+        "recycle": st.booleans(),
+        "dynamic_filter": st.booleans(),
     }),
     "fully_async": st.fixed_dictionaries({
         "eta": st.integers(0, 3),
