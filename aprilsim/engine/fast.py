@@ -92,7 +92,7 @@ class FastEngine:
         # (`_reserve_after`): a request with E = max_new - base (gen = base + it) counts `clip`
         # while it < K = E - clip ("far", in a heap by K) and E - it once past ("near").
         self._far: list[tuple[int, int]] = []  # (K, rid), lazily cleaned
-        self._far_ids: set[int] = set()
+        self._far_ids: dict[int, int] = {}
         self._near_ids: set[int] = set()
         self._sum_e_near = 0  # sum of E over the near ones
         # prefix sharing: key -> requests holding it (running or prefilling); its length
@@ -430,8 +430,8 @@ class FastEngine:
         far, ids, pop = self._far, self._far_ids, heapq.heappop
         while far and far[0][0] < it:  # crossed for good: far -> near
             k, rid = pop(far)
-            if rid in ids:
-                ids.discard(rid)
+            if ids.get(rid) == k:
+                del ids[rid]
                 self._near_ids.add(rid)
                 self._sum_e_near += k + c
         n_near, sum_e, g = len(self._near_ids), self._sum_e_near, it + m
@@ -440,7 +440,7 @@ class FastEngine:
             crossed = []
             while far and far[0][0] < g:
                 k, rid = pop(far)
-                if rid in ids:
+                if ids.get(rid) == k:
                     crossed.append((k, rid))
                     n_far -= 1
                     n_near += 1
@@ -455,7 +455,7 @@ class FastEngine:
         k = e - self.clip
         if k >= self.it:
             heapq.heappush(self._far, (k, r.rid))
-            self._far_ids.add(r.rid)
+            self._far_ids[r.rid] = k
         else:
             self._near_ids.add(r.rid)
             self._sum_e_near += e
@@ -463,7 +463,7 @@ class FastEngine:
     def _clip_drop(self, r) -> None:
         """A running request leaves (finished or retracted)."""
         if r.rid in self._far_ids:
-            self._far_ids.discard(r.rid)
+            del self._far_ids[r.rid]
         elif r.rid in self._near_ids:
             self._near_ids.discard(r.rid)
             self._sum_e_near -= r.max_new - r.base
