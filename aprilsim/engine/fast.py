@@ -123,9 +123,23 @@ class FastEngine(EngineFace):
 
     def advance(self) -> list[Completion]:
         """Carry out the event due at `t_event`; return the requests that finished there."""
-        if self.phase == DECODE:
-            done = self._end_decode_span()
-        elif self.phase == PREFILL:
+        phase = self.phase
+        if phase == DECODE:  # `_end_decode_span`, inlined: the hot path
+            m, b = self.n, len(self.running)
+            self.busy_time += self.t_event - self.t
+            self.t = self.t_event
+            self.it += m
+            self.stats.iterations += m
+            if self.clipped is not None:
+                self.clipped.it += m  # ClippedReserve.advance(m)
+            mb = m * b
+            self.kv += mb
+            self.reserve -= mb
+            self.tokens += mb
+            if self.kv > self.kv_peak:
+                self.kv_peak = self.kv
+            done = self._pop_finished()
+        elif phase == PREFILL:
             done = self._end_prefill()
         else:
             done = []
@@ -208,24 +222,6 @@ class FastEngine(EngineFace):
         return out
 
     # ---------------------------------------------------------------- events
-    def _end_decode_span(self) -> list[Completion]:
-        """The planned decode span ends: n iterations of the running batch, then its finishes
-        (`_apply_decode` with the span's end already known: the hot path)."""
-        m, b = self.n, len(self.running)
-        self.busy_time += self.t_event - self.t
-        self.t = self.t_event
-        self.it += m
-        self.stats.iterations += m
-        if self.clipped is not None:
-            self.clipped.advance(m)
-        mb = m * b
-        self.kv += mb
-        self.reserve -= mb
-        self.tokens += mb
-        if self.kv > self.kv_peak:
-            self.kv_peak = self.kv
-        return self._pop_finished()
-
     def _end_prefill(self) -> list[Completion]:
         """The prefill batch ends: each request gets its next token and runs (or finishes, when
         that was its last)."""
