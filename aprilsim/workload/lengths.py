@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
-from scipy import special, stats
+
+# scipy loads on first use, not on import: the CLI and the simulator start without it
 
 
 @runtime_checkable
@@ -32,6 +33,8 @@ class LengthModel(Protocol):
 
 
 def _scipy_dist(family: str, p: dict[str, float]):
+    from scipy import stats
+
     if family == "lognormal":
         return stats.lognorm(s=p["sigma"], scale=float(np.exp(p["mu"])))
     if family == "gamma":
@@ -60,7 +63,7 @@ class Parametric:
 
     family: str
     params: dict[str, float]
-    _dist: Any = field(init=False, repr=False, compare=False)
+    _frozen: Any = field(init=False, repr=False, compare=False)  # the scipy object, on first use
 
     def __post_init__(self) -> None:
         expected = PARAMETRIC_PARAMS.get(self.family)
@@ -76,7 +79,14 @@ class Parametric:
             if not np.isfinite(v) or (k != "mu" and v <= 0):
                 raise ValueError(f"{self.family}.{k} must be finite and positive, got {v}")
         object.__setattr__(self, "params", {k: float(self.params[k]) for k in expected})
-        object.__setattr__(self, "_dist", _scipy_dist(self.family, self.params))
+        object.__setattr__(self, "_frozen", None)
+
+    @property
+    def _dist(self):
+        """The frozen scipy.stats distribution, built on first use (scipy loads then)."""
+        if self._frozen is None:
+            object.__setattr__(self, "_frozen", _scipy_dist(self.family, self.params))
+        return self._frozen
 
     def pdf(self, x):
         return self._dist.pdf(x)
@@ -157,10 +167,14 @@ class LognormalMixture:
             return np.log(self.pdf(x))
 
     def cdf(self, x):
+        from scipy import special
+
         _, z = self._parts(x)
         return (special.ndtr(z) * self.weights).sum(-1)
 
     def sf(self, x):
+        from scipy import special
+
         _, z = self._parts(x)
         return (special.ndtr(-z) * self.weights).sum(-1)
 

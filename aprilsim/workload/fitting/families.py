@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
+from aprilsim.workload.fitting.names import ALL_FAMILIES as ALL_FAMILIES  # re-exported
+from aprilsim.workload.fitting.names import PARAMETRIC_FAMILIES
 from aprilsim.workload.lengths import LengthModel, LognormalMixture, Parametric
 
 Array = np.ndarray
@@ -323,8 +325,7 @@ FAMILY_SPECS: dict[str, Family] = {
     "lognormal_mixture2": mixture_family(2),
     "lognormal_mixture3": mixture_family(3),
 }
-PARAMETRIC_FAMILIES: tuple[str, ...] = tuple(FAMILY_SPECS)
-ALL_FAMILIES: tuple[str, ...] = (*PARAMETRIC_FAMILIES, "empirical")
+assert tuple(FAMILY_SPECS) == PARAMETRIC_FAMILIES, "names.py lists the families in this order"
 
 
 def clip_theta(family: Family, theta: Array) -> Array:
