@@ -48,6 +48,30 @@ def _scipy_dist(family: str, p: dict[str, float]):
     raise ValueError(f"unknown length family {family!r}")
 
 
+def _special_cdf_sf(family: str, p: dict[str, float], x) -> tuple[np.ndarray, np.ndarray]:
+    """(cdf, sf) of a one-component family from scipy.special alone: a fit evaluates these for
+    every family, and scipy.stats (half a second to import) is then needed only for ppf and the
+    moments of a parametric winner."""
+    from scipy import special
+
+    x = np.maximum(np.asarray(x, float), 0.0)  # NaN stays NaN
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        if family == "lognormal":
+            z = (np.log(x) - p["mu"]) / p["sigma"]
+            return special.ndtr(z), special.ndtr(-z)
+        if family == "loglogistic":
+            lt = p["shape"] * (np.log(x) - np.log(p["scale"]))
+            return special.expit(lt), special.expit(-lt)
+        t = x / p["scale"]
+        if family == "gamma":
+            return special.gammainc(p["shape"], t), special.gammaincc(p["shape"], t)
+        if family == "weibull":
+            u = t ** p["shape"]
+            return -np.expm1(-u), np.exp(-u)
+        u = t ** p["c"]  # gengamma (Stacy): P(a, (x / scale)^c)
+        return special.gammainc(p["a"], u), special.gammaincc(p["a"], u)
+
+
 PARAMETRIC_PARAMS: dict[str, tuple[str, ...]] = {
     "lognormal": ("mu", "sigma"),
     "gamma": ("shape", "scale"),
@@ -95,10 +119,10 @@ class Parametric:
         return self._dist.logpdf(x)
 
     def cdf(self, x):
-        return self._dist.cdf(x)
+        return _special_cdf_sf(self.family, self.params, x)[0]
 
     def sf(self, x):
-        return self._dist.sf(x)
+        return _special_cdf_sf(self.family, self.params, x)[1]
 
     def logsf(self, x):
         return self._dist.logsf(x)
