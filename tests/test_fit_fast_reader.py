@@ -131,3 +131,54 @@ def test_a_large_clean_file_takes_the_bulk_path(tmp_path, monkeypatch):
     same(fast, slow)
     assert calls == {"bulk": calls["bulk"], "fallback": 0} and calls["bulk"] >= 1
     assert fast.n == 100_000
+
+
+BIG = st.one_of(
+    st.integers(1, 10**6),
+    st.integers(10**17, 10**25),
+    st.integers(-(10**25), 0),
+    st.sampled_from([10**400, -(10**400), 2**53 + 1, 2**63, 2**64 + 7]),
+    st.just("5" * 5000),  # beyond Python's int-conversion limit: the hook's digit string
+    st.floats(allow_nan=False, allow_infinity=False, width=32),
+)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(st.lists(BIG, min_size=2, max_size=40), st.booleans())
+def test_jsonl_plain_parser_first_reads_as_the_long_integer_hook(
+    tmp_path_factory, monkeypatch, values, nested
+):
+    """JSONL lines go to the plain json parser first; only a line it refuses goes through the
+    long-integer hook (`numbers.json_int`). Reading with the hook alone must give the same."""
+    import json
+    import types
+
+    from aprilsim.workload.fitting import json_records
+    from aprilsim.workload.fitting.numbers import json_int
+
+    def cell(v):
+        return v if isinstance(v, str) else json.dumps(v)
+
+    lines = [
+        f'{{"id": {i}, "usage": {{"completion_tokens": {cell(v)}}}}}'
+        if nested
+        else f'{{"response_length": {cell(v)}, "ids": [{i}, {10**20}]}}'
+        for i, v in enumerate([7, 9, *values])  # two good rows: the file always has lengths
+    ]
+    path = tmp_path_factory.mktemp("j") / "x.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    fast = read_lengths(path)
+    hook_only = types.SimpleNamespace(
+        loads=lambda text, **kw: json.loads(text, parse_int=json_int),
+        JSONDecodeError=json.JSONDecodeError,
+    )
+    monkeypatch.setattr(json_records, "json", hook_only)
+    slow = read_lengths(path)
+    monkeypatch.undo()
+    same(fast, slow)
+    event(f"skipped: {sorted(fast.skipped)}")
