@@ -2,9 +2,9 @@
 
     python benchmarks/startup.py [--json] [--repeat 5] [--baseline HEAD~1|REF|none]
 
-Cases: `aprilsim --help`, `simulate --help`, `fit --help`, `run --help`, and two commands up to
-their first line of work: `simulate` (default scenario) stopped where the simulator is called,
-and `fit FILE` stopped where the file starts to be read. The stop is a patch applied in the child
+Cases: `aprilsim --help`, `simulate --help`, `fit --help`, `run --help`, `validate --help`,
+`sweep --help`, and two commands up to their first line of work: `simulate` (default scenario)
+stopped where the simulator is called, and `fit FILE` stopped where the file starts to be read. The stop is a patch applied in the child
 after importing the module that the command itself imports, so the child loads exactly what the
 command loads. Each figure is the least CPU (user + system) of `--repeat` child processes, this
 tree alternating with the baseline commit's; `ratio` is new / old. Target: < 0.5 s each.
@@ -41,6 +41,8 @@ def cases(lengths_file: Path) -> dict[str, list[str]]:
         "simulate_help": ["-c", CLI, "simulate", "--help"],
         "fit_help": ["-c", CLI, "fit", "--help"],
         "run_help": ["-c", CLI, "run", "--help"],
+        "validate_help": ["-c", CLI, "validate", "--help"],
+        "sweep_help": ["-c", CLI, "sweep", "--help"],
         "simulate_to_work": ["-c", STOP, "aprilsim.sim.run", "simulate", "simulate"],
         "fit_to_work": [
             "-c",
