@@ -73,7 +73,7 @@ MAX_BODY_BYTES = 64 * 1024 * 1024  # also the most a compressed body may inflate
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
-class BodyError(ValueError):
+class BodyError(Exception):
     """A request body the server cannot read: ``status`` (400, 408, 413, 415) and a message."""
 
     def __init__(self, status: int, message: str) -> None:
