@@ -65,16 +65,24 @@ def test_sweep_sigterm_writes_tables_and_leaves_no_worker(tmp_path):
         assert proc.poll() is None and workers, "the sweep ended before it could be signalled"
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)  # orphaned workers would hold the pipes open
-    finally:
+        assert proc.returncode == 130, err
+        assert _gone_soon(workers), workers
+        assert "interrupted" in err and "Traceback" not in err
+        kept = len(journal.read_text().splitlines()) - 1  # header line
+        assert 5 <= kept < 60 * 10 * 2
+        assert len(pd.read_parquet(out)) == kept
+        assert len(pd.read_csv(out.with_suffix(".csv"))) == kept
+    finally:  # whatever happened, leave nothing running
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 130, err
-    assert "interrupted" in err and "Traceback" not in err
-    kept = len(journal.read_text().splitlines()) - 1  # header line
-    assert 5 <= kept < 60 * 10 * 2
-    assert len(pd.read_parquet(out)) == kept and len(pd.read_csv(out.with_suffix(".csv"))) == kept
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_alive(w) for w in workers):
+        for w in workers:
+            if _alive(w):
+                os.kill(w, signal.SIGKILL)
+
+
+def _gone_soon(pids: list[int], within_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
         time.sleep(0.05)
-    assert not any(_alive(w) for w in workers), workers
+    return not any(_alive(p) for p in pids)
