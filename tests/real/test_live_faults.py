@@ -43,7 +43,8 @@ def stopped(proc):
         proc.stop()
 
 
-def test_a_hung_engine_is_declared_dead_and_its_work_resubmitted(tmp_logs, servers):
+@pytest.mark.parametrize("name", ["sync", "april"])
+def test_a_hung_engine_is_declared_dead_and_its_work_resubmitted(tmp_logs, servers, name):
     """SIGSTOP one of two servers mid-rollout: after 1 s without a token and a failed health
     check it is dead, its requests resume on the other with the tokens they had streamed, the
     run finishes with its ledger balanced and the fault reported."""
@@ -65,7 +66,7 @@ def test_a_hung_engine_is_declared_dead_and_its_work_resubmitted(tmp_logs, serve
             k = asyncio.create_task(hang_it())
             t0 = time.monotonic()
             try:
-                case = await asyncio.wait_for(live_run(sc, "sync", cluster, vocab=VOCAB), 50)
+                case = await asyncio.wait_for(live_run(sc, name, cluster, vocab=VOCAB), 50)
                 return case, time.monotonic() - t0, cluster.slots[0]
             finally:
                 k.cancel()
