@@ -111,8 +111,11 @@ async def serve(args: argparse.Namespace) -> None:
     # handler_cancellation: a client that disconnects cancels its handler, which aborts the
     # request (SGLang does the same), streaming or not.
     # auto_decompress off: read_json decodes Content-Encoding itself (bounded; 415 for others).
+    # lingering_time: after an error answered before its body arrived (408, 413, ...), the rest
+    # of the body is read and dropped for at most this long, then the connection is closed.
     app_runner = web.AppRunner(server.app, access_log=None, handler_cancellation=True,
-                               auto_decompress=False)
+                               auto_decompress=False,
+                               lingering_time=min(2.0, args.read_timeout))
     await app_runner.setup()
     reaper = asyncio.create_task(server.watch_connections(app_runner.server))
     site = web.TCPSite(app_runner, args.host, args.port)

@@ -68,6 +68,7 @@ class ServerConfig:
 
 
 READ_TIMEOUT_KEY = web.AppKey("read_timeout_s", float)
+KEEPALIVE_S = 75.0  # an idle kept-alive connection is closed after this (aiohttp's run_app's)
 MAX_JSON_DEPTH = 64  # deeper bodies get a 400 (no SGLang request nests past 5)
 MAX_BODY_BYTES = 64 * 1024 * 1024  # also the most a compressed body may inflate to
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
@@ -125,8 +126,10 @@ async def _never_crash(request: web.Request, handler) -> web.StreamResponse:
     """Any unexpected exception becomes a 500 with a message, logged with its traceback."""
     try:
         return await handler(request)
-    except BodyError as exc:
-        return error_response(exc.status, str(exc), "body")
+    except BodyError as exc:  # the body may be half read: the connection cannot be reused
+        resp = error_response(exc.status, str(exc), "body")
+        resp.force_close()
+        return resp
     except web.HTTPException as exc:
         if exc.status >= 400 and exc.content_type != "application/json":
             return error_response(exc.status, exc.reason or exc.text or _phrase(exc.status))
@@ -276,6 +279,7 @@ class EngineHTTPServer:
         self.app[READ_TIMEOUT_KEY] = cfg.read_timeout_s
         self._ignored_seen: set[tuple[str, str]] = set()
         self._busy: dict[object, int] = {}  # connection -> requests it is serving now
+        self._served: set[object] = set()  # connections that completed a request
         self._idle_since: dict[object, float] = {}  # connection -> when it last had none
         self.app.on_startup.append(self._on_startup)
         self.app.on_cleanup.append(self._on_cleanup)
@@ -316,21 +320,27 @@ class EngineHTTPServer:
             if n > 0:
                 self._busy[conn] = n
             self._idle_since[conn] = time.monotonic()
+            self._served.add(conn)
 
     def reap_idle(self, server: web.Server, now: float | None = None) -> int:
-        """Close connections that served no request for ``read_timeout_s``: a half-open socket
-        or a request head that never completes holds nothing (aiohttp itself has no header
-        timeout). Returns how many were closed."""
+        """Close connections that hold no request: one that never completed a request head
+        within ``read_timeout_s`` of opening (a half-open socket, a stalled head; aiohttp itself
+        has no header timeout), or a kept-alive one idle for :data:`KEEPALIVE_S` (at least
+        ``read_timeout_s``; clients' pools close theirs sooner: aiohttp's after 15 s). Returns
+        how many were closed."""
         now = time.monotonic() if now is None else now
         live = set(server.connections)
         for gone in [c for c in self._idle_since if c not in live]:
             del self._idle_since[gone]
+        self._served &= live
         closed = 0
+        keepalive = max(KEEPALIVE_S, self.cfg.read_timeout_s)
         for conn in live:
             if conn in self._busy:
                 continue
             since = self._idle_since.setdefault(conn, now)
-            if now - since > self.cfg.read_timeout_s:
+            limit = keepalive if conn in self._served else self.cfg.read_timeout_s
+            if now - since > limit:
                 conn.force_close()
                 if conn.transport is not None:
                     conn.transport.close()

@@ -233,6 +233,11 @@ def test_half_open_sockets_are_released(impatient_server):
         bodies.append(c)
     for _ in range(5):
         silent.append(socket.create_connection(("127.0.0.1", port)))
+    import http.client
+
+    kept = http.client.HTTPConnection("127.0.0.1", port, timeout=10)  # served, then idle
+    kept.request("GET", "/health")
+    assert kept.getresponse().read() == b""
     assert call(server.url, "/health")[0] == 200
     t0 = time.monotonic()
     closed_in = []
@@ -250,6 +255,9 @@ def test_half_open_sockets_are_released(impatient_server):
         c.close()
     assert max(closed_in) < 5.0, closed_in
     assert call(server.url, "/health")[0] == 200
+    kept.request("GET", "/health")  # a kept-alive connection outlives the read timeout
+    assert kept.getresponse().status == 200
+    kept.close()
 
 
 # ---- the truth about itself ---------------------------------------------------------------------
