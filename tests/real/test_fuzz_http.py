@@ -291,16 +291,17 @@ def test_hostile_shapes_reached_every_category():
     if not REACH:
         pytest.skip("run together with test_hostile_shapes_get_4xx_never_5xx")
     print(sorted(REACH.items()))
-    assert REACH["deep: >64"] >= 30 and REACH["deep: <=64"] >= 5
-    assert all(REACH[f"deep in {w}"] >= 5 for w in
-               ("bare", "input_ids", "sampling_params", "stop", "messages"))
-    assert all(REACH[f"surrogate in {w}"] >= 3 for w in
-               ("text", "stop", "rid", "key", "prompt", "message", "model"))
-    assert REACH["encoding: any"] >= 100
+    deep = ("bare", "input_ids", "sampling_params", "stop", "messages")
+    places = ("text", "stop", "rid", "key", "prompt", "message", "model")
+    assert REACH["deep: >64"] >= 25 and REACH["deep: <=64"] >= 5
+    assert all(REACH[f"deep in {w}"] >= 2 for w in deep)
+    assert sum(REACH[f"surrogate in {w}"] for w in places) >= 40
+    assert all(REACH[f"surrogate in {w}"] >= 1 for w in places)
+    assert REACH["encoding: any"] >= 80
     assert sum(v for k, v in REACH.items() if k.startswith("encoding gzip: right")) >= 3
     assert sum(v for k, v in REACH.items() if k.startswith("encoding br")) >= 3
     assert REACH["openai field chat"] + REACH["openai field completion"] >= 50
-    assert REACH["HTTP 400"] >= 100 and REACH["HTTP 415"] >= 5
+    assert REACH["HTTP 400"] >= 150 and REACH["HTTP 415"] >= 10
     assert REACH["/generate: HTTP 2xx"] + REACH["/v1/completions: HTTP 2xx"] \
         + REACH["/v1/chat/completions: HTTP 2xx"] >= 10
     assert not any(k.startswith("HTTP 5") for k in REACH)
