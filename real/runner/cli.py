@@ -246,6 +246,11 @@ def _early_signals_interrupt():
     def on_term(signum, frame):
         raise _Interrupted
 
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # signals are the main's
+        yield
+        return
     old = signal.signal(signal.SIGTERM, on_term)
     try:
         yield
