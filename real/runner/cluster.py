@@ -68,13 +68,15 @@ class Slot:
     last_progress: float = 0.0  # monotonic time of its last token (or of its first request)
     hung: str | None = None  # why the progress deadline declared it dead
     _dead: asyncio.Event | None = None
+    _dead_loop: object = None
     _probing: bool = False
 
     @property
     def dead(self) -> asyncio.Event:
-        """Set once the slot is declared dead (made in the running loop on first use)."""
-        if self._dead is None:
-            self._dead = asyncio.Event()
+        """Set once the slot is declared dead (one per event loop: a cluster may outlive one)."""
+        loop = asyncio.get_running_loop()
+        if self._dead is None or self._dead_loop is not loop:
+            self._dead, self._dead_loop = asyncio.Event(), loop
             if not self.alive:
                 self._dead.set()
         return self._dead
@@ -157,9 +159,11 @@ class Cluster:
     def _ensure_watchdog(self) -> None:
         if self.progress_deadline_s is None:
             return
-        if self._watchdog is None or self._watchdog.done():
-            self._watchdog = asyncio.get_running_loop().create_task(self._watch(),
-                                                                    name="progress-deadline")
+        loop = asyncio.get_running_loop()
+        if self._watchdog is None or self._watchdog.done() or self._watchdog.get_loop() is not loop:
+            for s in self.slots:
+                s._probing = False  # a probe of a finished loop will never report
+            self._watchdog = loop.create_task(self._watch(), name="progress-deadline")
 
     async def _watch(self) -> None:
         """Every fraction of the deadline, health-check the slots that hold requests and have
@@ -276,8 +280,9 @@ class Cluster:
                                for s in self.alive if isinstance(s.engine, WeightSync)))
 
     async def close(self) -> None:
+        loop = asyncio.get_running_loop()
         for t in (self._watchdog, *self._probes):
-            if t is not None:
+            if t is not None and t.get_loop() is loop:
                 t.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
