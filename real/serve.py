@@ -68,7 +68,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     s.add_argument("--read-timeout", type=float, default=60.0,
                    help="seconds a connection may hold no request (an unfinished request head, "
                         "a half-open socket) or take to send its body; then it is closed (408 "
-                        "for a slow body)")
+                        "for a slow body); 0: never")
     s.add_argument("--log-level", default="warning")
     return p.parse_args(argv)
 
@@ -115,7 +115,7 @@ async def serve(args: argparse.Namespace) -> None:
     # of the body is read and dropped for at most this long, then the connection is closed.
     app_runner = web.AppRunner(server.app, access_log=None, handler_cancellation=True,
                                auto_decompress=False,
-                               lingering_time=min(2.0, args.read_timeout))
+                               lingering_time=min(2.0, max(args.read_timeout, 0.0)))
     await app_runner.setup()
     reaper = asyncio.create_task(server.watch_connections(app_runner.server))
     site = web.TCPSite(app_runner, args.host, args.port)

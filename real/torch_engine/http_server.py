@@ -349,7 +349,10 @@ class EngineHTTPServer:
         return closed
 
     async def watch_connections(self, server: web.Server, every_s: float | None = None) -> None:
-        """Run :meth:`reap_idle` forever (started by ``real.serve``)."""
+        """Run :meth:`reap_idle` forever (started by ``real.serve``); ``read_timeout_s`` <= 0
+        turns it off."""
+        if self.cfg.read_timeout_s <= 0:
+            return
         every = every_s or max(0.05, min(1.0, self.cfg.read_timeout_s / 4))
         while True:
             await asyncio.sleep(every)
