@@ -214,7 +214,8 @@ def decode_body(raw: bytes, encoding: str) -> bytes:
 
 async def read_body(request: web.Request) -> bytes:
     """The request's body, decoded; BodyError (408) when it does not arrive in time."""
-    timeout = request.app.get(READ_TIMEOUT_KEY) or None
+    timeout = request.app.get(READ_TIMEOUT_KEY) or 0.0
+    timeout = timeout if timeout > 0 else None
     try:
         raw = await asyncio.wait_for(request.read(), timeout)
     except asyncio.TimeoutError:
