@@ -78,14 +78,17 @@ def test_datasets_map_to_distinct_length_models():
 def test_unknown_model_and_gpu_are_said_plainly():
     res = from_slime("--rollout-batch-size 8 --colocate --hf-checkpoint /m/Llama-3-8B")
     notes = " | ".join(res.notes)
-    assert "matches no preset model" in notes and "WARNING" in notes
+    assert any("matches no preset model" in w for w in res.warnings)
     assert "NVIDIA H100 assumed" in notes
     assert "--actor-num-gpus-per-node not set: slime's default, 8" in notes
     assert "--rollout-num-gpus-per-engine not set: slime's default, 1 GPU per engine" in notes
     tp4 = from_slime("--rollout-batch-size 8 --colocate --hf-checkpoint /m/Qwen3-4B "
                      "--rollout-num-gpus-per-engine 4")
-    assert any("no preset for qwen3-4b on H100 at TP 4" in n and "WARNING: TP 2" in n
-               for n in tp4.notes)
+    assert any("no preset for qwen3-4b on H100 at TP 4" in w and "(TP 2)" in w
+               for w in tp4.warnings)
+    r = CliRunner().invoke(main, ["scenario", "--from-slime", "--rollout-batch-size 8 --colocate "
+                                  "--hf-checkpoint /m/Qwen3-4B --rollout-num-gpus-per-engine 4"])
+    assert r.exit_code == 0 and "aprilsim: warning: cluster.preset: no preset" in r.stderr
 
 
 def test_train_async_with_april_flags_is_async_april_and_an_interval_is_refused():

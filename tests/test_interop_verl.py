@@ -85,6 +85,6 @@ def test_verl_import_notes_every_assumed_value():
                     "actor_rollout_ref.rollout.tensor_model_parallel_size=4 trainer.n_gpus_per_node=8")
     notes = " | ".join(res.notes)
     assert "trainer.nnodes not set: verl's default, 1" in notes
-    assert "TP-2 estimate kept for a TP-4 launch" in notes
+    assert any("TP-2 estimate kept for a TP-4 launch" in w for w in res.warnings)
     assert "name=vllm: simulated under the preset's SGLang scheduling rules" in notes
     assert res.data["cluster"]["engines"] == 2

@@ -26,13 +26,15 @@ class ImportResult:
     `data` validates with `aprilsim.config.scenario_from_dict`; `mapped` holds the source settings
     that were read, with their values as written; `unmapped` names every setting that was not
     (flags, or dotted YAML keys), so nothing is dropped silently; `notes` say where a mapping is
-    an approximation.
+    an approximation; `warnings` say where the scenario had to borrow another setup's numbers
+    (no preset for the launch's model, GPU or TP).
     """
 
     data: dict[str, Any]
     mapped: dict[str, Any] = field(default_factory=dict)
     unmapped: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def warning(self, what: str) -> str | None:
         """The single warning line listing every unmapped setting, or None when all mapped."""

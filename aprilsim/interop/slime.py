@@ -187,9 +187,13 @@ def _setup(res: ImportResult, text: str, lengths: str | None) -> None:
                          "(HIP_VISIBLE_DEVICES...); MI300X presets are used")
     else:
         res.notes.append("GPU: the script names none (no ROCm variables): NVIDIA H100 assumed")
-    if model is None:
-        res.notes.append(f"model: --hf-checkpoint {m.get('--hf-checkpoint')!r} matches no preset "
-                         f"model; kept {default} (WARNING: another model's costs)")
+    if model is None and m.get("--hf-checkpoint") is None:
+        res.notes.append(f"model: no --hf-checkpoint; kept the default preset {default} "
+                         f"(Qwen3-4B on H100, TP {PRESETS[default].tp})")
+    elif model is None:
+        res.warnings.append(f"model: --hf-checkpoint {m.get('--hf-checkpoint')!r} matches no "
+                            f"preset model; kept {default}, another model's costs (calibrate, or "
+                            "pick one with `aprilsim presets`)")
         data["name"] = "slime-import"
     else:
         name = setups.preset_name(model, gpu, tp)
@@ -198,9 +202,9 @@ def _setup(res: ImportResult, text: str, lengths: str | None) -> None:
             res.notes.append(f"cluster.preset: {name}, picked by model ({model}), GPU and TP {tp} "
                              "(a roofline estimate; see `aprilsim presets`)")
         else:
-            res.notes.append(f"cluster.preset: no preset for {model} on "
-                             f"{'MI300X' if gpu == 'amd' else 'H100'} at TP {tp}; kept {default} "
-                             f"(WARNING: TP {PRESETS[default].tp}, another setup's costs)")
+            res.warnings.append(f"cluster.preset: no preset for {model} on "
+                                f"{'MI300X' if gpu == 'amd' else 'H100'} at TP {tp}; kept "
+                                f"{default} (TP {PRESETS[default].tp}), another setup's costs")
         if model in setups.TRAINER_PER_TOKEN_S:
             data.setdefault("trainer", {})["per_token_s"] = setups.TRAINER_PER_TOKEN_S[model]
             res.notes.append(f"trainer.per_token_s: {setups.TRAINER_PER_TOKEN_S[model]:.3g} s for "

@@ -167,9 +167,9 @@ def _assumptions(res: ImportResult, settings: dict[str, Any]) -> None:
     tp = int(m.get(_R + "tensor_model_parallel_size", 2))
     preset = data["cluster"].get("preset", "qwen3-4b-h100-tp2")
     if preset in PRESETS and PRESETS[preset].tp != tp:
-        res.notes.append(f"cluster.preset: {preset} is a TP-{PRESETS[preset].tp} estimate kept "
-                         f"for a TP-{tp} launch (WARNING: another setup's per-engine costs; "
-                         "calibrate, or pick a preset with `aprilsim presets`)")
+        res.warnings.append(f"cluster.preset: {preset} is a TP-{PRESETS[preset].tp} estimate "
+                            f"kept for a TP-{tp} launch: another setup's per-engine costs "
+                            "(calibrate, or pick a preset with `aprilsim presets`)")
     engine = settings.get(_R + "name")
     if isinstance(engine, str) and engine.lower().startswith("vllm"):
         res.notes.append(f"{_R}name={engine}: simulated under the preset's SGLang scheduling "
