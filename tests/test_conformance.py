@@ -139,8 +139,9 @@ def test_promises(case, rewards):
         if summary["mean_partial_samples"] > 0 and settings.get("recycle", True):
             assert _max_staleness(r) >= 1, "resumed partials must show up as off-policy tokens"
         if settings.get("recycle", True) and name == "april" and "max_staleness" not in settings:
-            assert summary["discarded_samples"] == 0 and summary["wasted_tokens"] == 0
-            assert r.result.end_state["samples_discarded"] == 0
+            # discards: only the groups completing with the N-th, which slime drops
+            dropped = sum(st.scheduler_stats["dropped_groups"] for st in r.result.steps)
+            assert r.result.end_state["samples_discarded"] == dropped * r.scenario.group_size
         if "max_staleness" in settings:
             assert _max_staleness(r) <= settings["max_staleness"]
         budget = settings.get("token_budget")
