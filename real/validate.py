@@ -171,15 +171,57 @@ async def _counters(engine) -> dict[str, float] | None:
     return await base.counters() if hasattr(base, "counters") else None
 
 
+SAMPLE_S = 0.1  # vLLM /metrics sampling period during a live run
+
+
+class CounterSampler:
+    """Reads an engine's iteration counter (vLLM ``/metrics``) every SAMPLE_S while a run goes
+    on: (monotonic time, cumulative iterations) samples for
+    :func:`aprilsim.validate.reconstruct.fit_counts`."""
+
+    def __init__(self, engine) -> None:
+        from real.engines import unwrap
+
+        self.base = unwrap(engine)
+        self.samples: list[tuple[float, float]] = []
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        if hasattr(self.base, "counters"):
+            self._task = asyncio.ensure_future(self._loop())
+
+    async def _loop(self) -> None:
+        while True:
+            t = time.monotonic()
+            c = await self.base.counters()
+            if c and "iterations" in c:
+                self.samples.append(((t + time.monotonic()) / 2, c["iterations"]))
+            await asyncio.sleep(SAMPLE_S)
+
+    async def stop(self) -> list[tuple[float, float]]:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            c = await self.base.counters()
+            if c and "iterations" in c:
+                self.samples.append((time.monotonic(), c["iterations"]))
+        return self.samples
+
+
 def rows_for_run(logged: list[dict[str, Any]], logs: list, t0: float, shift: float,
-                 counters: dict[str, float] | None) -> tuple[list[dict[str, Any]], str, dict | None]:
+                 counters: dict[str, float] | None,
+                 samples: list[tuple[float, float]] | None = None) -> tuple[list[dict[str, Any]], str, dict | None]:
     """One engine's rows of one run on the run's clock (``t_run``): its own log where it keeps
     one (and how far the reconstruction from its token streams is from it), else the rows
-    rebuilt from the streams (and, on vLLM, the iteration count its /metrics gives against
-    the rebuilt one)."""
-    from aprilsim.validate.reconstruct import match_error, reconstruct
+    rebuilt from the streams, made to agree with the engine's iteration counter where it has
+    one (vLLM, ``samples``; the error reported is the count of the streams alone against it)."""
+    from aprilsim.validate.reconstruct import fit_counts, match_error, reconstruct
 
     recon = reconstruct(logs)
+    n_streams = len(recon)
+    if samples and not logged:
+        recon = fit_counts(recon, samples)
     for r in recon:
         r["t_run"] = float(r["t"]) - t0
     if logged:
@@ -190,9 +232,9 @@ def rows_for_run(logged: list[dict[str, Any]], logs: list, t0: float, shift: flo
     err = None
     if counters and counters.get("iterations"):
         n = counters["iterations"]
-        err = {"engine_iterations": n, "reconstructed": float(len(recon)),
-               "count_rel_err": (len(recon) - n) / n}
-    return recon, "token stream", err
+        err = {"engine_iterations": n, "reconstructed": float(n_streams),
+               "count_rel_err": (n_streams - n) / n, "after_fit": float(len(recon))}
+    return recon, "token stream" + (" + /metrics counts" if samples else ""), err
 
 
 async def run_live(sc: Scenario, specs: list[str], opts: dict[str, Any], progress) -> tuple[
@@ -237,8 +279,14 @@ async def run_live(sc: Scenario, specs: list[str], opts: dict[str, Any], progres
                 for e in engines:
                     e.take()
                 before = [await _counters(e) for e in engines]
+                samplers = [CounterSampler(e) for e in engines]
+                for sm in samplers:
+                    sm.start()
                 t0 = time.monotonic()
-                result = await rt.run()
+                try:
+                    result = await rt.run()
+                finally:
+                    samples = [await sm.stop() for sm in samplers]
                 wall = time.monotonic() - t0
                 result.warmup_steps = min(sc.warmup_steps, max(0, len(result.steps) - 1))
                 # iteration stamps are time.time(); the run's clock is monotonic from rt._t0
@@ -251,7 +299,7 @@ async def run_live(sc: Scenario, specs: list[str], opts: dict[str, Any], progres
                     after = await _counters(e)
                     delta = ({k: after[k] - before[i][k] for k in after if k in before[i]}
                              if after and before[i] else None)
-                    rows, how, err = rows_for_run(got, e.take(), rt._t0, shift, delta)
+                    rows, how, err = rows_for_run(got, e.take(), rt._t0, shift, delta, samples[i])
                     o.rows.append(rows)
                     o.timing.append(how)
                     o.recon_error.append(err)
@@ -264,7 +312,7 @@ async def run_live(sc: Scenario, specs: list[str], opts: dict[str, Any], progres
             with contextlib.suppress(Exception):
                 await cluster.abort()
             await cluster.close()
-    return outcomes, limits, f"{len(engines)} {what}", notes
+    return outcomes, limits, (f"{len(engines)} {what}" if opts["local"] else what), notes
 
 
 def _steady_rows(o: LiveOutcome) -> list[list[dict[str, Any]]]:

@@ -210,3 +210,65 @@ def match_error(recon: Sequence[dict[str, Any]], logged: Sequence[dict[str, Any]
         tot_r = sum(b["duration_s"] for _, b in matched)
         out["total_rel_err"] = (tot_r - tot_l) / tot_l if tot_l else 0.0
     return out
+
+
+def _merge(group: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Consecutive rebuilt rows as one iteration (the engine ran fewer than the streams showed)."""
+    last = dict(group[-1])
+    pre = [r for r in group if r["phase"] == "prefill"]
+    last["duration_s"] = last["padded_s"] = sum(r["duration_s"] for r in group)
+    last["after_idle"] = group[0].get("after_idle", False)
+    if pre:
+        last.update(phase="prefill", batch_size=sum(r["batch_size"] for r in pre),
+                    prefill_tokens=sum(r["prefill_tokens"] for r in pre),
+                    mixed_decode=max((r["batch_size"] for r in group if r["phase"] == "decode"), default=0))
+    else:
+        last["batch_size"] = max(r["batch_size"] for r in group)
+    return last
+
+
+def _split(row: dict[str, Any], k: int) -> list[dict[str, Any]]:
+    """One rebuilt row as ``k`` iterations of its shape, evenly in its interval."""
+    out = []
+    for j in range(k):
+        r = dict(row)
+        r["duration_s"] = r["padded_s"] = row["duration_s"] / k
+        r["t"] = row["t"] - row["duration_s"] * (k - 1 - j) / k
+        if j < k - 1 and row["phase"] == "prefill":  # the prefill ends with the last piece
+            r.update(phase="decode", batch_size=max(row.get("mixed_decode", 0), 1), prefill_tokens=0)
+        r["after_idle"] = row.get("after_idle", False) and j == 0
+        out.append(r)
+    return out
+
+
+def fit_counts(rows: Sequence[dict[str, Any]], samples: Sequence[tuple[float, float]]) -> list[dict[str, Any]]:
+    """Rebuilt rows made to agree with the engine's own iteration counter: ``samples`` are
+    (time on the rows' clock, cumulative iterations) read from the engine while it ran (vLLM's
+    ``vllm:iteration_tokens_total_count``). Between two samples, the rows there are merged
+    (consecutive ones into one) or split until their number is the counter's increase; rows
+    after a window without iterations join the next window. Outside the sampled span rows are
+    kept as they are."""
+    if len(samples) < 2 or not rows:
+        return list(rows)
+    rows = sorted(rows, key=lambda r: r["t"])
+    out: list[dict[str, Any]] = [r for r in rows if r["t"] <= samples[0][0]]
+    carry: list[dict[str, Any]] = []
+    for (ta, ca), (tb, cb) in zip(samples, samples[1:]):
+        win = carry + [r for r in rows if ta < r["t"] <= tb]
+        n = int(round(cb - ca))
+        if not win or n <= 0:
+            carry = win
+            continue
+        carry = []
+        m = len(win)
+        if m >= n:
+            bounds = [round(j * m / n) for j in range(n + 1)]
+            out += [_merge(win[bounds[j]:bounds[j + 1]]) for j in range(n)]
+        else:
+            per = [n // m + (1 if j < n % m else 0) for j in range(m)]
+            for r, k in zip(win, per):
+                out += _split(r, k)
+    out += carry + [r for r in rows if r["t"] > samples[-1][0]]
+    for j, r in enumerate(out):
+        r["seq"] = (out[0]["seq"] if out else 1) + j
+    return out
