@@ -145,3 +145,26 @@ def test_against_the_bundled_engines_own_iteration_log():
     assert m["batch_exact_share"] >= 0.9
     assert m["interval_median_rel_err"] <= 0.15
     assert abs(m["total_rel_err"]) <= 0.1
+
+
+def test_engine_counts_merge_or_split_the_rebuilt_iterations():
+    """Between two counter samples, rows are merged or split to the counter's increase; time
+    and tokens are kept."""
+    from aprilsim.validate.reconstruct import fit_counts
+
+    def row(t, phase="decode", b=4):
+        return {"seq": 0, "t": t, "phase": phase, "batch_size": b, "prefill_tokens": 40 if phase == "prefill" else 0,
+                "kv_tokens": 100, "running": b, "duration_s": 0.01, "padded_s": 0.01}
+
+    rows = [row(0.01 * i) for i in range(1, 21)]  # 20 rows in (0, 0.2]
+    rows[0] = row(0.01, "prefill")
+    samples = [(0.0, 0), (0.1, 5), (0.2, 15)]  # the engine ran 5, then 10
+    out = fit_counts(rows, samples)
+    assert len(out) == 15
+    assert sum(r["duration_s"] for r in out) == pytest.approx(0.2)
+    assert sum(r["prefill_tokens"] for r in out) == 40 and out[0]["phase"] == "prefill"
+    assert [r["seq"] for r in out] == list(range(out[0]["seq"], out[0]["seq"] + 15))
+    more = fit_counts(rows, [(0.0, 0), (0.2, 50)])
+    assert len(more) == 50 and sum(r["duration_s"] for r in more) == pytest.approx(0.2)
+    assert sum(r["prefill_tokens"] for r in more) == 40
+    assert fit_counts(rows, [(0.0, 0)]) == rows

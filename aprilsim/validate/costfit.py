@@ -196,8 +196,11 @@ def fit_iterations(logs: Sequence[Sequence[dict[str, Any]]]) -> CostFit:
         pass
     else:
         recs = [r for rows in logs for r in records_from_iterations(list(rows))]
-        cal = CostCalibrator(form="linear").fit(recs)
-        if isinstance(cal.cost_, CostModel):
+        try:
+            cal = CostCalibrator(form="linear").fit(recs)
+        except ValueError:  # too few distinct shapes for calibrate's checks: the in-house fit
+            cal = None
+        if cal is not None and isinstance(cal.cost_, CostModel):
             cost, source = cal.cost_, "aprilsim.engine.calibration.CostCalibrator"
     wall_cost, *_ = fit_in_house(logs, wall=True)
     by_req, by_tok = prefill_form_errors(logs)
