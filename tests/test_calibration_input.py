@@ -87,3 +87,32 @@ def test_the_preset_says_what_was_measured_and_what_was_assumed():
                        assumed=["kv_capacity: not reported"])
     assert "# measured: vocabulary 384 (probed)" in text
     assert "# assumed: kv_capacity: not reported" in text
+
+
+def test_a_per_request_prefill_term_is_fitted_priced_and_kept_in_the_preset(tmp_path):
+    """Prefill that costs per request (a CPU engine's Python loop per sequence): calibrate fits
+    pr, the chunked walk charges it once per request, the preset carries it to a scenario."""
+    from aprilsim.config import load_preset_file
+    from aprilsim.engine.cost import chunked_prefill_time
+
+    true = CostModel(a=1e-3, b=1e-5, c=1e-8, p0=2e-3, p1=1e-6, p2=0.0, pr=2e-3)
+    recs = _grid(lambda b, k: true.decode_time(b, k))
+    recs = [r for r in recs if r.phase == "decode"]
+    for b in (1, 4, 16, 64):
+        for n in (2, 16, 128):
+            recs.append(Record("prefill", b, 0.0, b * n, true.prefill_time(b * n, b * n * n, requests=b),
+                               float(b * n * n)))
+    cal = CostCalibrator().fit(recs)
+    assert cal.cost_.pr == pytest.approx(2e-3, rel=0.05)
+    assert cal.cost_.p1 == pytest.approx(1e-6, rel=0.2)
+    # chunked walk: once per request, in the pass of its first piece; without pr, unchanged
+    lens = [300, 5, 700]
+    t1, passes, _ = chunked_prefill_time(true, lens, chunk=256)
+    t0, _, _ = chunked_prefill_time(CostModel(a=1e-3, b=1e-5, c=1e-8, p0=2e-3, p1=1e-6), lens, chunk=256)
+    assert t1 - t0 == pytest.approx(3 * 2e-3)
+    assert chunked_prefill_time(true, lens, chunk=0)[0] == pytest.approx(true.prefill_time(1005, sum(n * n for n in lens), requests=3))
+    p = tmp_path / "cal.toml"
+    from aprilsim.engine.calibration import write_preset
+
+    write_preset(p, cal.cost_)
+    assert load_preset_file(p).cost.pr == pytest.approx(cal.cost_.pr)

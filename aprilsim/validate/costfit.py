@@ -228,6 +228,6 @@ def load_calibration(path: str) -> CostModel:
     try:
         return CostModel(a=float(cost["a"]), b=float(cost["b"]), c=float(cost["c"]),
                          p0=float(cost.get("p0", 0.0)), p1=float(cost.get("p1", 0.0)),
-                         p2=float(cost.get("p2", 0.0)))
+                         p2=float(cost.get("p2", 0.0)), pr=float(cost.get("pr", 0.0)))
     except KeyError as e:
         raise ValueError(f"{path}: [cost] lacks {e.args[0]} (need a, b, c, p0, p1)") from None

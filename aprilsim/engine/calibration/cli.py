@@ -216,7 +216,7 @@ def cost_dict(cost: Any) -> dict[str, Any]:
                              "table_g": list(cost.table_g)}
     else:
         d = {"a": cost.a, "b": cost.b, "c": cost.c}
-    d.update(p0=cost.p0, p1=cost.p1, p2=cost.p2)
+    d.update(p0=cost.p0, p1=cost.p1, p2=cost.p2, pr=getattr(cost, "pr", 0.0))
     return d
 
 
@@ -241,6 +241,7 @@ def _print(cal: CostCalibrator, info: dict[str, Any], form: str, as_json: bool,
         for b, f, g in zip(d["table_b"], d["table_f"], d["table_g"]):
             click.echo(f"  B {b:>5}: f {f:.4g} s, g {g:.4g} s/token")
     click.echo(f"prefill: {d['p0']:.4g} + {d['p1']:.4g}*sum(n) + {d['p2']:.4g}*sum(n^2)"
+               + (f" + {d['pr']:.4g}*requests" if d["pr"] else "")
                + ("" if cal.n_prefill_ else "  (no prefill records: zeros)"))
     click.echo(format_error_table(cal.errors_))
     for m in info.get("measured") or ():

@@ -50,7 +50,10 @@ def preset_toml(cost: CostModel | TabulatedCost, *, label: str = "calibrated", s
         lines.append(f"table_g = [{', '.join(_num(v) for v in cost.table_g)}]")
     else:
         lines += [f"a = {_num(cost.a)}", f"b = {_num(cost.b)}", f"c = {_num(cost.c)}"]
-    lines += [f"p0 = {_num(cost.p0)}", f"p1 = {_num(cost.p1)}", f"p2 = {_num(cost.p2)}", ""]
+    lines += [f"p0 = {_num(cost.p0)}", f"p1 = {_num(cost.p1)}", f"p2 = {_num(cost.p2)}"]
+    if getattr(cost, "pr", 0.0):
+        lines.append(f"pr = {_num(cost.pr)}  # seconds per request of a prefill batch")
+    lines.append("")
     return "\n".join(lines)
 
 
