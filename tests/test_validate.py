@@ -266,3 +266,14 @@ def test_rounds_give_the_noise_floor_and_paired_gain_intervals():
     t = targets(rounds[0], p)
     assert t["step_rollout_error"]["noise_floor"]["sync"] == pytest.approx(nf)
     assert t["gain_vs_sync_pp"]["by_scheduler"]["april"]["rounds"] == 3
+
+
+def test_one_scheduler_has_no_ranking_even_when_pooled():
+    from aprilsim.validate.rounds import pooled
+
+    sc = small_scenario()
+    run = simulate_matched(sc, "sync", matched_engine(TRUE, max_running=64, kv_capacity=5120),
+                           n_engines=2, scale=1 / 256, seed=1, steps=3)
+    rows = [compare_runs("sync", run, run)]
+    t = targets(rows, pooled([rows]))
+    assert t["ranking"]["met"] is None and t["gain_vs_sync_pp"]["met"] is None

@@ -50,7 +50,7 @@ def targets(rows: Sequence[SchedulerComparison], pool: dict[str, Any] | None = N
                    "measured_half_width": v["measured"]["half_width"], "rounds": v["diff_pp"]["n"]}
              for lab, v in pool["gains"].items()}
         rk = pool["ranking"]
-        rank_met = None if not rk["rounds"] else rk["preserved_rounds"] == rk["rounds"]
+        rank_met = None if not rk["rounds"] or len(rows) < 2 else rk["preserved_rounds"] == rk["rounds"]
         ranking_measured = rk["measured_by_round"][0] if rk["measured_by_round"] else []
     else:
         errs = {r.label: r.errors().get("step_rollout_median_abs") for r in rows}
