@@ -131,3 +131,18 @@ def test_validate_checks_engines_and_calibration_before_any_live_run(tmp_path):
     res = _aprilsim("validate", str(sc), "--engines", f"http://127.0.0.1:{free_port()}",
                     "--calibration", str(bad), "--out", str(tmp_path / "rep"), timeout=60)
     assert res.returncode == 2 and "lacks b" in res.stderr and "live" not in res.stderr
+
+
+def test_run_reads_the_vocabulary_of_a_small_vocabulary_vllm_model():
+    """`aprilsim run --engines vllm+http://...` without --vocab-size: the prompts' ids stay below
+    the server's vocabulary (issue 22: it used to send ids up to 32,000)."""
+    from real.runner.cli import build_cluster
+
+    async def main():
+        async with FakeVLLM(vocab=351) as fake:
+            cluster, vocab, _ = await build_cluster(
+                {"local": None, "engines": f"vllm+{fake.url}", "router": None, "vocab_size": None}, 256)
+            await cluster.close()
+            return vocab
+
+    assert run(main()) == 351
