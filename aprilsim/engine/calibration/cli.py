@@ -61,22 +61,8 @@ def _read(kind: str, value: Any, opts: dict[str, Any], live: LiveMeasure | None,
     return live(local=value if kind == "local" else None, engines=engines,
                 batch_sizes=opts["batch_sizes"], kv_loads=opts["kv_loads"],
                 progress=opts["progress"], max_batch=opts.get("max_batch"),
-                vocab_size=opts.get("vocab_size"))
-
-
-def _scenario_reach(path: Path, scale: float | None, n_engines: int, opts: dict[str, Any]) -> None:
-    """Fill the sweep's largest batch and KV loads from what SCENARIO's rollouts reach."""
-    from aprilsim.config import ScenarioError, load_scenario
-
-    try:
-        sc = load_scenario(path)
-    except ScenarioError as e:
-        raise ValueError(str(e)) from None
-    from .reach import scenario_reach
-
-    peak, loads = scenario_reach(sc, n_engines, 1.0 if scale is None else scale)
-    opts["max_batch"] = opts.get("max_batch") or peak
-    opts["kv_loads"] = opts["kv_loads"] or loads
+                vocab_size=opts.get("vocab_size"), scenario=opts.get("scenario"),
+                scale=opts.get("scale"))
 
 
 GOOD_FIT = 0.05  # a decode median error above this is a poor fit
@@ -163,11 +149,9 @@ def make_calibrate_command(live: LiveMeasure | None) -> click.Command:
                     "batch_sizes": _ints(batch_sizes, "--batch-sizes"),
                     "kv_loads": _ints(kv_loads, "--kv-loads"), "max_batch": max_batch,
                     "vocab_size": vocab_size}
-            if scenario is not None:
-                if kind not in ("local", "engines"):
-                    raise ValueError("--scenario shapes a live sweep: give it with --local or --engines")
-                n = local if kind == "local" else len([u for u in value.split(",") if u.strip()])
-                _scenario_reach(scenario, scale, n, opts)
+            if scenario is not None and kind not in ("local", "engines"):
+                raise ValueError("--scenario shapes a live sweep: give it with --local or --engines")
+            opts.update(scenario=scenario, scale=scale)
             records, info = _read(kind, value, opts, live)
             if progress is not None and sys.stderr.isatty():
                 click.echo("\r\033[K", err=True, nl=False)
