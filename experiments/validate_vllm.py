@@ -123,7 +123,8 @@ def targets_table(rep: dict) -> list[str]:
     """The issue's targets, per scheduler, with the noise floor beside each error."""
     pool, t = rep["rounds"], rep["targets"]
     lines = ["| scheduler | per-step rollout error (median, pooled) | noise floor | gain over sync: "
-             "predicted / measured (mean +- 95 %) | gain error (pp, +- 95 %) |", "|---|---|---|---|---|"]
+             "predicted / measured (mean +- 95 %) | gain error (pp, +- 95 %) | engine-time error "
+             "(priced, median) | engine-time gain error (pp) |", "|---|---|---|---|---|---|---|"]
     for lab, v in pool["schedulers"].items():
         g = pool["gains"].get(lab)
         err = "n/a" if v["step_rollout_median_abs"] is None else f"{100 * v['step_rollout_median_abs']:.1f}%"
@@ -134,9 +135,13 @@ def targets_table(rep: dict) -> list[str]:
             dhw = "" if d["half_width"] is None else f" +- {d['half_width']:.1f}"
             gain = f"{100 * g['predicted']:+.1f}% / {100 * m['mean']:+.1f}%{hw}"
             ge = f"{d['mean']:+.1f}{dhw}"
+            dp = g.get("diff_priced_pp") or {}
+            gp = "n/a" if dp.get("mean") is None else f"{dp['mean']:+.1f}" + (
+                "" if dp.get("half_width") is None else f" +- {dp['half_width']:.1f}")
         else:
-            gain, ge = "(base)", ""
-        lines.append(f"| {lab} | {err} | {nf} | {gain} | {ge} |")
+            gain, ge, gp = "(base)", "", ""
+        pe = "n/a" if v.get("step_priced_median_abs") is None else f"{100 * v['step_priced_median_abs']:.1f}%"
+        lines.append(f"| {lab} | {err} | {nf} | {gain} | {ge} | {pe} | {gp} |")
     rk = t["ranking"]
     lines += ["", f"Ranking: predicted {' > '.join(rk['predicted'])}; preserved in "
               f"{rk['preserved_rounds']}/{rk['rounds']} rounds (ties within 2 % may swap)."]

@@ -82,7 +82,9 @@ def pooled(rounds: Sequence[Sequence[SchedulerComparison]]) -> dict[str, Any]:
             continue
         g[lab] = {"predicted": got[0]["predicted"],
                   "measured": interval([x["measured"] for x in got]),
-                  "diff_pp": interval([x["diff_pp"] for x in got])}
+                  "diff_pp": interval([x["diff_pp"] for x in got]),
+                  # the same in engine time (logged iterations priced): no machine load in it
+                  "diff_priced_pp": interval([x["diff_priced_pp"] for x in got if "diff_priced_pp" in x])}
     out["gains"] = g
     out["ranking"] = {"preserved_rounds": sum(ranking_preserved(rnd, 0.02) for rnd in rounds),
                       "rounds": len(rounds),
