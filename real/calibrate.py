@@ -36,6 +36,7 @@ from aprilsim.engine.calibration import Record, records_from_iterations
 from .protocol import Engine, GenerateRequest
 
 DEFAULT_MAX_BATCH = 64
+LOCAL_MAX_BATCH = 16  # --local: the small default sweep (a CPU toy engine; about 20 s)
 DEFAULT_KV_LOADS = (16, 128, 512)
 DEFAULT_GEN_TOKENS = 24
 PREFILL_SIZES = (32, 128, 512)
@@ -357,7 +358,7 @@ def measure(local: int | None = None, engines: Sequence[str] | None = None,
         n = local if local is not None else len(list(engines or ()))
         peak, loads = scenario_reach(sc, max(1, n), 1.0 if scale is None else scale)
         max_batch, kv_loads = max_batch or peak, kv_loads or loads
-    mb = max_batch or DEFAULT_MAX_BATCH
+    mb = max_batch or (LOCAL_MAX_BATCH if local is not None else DEFAULT_MAX_BATCH)
     if local is not None:
         records, info = asyncio.run(_measure_local(local, batch_sizes, kv_loads, gen_tokens,
                                                    progress, mb))

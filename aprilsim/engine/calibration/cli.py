@@ -114,7 +114,7 @@ def make_calibrate_command(live: LiveMeasure | None) -> click.Command:
     @click.option("--max-knots", type=click.IntRange(min=2), default=12, show_default=True, help="With --form tables: most knots over B.")
     @click.option("--batch-sizes", help="Live: decode batch sizes to measure (comma-separated; default 1,2,4,8 capped at max_running).")
     @click.option("--kv-loads", help="Live: prompt lengths per request for the decode sweep (default 16,128,512, or what --scenario reaches).")
-    @click.option("--max-batch", type=click.IntRange(min=1), help="Live: largest decode batch of the sweep (default 64, or what --scenario's rollouts reach), capped by the engine's concurrency (reported, else probed).")
+    @click.option("--max-batch", type=click.IntRange(min=1), help="Live: largest decode batch of the sweep (default 64, 16 with --local, or what --scenario's rollouts reach), capped by the engine's concurrency (reported, else probed).")
     @click.option("--scenario", "scenario", type=click.Path(dir_okay=False, path_type=Path), help="Live: sweep the batch sizes and KV loads this scenario's rollouts reach on the measured engines.")
     @click.option("--scale", type=click.FloatRange(min=0, max=1, min_open=True), help="Live, with --scenario: the length scale of the runs (as validate --scale).")
     @click.option("--vocab-size", type=click.IntRange(min=17), help="Live: the engines' vocabulary (default: what the server states, else probed).")
