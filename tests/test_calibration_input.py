@@ -115,7 +115,15 @@ def test_a_per_request_prefill_term_is_fitted_priced_and_kept_in_the_preset(tmp_
     from aprilsim.engine.calibration import write_preset
 
     write_preset(p, cal.cost_)
-    assert load_preset_file(p).cost.pr == pytest.approx(cal.cost_.pr)
+    assert f"# pr = {cal.cost_.pr!r}" in p.read_text()  # reported, not simulated (fast engine)
+    assert load_preset_file(p).cost.pr == 0.0
+    from aprilsim.config import ScenarioError, default_scenario, scenario_from_dict
+
+    d = default_scenario().model_dump(mode="json", exclude_none=True)
+    d["cluster"]["cost"] = {"a": 1e-3, "b": 1e-5, "c": 1e-8, "p0": 0.0, "p1": 0.0, "pr": 1e-3}
+    with pytest.raises(ScenarioError, match="pr") as e:
+        scenario_from_dict(d, tmp_path)
+    assert "\n" not in str(e.value)
 
 
 def test_the_sweep_reaches_what_the_scenarios_rollouts_reach():
