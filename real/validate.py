@@ -201,6 +201,8 @@ class CounterSampler:
             c = await self.base.counters()
             if c and "iterations" in c:
                 self.samples.append(((t + time.monotonic()) / 2, c["iterations"]))
+            elif not self.samples:
+                return  # no counter on this engine (a bundled server, SGLang without metrics)
             await asyncio.sleep(SAMPLE_S)
 
     async def stop(self) -> list[tuple[float, float]]:
@@ -208,6 +210,7 @@ class CounterSampler:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self.samples:
             c = await self.base.counters()
             if c and "iterations" in c:
                 self.samples.append((time.monotonic(), c["iterations"]))
@@ -407,7 +410,10 @@ def live_notes(v: Validation) -> dict[str, Any]:
             "count_rel_err_median": float(np.median([e["count_rel_err"] for e in recon])),
             "runs": len(recon)}
     cs = [c for o in v.live for c in o.counters if c]
-    if cs:
+    if cs and not any("prefix_queries" in c for c in cs):  # SGLang's counters
+        out["engine_counters"] = {"iterations": sum(c.get("iterations", 0) for c in cs),
+                                  "busy_s": sum(c.get("busy_s", 0) for c in cs)}
+    elif cs:
         q = sum(c.get("prefix_queries", 0) for c in cs)
         out["vllm"] = {"prefix_cache_hit_share": sum(c.get("prefix_hits", 0) for c in cs) / q if q else None,
                        "preemptions": sum(c.get("preemptions", 0) for c in cs),

@@ -92,9 +92,10 @@ def test_calibrate_a_vllm_server_probes_its_concurrency_and_times_the_stream():
 
 
 @pytest.mark.slow
-def test_calibrate_through_the_router_and_validate_on_a_bundled_server(router, servers, tmp_path):
+def test_calibrate_through_the_router_and_validate_on_a_bundled_server(router, fresh_server, tmp_path):
     """The router has no iteration log: timed from the rebuilt iterations. Validate on one bundled
-    server over HTTP: its own log is used, and the reconstruction is checked against it."""
+    server over HTTP (a server of its own: the run moves its weight version): its own log is
+    used, and the reconstruction is checked against it."""
     t = time.monotonic()
     res = _aprilsim("calibrate", "--engines", router.url, "--batch-sizes", "1,2,4", "--kv-loads",
                     "8,32", "--json")
@@ -104,7 +105,7 @@ def test_calibrate_through_the_router_and_validate_on_a_bundled_server(router, s
     assert out["vocab_size"] == VOCAB
     sc = tmp_path / "s.toml"
     sc.write_text(SMALL)
-    res = _aprilsim("validate", str(sc), "--engines", servers[0].url, "-s", "sync", "--steps", "2",
+    res = _aprilsim("validate", str(sc), "--engines", fresh_server.url, "-s", "sync", "--steps", "2",
                     "--scale", "0.01", "--no-figures", "--out", str(tmp_path / "rep"))
     assert res.returncode == 0, res.stderr
     rep = json.loads((tmp_path / "rep" / "report.json").read_text())
@@ -146,3 +147,21 @@ def test_run_reads_the_vocabulary_of_a_small_vocabulary_vllm_model():
             return vocab
 
     assert run(main()) == 351
+
+
+def test_sglang_counters_from_its_metrics_text():
+    """SGLang 0.5.23 (--enable-metrics) counts forward passes by CUDA-graph mode and their GPU
+    time by category: the iteration counter validate fits the rebuilt iterations to."""
+    from real.sglang_http import parse_sglang_counters
+
+    text = """# HELP sglang:cuda_graph_passes_total Total number of forward passes categorized by CUDA graph.
+# TYPE sglang:cuda_graph_passes_total counter
+sglang:cuda_graph_passes_total{model_name="m",mode="decode_graph"} 120.0
+sglang:cuda_graph_passes_total{model_name="m",mode="no_graph"} 7.0
+sglang:cuda_graph_passes_created{model_name="m",mode="no_graph"} 1.7e9
+sglang:forward_execution_seconds_total{category="decode",model_name="m"} 1.5
+sglang:forward_execution_seconds_total{category="extend",model_name="m"} 0.25
+sglang:num_running_reqs{model_name="m"} 3.0
+"""
+    assert parse_sglang_counters(text) == {"iterations": 127.0, "busy_s": 1.75}
+    assert parse_sglang_counters("vllm:num_requests_running 1.0\n") == {}
