@@ -167,8 +167,9 @@ def reconstruct(logs: Sequence[StreamLog], gap_factor: float = 0.5, seq0: int = 
 def match_error(recon: Sequence[dict[str, Any]], logged: Sequence[dict[str, Any]],
                 offset: float = 0.0) -> dict[str, float]:
     """How far reconstructed rows are from an engine's logged ones (``t`` + ``offset`` puts the
-    reconstruction on the log's clock): iteration counts, the share of logged steps matched by a
-    row of the same phase within half a median step, and over the matched ones the share with
+    reconstruction on the log's clock; the median delivery latency is then taken out): iteration
+    counts, the share of logged steps matched by a row of the same phase within half a median
+    step, and over the matched ones the share with
     the exact batch size, the median relative error of KV held and of the step interval, and the
     relative error of the summed intervals (what a rollout's time adds up)."""
     from .costfit import interval
@@ -184,6 +185,15 @@ def match_error(recon: Sequence[dict[str, Any]], logged: Sequence[dict[str, Any]
         prev = r
     tol = 0.5 * median(iv.values())
     rt = [float(r["t"]) + offset for r in recon]
+    # the streams see every step late by about the same delivery latency: take it out first
+    lags = []
+    for r in steps:
+        j = bisect.bisect_left(rt, float(r["t"]))
+        near = [rt[c] - float(r["t"]) for c in (j - 1, j) if 0 <= c < len(rt)]
+        if near:
+            lags.append(min(near, key=abs))
+    lag = median(lags) if lags else 0.0
+    rt = [t - lag for t in rt]
     matched = []
     used: set[int] = set()
     for r in steps:
