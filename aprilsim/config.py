@@ -49,15 +49,7 @@ class CostSection(_Strict):
     p0: float = Field(ge=0)
     p1: float = Field(ge=0)
     p2: float = Field(default=0.0, ge=0)
-    pr: float = Field(default=0.0, ge=0)  # per request of a prefill batch: 0 until simulated
-
-    @field_validator("pr")
-    @classmethod
-    def _pr_not_simulated(cls, v: float) -> float:
-        if v > 0:  # calibrate fits it; the reference engine charges it, the fast one not yet
-            raise ValueError("a per-request prefill cost (pr > 0) is not simulated yet (the fast "
-                             "engine does not charge it): leave pr out")
-        return v
+    pr: float = Field(default=0.0, ge=0)  # seconds per request of a prefill batch
 
     @model_validator(mode="after")
     def _one_form(self) -> CostSection:

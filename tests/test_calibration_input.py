@@ -91,7 +91,7 @@ def test_the_preset_says_what_was_measured_and_what_was_assumed():
 
 def test_a_per_request_prefill_term_is_fitted_priced_and_kept_in_the_preset(tmp_path):
     """Prefill that costs per request (a CPU engine's Python loop per sequence): calibrate fits
-    pr, the chunked walk charges it once per request, the preset carries it to a scenario."""
+    pr, the chunked walk charges it once per request, the preset and a scenario carry it."""
     from aprilsim.config import load_preset_file
     from aprilsim.engine.cost import chunked_prefill_time
 
@@ -115,15 +115,13 @@ def test_a_per_request_prefill_term_is_fitted_priced_and_kept_in_the_preset(tmp_
     from aprilsim.engine.calibration import write_preset
 
     write_preset(p, cal.cost_)
-    assert f"# pr = {cal.cost_.pr!r}" in p.read_text()  # reported, not simulated (fast engine)
-    assert load_preset_file(p).cost.pr == 0.0
-    from aprilsim.config import ScenarioError, default_scenario, scenario_from_dict
+    assert f"pr = {cal.cost_.pr!r}" in p.read_text()
+    assert load_preset_file(p).cost.pr == cal.cost_.pr
+    from aprilsim.config import default_scenario, scenario_from_dict
 
     d = default_scenario().model_dump(mode="json", exclude_none=True)
     d["cluster"]["cost"] = {"a": 1e-3, "b": 1e-5, "c": 1e-8, "p0": 0.0, "p1": 0.0, "pr": 1e-3}
-    with pytest.raises(ScenarioError, match="pr") as e:
-        scenario_from_dict(d, tmp_path)
-    assert "\n" not in str(e.value)
+    assert scenario_from_dict(d, tmp_path).engine_spec().cost.pr == 1e-3
 
 
 def test_the_sweep_reaches_what_the_scenarios_rollouts_reach():

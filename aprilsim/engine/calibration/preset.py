@@ -51,9 +51,8 @@ def preset_toml(cost: CostModel | TabulatedCost, *, label: str = "calibrated", s
     else:
         lines += [f"a = {_num(cost.a)}", f"b = {_num(cost.b)}", f"c = {_num(cost.c)}"]
     lines += [f"p0 = {_num(cost.p0)}", f"p1 = {_num(cost.p1)}", f"p2 = {_num(cost.p2)}"]
-    if getattr(cost, "pr", 0.0):  # fitted; kept as a comment until the fast engine charges it
-        lines.append(f"# pr = {_num(cost.pr)}  (seconds per request of a prefill batch: fitted, "
-                     "not simulated yet; scenarios refuse pr > 0 until the engines charge it)")
+    if getattr(cost, "pr", 0.0):  # seconds per request of a prefill batch (both engines charge it)
+        lines.append(f"pr = {_num(cost.pr)}")
     lines.append("")
     return "\n".join(lines)
 
