@@ -15,7 +15,6 @@ from typing import Protocol
 from aprilsim.types import Group, Sample
 
 
-
 class Ended(Protocol):
     """A request that left its engine (the simulator's `Completion` is one)."""
 
