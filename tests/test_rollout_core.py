@@ -386,3 +386,23 @@ def test_every_status_change_is_legal_and_the_ledger_balances():
     legal = {f"{a.value}->{b.value}" for a, tos in LEGAL.items() for b in tos}
     assert legal <= set(REACH), f"not reached: {legal - set(REACH)}"
     assert REACH["refused"] >= 10
+
+
+def test_end_state_counts_what_the_end_of_the_run_stopped():
+    """The end-of-run ledger: requests still in flight are stopped (partial, or done where they
+    had reached their end) and reported as in flight at the end, with their tokens."""
+    core, sink, _ = make(submit_on_start)
+    core.start_rollout(0, 0.0)
+    core.drain(0.0)
+    r0, r1 = sink.sent[0][0]
+    core.finish()
+    a = core.final_ended(r0, 30, "length")  # reached its target just as the run ended
+    b = core.final_ended(r1, 5, "abort")
+    core.ledger.meter.tokens = 35
+    end = core.end_state()
+    assert (a.status, b.status) == (S.DONE, S.PARTIAL)
+    assert (end["in_flight_at_end"], end["in_flight_tokens_at_end"]) == (2, 35)
+    assert (end["samples_done"], end["samples_partial"], end["engine_tokens"]) == (1, 1, 35)
+    assert not core.inflight
+    core.submit(first_group(core)[1:])  # nothing is sent once the run is over
+    assert len(sink.sent) == 1

@@ -152,6 +152,7 @@ class RolloutCore:
         self._sample_events = bool(getattr(scheduler, "sample_events", True))
         self._reveal = reveal
         self._fault_resubmits: dict[int, int] = {}
+        self._stopped: list[Sample] = []  # samples whose requests the end of the run stopped
 
     # ------------------------------------------------------------------ groups
     def register(self, groups: list[Group]) -> list[Group]:
@@ -454,12 +455,18 @@ class RolloutCore:
             done = s.generated >= s._target_len
         s.status = _DONE if done else _PARTIAL
         s.complete = done
+        self._stopped.append(s)
         return s
 
     def end_state(self) -> dict[str, int]:
-        """Where every sample is, by status, in samples and tokens (the conservation ledger)."""
+        """Where every sample is, by status, in samples and tokens (the conservation ledger), plus
+        what was still in flight when the run ended (those samples are counted partial or done)."""
         self.finished = True
-        return self.ledger.end_state(self.groups.values())
+        out = self.ledger.end_state(self.groups.values())
+        stopped = {id(s): s for s in self._stopped}.values()
+        out["in_flight_at_end"] = len(stopped)
+        out["in_flight_tokens_at_end"] = sum(s.generated for s in stopped)
+        return out
 
     def stalled(self, at: str, why: str) -> SchedulerError:
         """The one message for a run whose loop waits with nothing left that could wake it."""
