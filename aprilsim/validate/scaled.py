@@ -16,6 +16,7 @@ from aprilsim.config import Scenario
 from aprilsim.engine.cost import CostModel, EngineSpec, TabulatedCost
 from aprilsim.metrics.records import RunResult
 from aprilsim.metrics.trace import Trace
+from aprilsim.metrics.warmup import clamp_warmup
 from aprilsim.policies.base import Scheduler
 from aprilsim.policies.registry import make_scheduler
 from aprilsim.sim.runtime import Simulation
@@ -136,5 +137,5 @@ def simulate_matched(scenario: Scenario, spec: str, engine: EngineSpec, *, n_eng
         trace=trace,
     )
     run = sim.run()
-    run.warmup_steps = min(scenario.warmup_steps, max(0, len(run.steps) - 1))
+    run.warmup_steps = clamp_warmup(scenario.warmup_steps, len(run.steps))
     return run
