@@ -37,7 +37,9 @@ class Reading:
 class Meter(Protocol):
     """Engine figures, read at the time the core gives (a simulated or a run-relative clock)."""
 
-    def read(self, now: float) -> Reading: ...
+    def read(self, now: float) -> Reading:
+        """The engines' counters as of `now`."""
+        ...
 
     def new_window(self, now: float) -> None:
         """Start a new peak-KV window (a new step)."""
