@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from aprilsim.types import FinishReason, Group, Sample
+from aprilsim.workload import truth
 from aprilsim.workload.generator import Workload
+from aprilsim.workload.truth import ScaledWorkload
 from real.protocol import GenerateRequest, SamplingParams
 from real.samples import FIRST_ORDINARY_ID, prompt_ids_for
 
@@ -51,43 +53,22 @@ class LiveSource(Protocol):
     def expected_length(self, step: int) -> float: ...
 
 
-def _scaled(x: int, f: float) -> int:
-    return max(1, int(round(x * f)))
-
-
 class ReplaySource:
     """The scenario's workload, lengths scaled by ``scale``, replayed with EOS ignored."""
 
     def __init__(self, workload: Workload, vocab_size: int, scale: float = 1.0,
                  sampling: SamplingParams | None = None) -> None:
-        if not 0 < scale <= 1:
-            raise ValueError(f"scale must lie in (0, 1], got {scale}")
-        self.workload, self.vocab_size, self.scale = workload, vocab_size, scale
-        self.max_len = _scaled(workload.max_len, scale)
+        self.workload = ScaledWorkload(workload, scale)  # the one length-scaling rule
+        self.vocab_size, self.scale = vocab_size, scale
+        self.max_len = self.workload.max_len
         self.group_size = workload.group_size
         self.sampling = sampling or SamplingParams()
 
-    def _scale(self, groups: list[Group]) -> list[Group]:
-        f = self.scale
-        if f == 1:
-            return groups
-        for g in groups:
-            g.prompt_len = _scaled(g.prompt_len, f)
-            for s in g.samples:
-                at_cap = s._target_len >= s.max_len
-                s.prompt_len = g.prompt_len
-                s.max_len = self.max_len
-                # below the cap stays below it (scaling must not turn a stop into a truncation)
-                below = max(1, self.max_len - 1)
-                s._target_len = self.max_len if at_cap else min(below, _scaled(s._target_len, f))
-        return groups
-
     def new_groups(self, n: int, step: int, group_size: int | None = None) -> list[Group]:
-        return self._scale(self.workload.generate(n, step, group_size))
+        return self.workload.generate(n, step, group_size)
 
     def regenerate(self, groups: Sequence[Group], step: int, group_size: int) -> list[Group]:
-        # the groups given are scaled already: regenerate copies their (scaled) lengths
-        return self.workload.regenerate(list(groups), step, group_size)
+        return self.workload.regenerate(groups, step, group_size)
 
     def request(self, sample: Sample, partial_ids: Sequence[int], cap: int | None) -> GenerateRequest:
         g = sample.generated
@@ -102,7 +83,7 @@ class ReplaySource:
         return sample.generated >= sample._target_len
 
     def expected_length(self, step: int) -> float:
-        return self.workload.expected_length(step) * self.scale
+        return self.workload.expected_length(step)
 
 
 # ------------------------------------------------------------------------------ free mode
@@ -212,8 +193,7 @@ class FreeSource:
             return False
         key = self._record[sample.group_id]
         rec, _ = self.prompts[key % len(self.prompts)]
-        sample._target_len = sample.generated
-        sample._reward = float(self.reward(rec, list(output_ids), sample))
+        truth.reveal(sample, sample.generated, self.reward(rec, list(output_ids), sample))
         self._lengths.append(sample.generated)
         if self.lengths_log is not None:
             self.lengths_log.write(json.dumps({
