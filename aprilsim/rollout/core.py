@@ -220,10 +220,19 @@ class RolloutCore:
             self.ledger.n_partial += 1
             self.events.append(SampleCapped(s))
             return s
-        self._finish(s)
+        s.status = _DONE  # _finish, inlined: the common path of every run
+        s.complete = True
+        if self._sample_events:
+            self.events.append(SampleFinished(s))
+        gid = s.group_id
+        left = self._left[gid] - 1
+        self._left[gid] = left
+        if left == 0:
+            self.events.append(GroupFinished(self.groups[gid]))
         return s
 
     def _finish(self, s: Sample) -> None:
+        """A sample reached its end: DONE, its events, the group countdown (`request_ended` inlines it)."""
         s.status = _DONE
         s.complete = True
         if self._sample_events:
