@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from hypothesis import event, given
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from aprilsim.conformance import small_scenario
@@ -36,6 +36,7 @@ def test_the_truth_is_written_only_by_the_truth_module():
     assert len(files) > 50
 
 
+@settings(deadline=None)  # the first example imports the live source
 @given(scale=st.floats(0.01, 1.0), seed=st.integers(0, 50))
 def test_replay_and_its_simulation_scale_alike(scale, seed):
     """The live replay source and the matched simulation draw the very same scaled groups."""
@@ -50,6 +51,7 @@ def test_replay_and_its_simulation_scale_alike(scale, seed):
     event("some at the cap" if capped else "none at the cap")
 
 
+@settings(deadline=None)
 @given(target=st.integers(1, 5000), cap=st.integers(2, 5000), scale=st.floats(0.001, 1.0))
 def test_scaling_keeps_a_stop_a_stop_and_a_truncation_a_truncation(target, cap, scale):
     g = small_scenario(max_len=cap).workload_for(None).generate(1, 0)[0]
