@@ -85,6 +85,7 @@ def main() -> None:
 def simulate(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trace_out, timeline) -> None:
     """Simulate SCENARIO (a TOML file; default: the embedded APRIL-paper setup) and compare schedulers."""
     from aprilsim.config import ScenarioError, load_scenario
+    from aprilsim.metrics.end_state import end_state_lines, with_end_state
     from aprilsim.metrics.trace import Trace
     from aprilsim.report.table import format_table
     from aprilsim.sim.run import simulate as run_sim
@@ -115,7 +116,7 @@ def simulate(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trac
 
                     write_timeline(trace, path)
                 click.echo(f"wrote {path}", err=True)
-            rows.append(run.summary())
+            rows.append(with_end_state(run.summary(), run.end_state))
             records += [
                 {"scheduler": name, "warmup": r.step < run.warmup_steps, **r.to_dict()}
                 for r in run.steps
@@ -132,6 +133,7 @@ def simulate(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trac
                    f"{sc.group_size} samples, max {sc.max_response_len} tokens, {sc.steps} steps, "
                    f"the first {sc.warmup_steps} left out as warm-up)")
         click.echo(format_table(rows))
+        click.echo(end_state_lines(rows))
         for row in rows:  # the steady-state check (aprilsim.metrics.steady): say it plainly
             if not row.get("settled", True):
                 click.echo(f"note: {row['scheduler']} not settled in {row['steps']} steps "

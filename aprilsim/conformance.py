@@ -32,7 +32,7 @@ from aprilsim.types import Group, SampleStatus
 
 __all__ = [
     "BatchRecorder", "ConformanceError", "ConformanceRun", "check_scheduler", "conformance_scenario",
-    "run_under_check",
+    "run_under_check", "small_scenario",
 ]
 
 
@@ -63,20 +63,39 @@ class BatchRecorder:
         return self.inner.step_stats()
 
 
+MIXTURE = {"family": "lognormal_mixture", "weights": [0.7, 0.3], "mus": [5.7, 7.3],
+           "sigmas": [0.6, 0.7]}  # ~300 and ~1,500 tokens
+PROMPTS = {"family": "lognormal", "mu": 4.5, "sigma": 0.5, "max_len": 512}
+TRAINER = {"base_s": 1.0, "per_token_s": 1e-5, "sync_s": 0.5}
+
+
+def small_scenario(*, name: str = "small", seed: int = 0, steps: int = 5, warmup: int | None = None,
+                   batch: int = 6, group: int = 4, max_len: int = 3072, engines: int = 2,
+                   cluster: dict[str, Any] | None = None, rewards: tuple[float, float] | None = None,
+                   lengths: dict[str, Any] | None = None, prompts: dict[str, Any] | None = None,
+                   trainer: dict[str, Any] | None = None,
+                   schedulers: dict[str, dict[str, Any]] | None = None) -> Scenario:
+    """A few seconds of simulated cluster (the one small-scenario builder of the checks and the
+    tests): long-tailed lengths, Beta(`rewards`) pass rates linked to length when given."""
+    data: dict[str, Any] = {
+        "name": name, "seed": seed, "steps": steps, "batch_size": batch, "group_size": group,
+        "max_response_len": max_len, "cluster": {"engines": engines, **(cluster or {})},
+        "trainer": trainer or TRAINER, "lengths": lengths or MIXTURE, "prompts": prompts or PROMPTS,
+        "schedulers": schedulers or {},
+    }
+    if warmup is not None:
+        data["warmup_steps"] = warmup
+    if rewards is not None:
+        a, b = rewards
+        data["workload"] = {"rewards": {"alpha": a, "beta": b, "difficulty_length_corr": 0.5}}
+    return scenario_from_dict(data)
+
+
 def conformance_scenario(*, seed: int = 0, rewards: tuple[float, float] = (1.0, 1.0),
                          steps: int = 5, **cluster: Any) -> Scenario:
     """A few seconds of simulated cluster with long-tailed lengths (the checks' default scenario)."""
-    a, b = rewards
-    return scenario_from_dict({
-        "name": "conformance", "seed": seed, "steps": steps, "warmup_steps": 0, "batch_size": 6,
-        "group_size": 4, "max_response_len": 3072,
-        "cluster": {"engines": 2, **cluster},
-        "trainer": {"base_s": 1.0, "per_token_s": 1e-5, "sync_s": 0.5},
-        "lengths": {"family": "lognormal_mixture", "weights": [0.7, 0.3], "mus": [5.7, 7.3],
-                    "sigmas": [0.6, 0.7]},
-        "prompts": {"family": "lognormal", "mu": 4.5, "sigma": 0.5, "max_len": 512},
-        "workload": {"rewards": {"alpha": a, "beta": b, "difficulty_length_corr": 0.5}},
-    })
+    return small_scenario(name="conformance", seed=seed, steps=steps, warmup=0, rewards=rewards,
+                          cluster=cluster)
 
 
 @dataclass

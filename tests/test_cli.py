@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
 import sys
+from dataclasses import dataclass
 
 import pytest
 import tomllib
@@ -24,10 +27,34 @@ REQUIRED = {
 }
 
 
+@dataclass
+class Result:
+    """What a command printed and returned (the fields of subprocess.CompletedProcess used here)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
 def aprilsim(*args, cwd=None):
-    return subprocess.run(
-        [sys.executable, "-m", "aprilsim", *args], capture_output=True, text=True, cwd=cwd, timeout=300
-    )
+    """Run `aprilsim ARGS` in this process (click's runner: no interpreter start per call)."""
+    from click.testing import CliRunner
+
+    from aprilsim.cli import main
+
+    with contextlib.chdir(cwd or os.getcwd()):
+        r = CliRunner().invoke(main, [str(a) for a in args])
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    return Result(r.exit_code, r.stdout, r.stderr)
+
+
+def test_module_entry_point_runs():
+    """`python -m aprilsim` (the one subprocess run: the entry point itself is the point)."""
+    r = subprocess.run([sys.executable, "-m", "aprilsim", "schedulers", "--json"], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert {row["name"] for row in json.loads(r.stdout)} >= {"sync", "april"}
 
 
 def test_simulate_json_default_scenario():

@@ -10,7 +10,14 @@ from __future__ import annotations
 import functools
 
 import pytest
-from sched_helpers import USER_SCHEDULER, run, small_scenario
+from sched_helpers import (
+    OPTION_VARIANTS,
+    USER_SCHEDULER,
+    every_variant,
+    run,
+    small_scenario,
+    variant_ids,
+)
 
 from aprilsim.conformance import (
     ConformanceError,
@@ -23,22 +30,8 @@ from aprilsim.policies.base import AbortAll, CloseBatch, SampleFinished, Schedul
 from aprilsim.policies.registry import REGISTRY
 
 # (scheduler, knob settings): every registered scheduler with its defaults, plus the options
-CASES: list[tuple[str, dict]] = [(name, {}) for name in sorted(REGISTRY)] + [
-    (USER_SCHEDULER, {}),
-    ("april", {"recycle": False}),
-    ("april", {"resume_order": "most_progress"}),
-    ("april", {"resume_order": "oldest_version", "ratio": 1.5}),
-    ("april", {"max_staleness": 1, "stale_action": "complete"}),
-    ("april", {"max_staleness": 2, "stale_action": "discard"}),
-    ("april", {"token_budget": 600}),
-    ("april_ds", {"token_budget": 800, "resume_order": "most_progress"}),
-    ("fully_async", {"eta": 0, "interrupt": True}),
-    ("fully_async", {"eta": 1, "interrupt": False}),
-    ("fully_async", {"eta": 2, "interrupt": True, "inflight_ratio": 1.0}),
-    ("dynamic_sampling", {"gen_batch_size": 3, "on_cap": "train", "max_rounds": 2}),
-    ("tail_batching", {"prompt_ratio": 1.5, "extra_responses": 1, "long_round_size": 3}),
-]
-IDS = [f"{n}-{'-'.join(f'{k}={v}' for k, v in s.items())}" if s else n for n, s in CASES]
+CASES = every_variant()
+IDS = variant_ids(CASES)
 REWARDS = {"plain": (1.0, 1.0), "u_shaped": (0.3, 0.3)}
 
 
@@ -176,3 +169,18 @@ def test_scheduler_metrics_in_step_records(case):
     if name == "dynamic_sampling":
         assert all(s.scheduler_stats["rounds"] >= 1 for s in r.result.steps)
         assert any(s.scheduler_stats["rounds"] > 1 for s in r.result.steps)
+
+
+def test_every_knob_is_varied():
+    """Every knob of every registered scheduler (from the registry) takes a non-default value in
+    some option variant of a scheduler that has it, so a new knob cannot go untested."""
+    from aprilsim.policies.registry import knobs
+
+    varied = {(n, k) for n, s in OPTION_VARIANTS for k in s}
+    names_with = {}
+    for name, cls in REGISTRY.items():
+        for k in knobs(cls):
+            names_with.setdefault(k.name, set()).add(name)
+    missing = [(name, k.name) for name, cls in sorted(REGISTRY.items()) for k in knobs(cls)
+               if not any((other, k.name) in varied for other in names_with[k.name])]
+    assert not missing, f"knobs no option variant sets: {missing}"

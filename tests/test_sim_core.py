@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aprilsim.config import load_scenario, scenario_from_dict
+from aprilsim.conformance import small_scenario
 from aprilsim.engine.reference import ReferenceEngine
 from aprilsim.policies.registry import make_scheduler
 from aprilsim.sim.run import simulate
@@ -16,23 +17,11 @@ from aprilsim.types import SampleStatus
 
 
 def scenario(seed=0, engines=2, batch=6, group=4, max_len=3000, kv=None, steps=4, ratio=2.0, recycle=True):
-    cluster = {"engines": engines}
-    if kv is not None:
-        cluster.update(kv_capacity=kv, new_token_ratio=0.0)
-    return scenario_from_dict(
-        {
-            "seed": seed,
-            "steps": steps,
-            "batch_size": batch,
-            "group_size": group,
-            "max_response_len": max_len,
-            "cluster": cluster,
-            "trainer": {"base_s": 1.0, "per_token_s": 1e-5, "sync_s": 0.5},
-            "lengths": {"family": "lognormal", "mu": 6.3, "sigma": 1.0},
-            "prompts": {"family": "lognormal", "mu": 4.5, "sigma": 0.5, "max_len": 512},
-            "schedulers": {"april": {"ratio": ratio, "recycle": recycle}},
-        }
-    )
+    cluster = {} if kv is None else {"kv_capacity": kv, "new_token_ratio": 0.0}
+    return small_scenario(
+        name="scenario", seed=seed, steps=steps, batch=batch, group=group, max_len=max_len,
+        engines=engines, cluster=cluster, lengths={"family": "lognormal", "mu": 6.3, "sigma": 1.0},
+        schedulers={"april": {"ratio": ratio, "recycle": recycle}})
 
 
 class LedgerSim(Simulation):

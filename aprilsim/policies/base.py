@@ -1,9 +1,25 @@
 """The policy interface shared by the simulator and the live-engine runner.
 
-A scheduler is a small state machine with no clock, no I/O, no simpy and no asyncio. A runtime
-(`aprilsim.sim` in simulated time, `real/` against live engines) feeds it events and carries out
-the actions it returns. Because a scheduler sees only events, the very same object can run in
-simulation and on live engines, which is what makes predicted-vs-measured comparisons meaningful.
+A scheduler is a small state machine with no clock, no I/O, no simpy and no asyncio. The rollout
+core (`aprilsim.rollout`) feeds it events and carries out the actions it returns; the core is
+driven in simulated time by `aprilsim.sim` and against live engines by `real/`. Because a scheduler
+sees only events, the very same object can run in simulation and on live engines, which is what
+makes predicted-vs-measured comparisons meaningful.
+
+What a scheduler may rely on, the same in both runtimes (decided in `aprilsim.rollout.core`):
+
+* Actions are carried out in order; the next event comes only after the whole list.
+* `AbortAll`: the aborted samples stay RUNNING (and count in `ctx.in_flight`) until the abort lands,
+  so the actions after it in the same list see them in flight (resubmitting or discarding one is
+  an error). They come back later in one `SamplesReturned` (requests that finished first arrive as
+  `SampleFinished`/`GroupFinished` before it), never before the end of that list; how much later
+  depends on the engine (`abort_steps`), and other events may come in between.
+* A `Submit` during a weight sync is taken at once: the samples are RUNNING, stamped with the new
+  version, and count in flight; their requests start once the new weights are loaded.
+* A sample is complete when it reaches its end: its target length in simulation and replay, the
+  model's stop (or max_response_len) in free generation. A request that ends short of it came back
+  at a token cap (`SampleCapped`). `Sample.truncated` (complete at max_response_len) is the one
+  definition of truncation.
 """
 
 from __future__ import annotations

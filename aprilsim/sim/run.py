@@ -9,6 +9,7 @@ from aprilsim.config import Scenario
 from aprilsim.engine.fast import FastEngine
 from aprilsim.metrics.records import RunResult
 from aprilsim.metrics.trace import Trace
+from aprilsim.metrics.warmup import clamp_warmup
 from aprilsim.policies.base import Scheduler
 from aprilsim.sim.build import build_simulation
 from aprilsim.sim.runtime import EngineFactory
@@ -38,5 +39,5 @@ def simulate(
         engine_factory=engine_factory, progress=progress, trace=trace,
     )
     run = sim.run()
-    run.warmup_steps = min(scenario.warmup_steps, max(0, len(run.steps) - 1))
+    run.warmup_steps = clamp_warmup(scenario.warmup_steps, len(run.steps))
     return run

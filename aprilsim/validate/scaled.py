@@ -1,8 +1,8 @@
 """The simulation that matches a live replay run: same groups, same scale, same engine limits.
 
-``aprilsim run`` (replay) scales every length by ``scale`` (``real.runner.source.ReplaySource``)
-and the trainer's fixed times too; :class:`ScaledWorkload` applies the same rule to the simulated
-workload so both sides see identical groups (common random numbers), and
+``aprilsim run`` (replay) scales every length by ``scale`` and the trainer's fixed times too; both
+sides use one :class:`~aprilsim.workload.truth.ScaledWorkload` (``aprilsim.workload.truth``), so
+they see identical groups (common random numbers), and
 :func:`simulate_matched` builds the simulation with the calibrated cost and the engines' own
 limits (max running requests, KV budget) as reported by their server info.
 """
@@ -16,67 +16,11 @@ from aprilsim.config import Scenario
 from aprilsim.engine.cost import CostModel, EngineSpec, TabulatedCost
 from aprilsim.metrics.records import RunResult
 from aprilsim.metrics.trace import Trace
+from aprilsim.metrics.warmup import clamp_warmup
 from aprilsim.policies.base import Scheduler
 from aprilsim.policies.registry import make_scheduler
 from aprilsim.sim.runtime import Simulation
-from aprilsim.types import Group
-from aprilsim.workload.generator import Workload
-
-
-def _scaled(x: int, f: float) -> int:
-    return max(1, int(round(x * f)))
-
-
-class _ScaledMean:
-    """A length model seen only through ``mean()`` (what the simulation's peak-rate figure asks)."""
-
-    def __init__(self, model: Any, scale: float) -> None:
-        self._m, self._f = model, scale
-
-    def mean(self) -> float:
-        return float(self._m.mean()) * self._f
-
-
-class ScaledWorkload:
-    """A :class:`Workload` whose lengths are multiplied by ``scale`` exactly as replay does.
-
-    A sample at the cap stays at the cap; one below stays below (a stop never turns into a
-    truncation). Everything else is delegated to the wrapped workload.
-    """
-
-    def __init__(self, workload: Workload, scale: float) -> None:
-        if not 0 < scale <= 1:
-            raise ValueError(f"scale must lie in (0, 1], got {scale}")
-        self._w, self.scale = workload, scale
-        self.max_len = _scaled(workload.max_len, scale)
-        self.group_size = workload.group_size
-        self.prompt_lengths = _ScaledMean(workload.prompt_lengths, scale)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._w, name)
-
-    def _scale(self, groups: list[Group]) -> list[Group]:
-        f = self.scale
-        if f == 1:
-            return groups
-        below = max(1, self.max_len - 1)
-        for g in groups:
-            g.prompt_len = _scaled(g.prompt_len, f)
-            for s in g.samples:
-                at_cap = s._target_len >= s.max_len
-                s.prompt_len = g.prompt_len
-                s.max_len = self.max_len
-                s._target_len = self.max_len if at_cap else min(below, _scaled(s._target_len, f))
-        return groups
-
-    def generate(self, n: int, step: int, group_size: int | None = None) -> list[Group]:
-        return self._scale(self._w.generate(n, step, group_size))
-
-    def regenerate(self, groups: list[Group], step: int, group_size: int) -> list[Group]:
-        return self._w.regenerate(groups, step, group_size)  # copies the (scaled) lengths given
-
-    def expected_length(self, step: int) -> float:
-        return self._w.expected_length(step) * self.scale
+from aprilsim.workload.truth import ScaledWorkload
 
 
 def parse_scheduler_spec(spec: str) -> tuple[str, dict[str, Any]]:
@@ -136,5 +80,5 @@ def simulate_matched(scenario: Scenario, spec: str, engine: EngineSpec, *, n_eng
         trace=trace,
     )
     run = sim.run()
-    run.warmup_steps = min(scenario.warmup_steps, max(0, len(run.steps) - 1))
+    run.warmup_steps = clamp_warmup(scenario.warmup_steps, len(run.steps))
     return run

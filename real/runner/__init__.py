@@ -1,6 +1,6 @@
 """The live runner: aprilsim's schedulers, unchanged, on live engines (``aprilsim run``).
 
-- :mod:`.runtime`: the RL loop and the ledger (the simulator's runtime in asyncio, wall clock);
+- :mod:`.runtime`: the asyncio driver of the rollout core (`aprilsim.rollout`, the simulator's core too);
 - :mod:`.cluster`: the engines, routing, liveness, per-engine counters;
 - :mod:`.source`: replay (the scenario's workload) and free mode (prompt file, EOS, rewards);
 - :mod:`.trainer`: the trainer stand-in (the TrainerModel formula, or a user callable);

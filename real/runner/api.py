@@ -10,6 +10,7 @@ from aprilsim.config import Scenario
 from aprilsim.engine.router import make_router
 from aprilsim.metrics.records import RunResult
 from aprilsim.metrics.trace import Trace
+from aprilsim.metrics.warmup import clamp_warmup
 from aprilsim.policies.base import Scheduler
 from aprilsim.policies.registry import make_scheduler
 from real.protocol import SamplingParams
@@ -84,7 +85,7 @@ async def run_live(scenario: Scenario, scheduler: str | Scheduler, cluster: Clus
     """Run ``scheduler`` on ``cluster``; the summary leaves out the scenario's warm-up steps."""
     rt = build_runtime(scenario, scheduler, cluster, **kw)
     result = await rt.run()
-    result.warmup_steps = min(scenario.warmup_steps, max(0, len(result.steps) - 1))
+    result.warmup_steps = clamp_warmup(scenario.warmup_steps, len(result.steps))
     return LiveRun(result, rt, list(rt.faults))
 
 

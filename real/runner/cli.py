@@ -27,6 +27,8 @@ from typing import Any
 import click
 
 from aprilsim.cli_errors import OneLineCommand
+from aprilsim.metrics.end_state import end_state_lines, with_end_state
+from aprilsim.metrics.warmup import clamp_warmup
 
 EXIT_ENGINES_GONE, EXIT_INTERRUPTED = 1, 130
 LOCAL_MAX_LEN = 64  # --local scales the scenario so that max_response_len is about this
@@ -146,14 +148,14 @@ async def run_all(sc, names: list[str], opts: dict[str, Any], out: Outcome,
                 wall = time.monotonic() - t0
             finally:
                 n = len(done_steps)
-                warm = min(sc.warmup_steps, max(0, n - 1))
+                warm = clamp_warmup(sc.warmup_steps, n)
                 out.records += [{"scheduler": name, "warmup": r.step < warm, **r.to_dict()}
                                 for r in rt.records[:n]]
                 _write_outputs(trace, paths)
                 for f in rt.faults:
                     out.notes.append(f"{name}: fault at {f.t:.1f}s on {f.engine}: {f.kind} ({f.message})")
-            result.warmup_steps = min(sc.warmup_steps, max(0, len(result.steps) - 1))
-            out.rows.append(result.summary())
+            result.warmup_steps = clamp_warmup(sc.warmup_steps, len(result.steps))
+            out.rows.append(with_end_state(result.summary(), result.end_state))
             gen = sum(r.generated_tokens for r in result.steps)
             per_req = rt.overhead_s / rt.requests * 1e3 if rt.requests else 0.0
             out.notes.append(
@@ -323,6 +325,7 @@ def _run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, 
             click.echo(f"scenario: {sc.name} live, lengths x{opts['scale']:.4g}  ({len(out.rows)} "
                        f"scheduler(s), {sc.batch_size} groups x {sc.group_size} samples, {sc.steps} steps)")
             click.echo(format_table(out.rows))
+            click.echo(end_state_lines(out.rows))
     if out.error:
         click.echo(f"aprilsim: error: {out.error}", err=True)
         sys.exit(out.code)

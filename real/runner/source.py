@@ -1,8 +1,10 @@
 """Where a live run's groups come from: the scenario's workload (replay) or a prompt file (free).
 
-Both offer what a scheduler's ``ctx.new_groups`` / ``ctx.regenerate`` reach (the narrow source of
-``aprilsim.sim.runtime.WorkloadSource``) plus what the runtime needs: the request for a (re)submission
-and the decision, when a request ends, of whether its sample is complete.
+Both offer what a scheduler's ``ctx.new_groups`` / ``ctx.regenerate`` reach (the rollout core
+registers the groups they draw) plus what the live driver needs: the request for a
+(re)submission and, for free generation only, ``reveal``: when a response ends, whether it is
+complete, and then its hidden truth (target length, reward). A replayed sample carries its truth
+from the start, so the rollout core decides by it alone, exactly as in simulation.
 
 *Replay* (default): the scenario's seeded workload draws the same groups as ``aprilsim simulate``
 (common random numbers); each request asks for what is left of the sample's target length with
@@ -25,11 +27,12 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from aprilsim.types import FinishReason, Group, Sample
+from aprilsim.workload import truth
 from aprilsim.workload.generator import Workload
-from real.protocol import GenerateRequest, GenerateResult, SamplingParams
+from aprilsim.workload.truth import ScaledWorkload
+from real.protocol import GenerateRequest, SamplingParams
 from real.samples import FIRST_ORDINARY_ID, prompt_ids_for
 
-Register = Callable[[list[Group]], list[Group]]
 RewardFn = Callable[[dict, list[int], Sample], float]
 
 
@@ -39,21 +42,15 @@ class LiveSource(Protocol):
     max_len: int
     group_size: int
 
-    def bind(self, register: Register) -> None: ...
-
     def new_groups(self, n: int, step: int, group_size: int | None = None) -> list[Group]: ...
 
     def regenerate(self, groups: Sequence[Group], step: int, group_size: int) -> list[Group]: ...
 
     def request(self, sample: Sample, partial_ids: Sequence[int], cap: int | None) -> GenerateRequest: ...
 
-    def complete(self, sample: Sample, result: GenerateResult, step: int) -> bool: ...
+    def reveal(self, sample: Sample, how: str, output_ids: Sequence[int], step: int) -> bool: ...
 
     def expected_length(self, step: int) -> float: ...
-
-
-def _scaled(x: int, f: float) -> int:
-    return max(1, int(round(x * f)))
 
 
 class ReplaySource:
@@ -61,38 +58,17 @@ class ReplaySource:
 
     def __init__(self, workload: Workload, vocab_size: int, scale: float = 1.0,
                  sampling: SamplingParams | None = None) -> None:
-        if not 0 < scale <= 1:
-            raise ValueError(f"scale must lie in (0, 1], got {scale}")
-        self.workload, self.vocab_size, self.scale = workload, vocab_size, scale
-        self.max_len = _scaled(workload.max_len, scale)
+        self.workload = ScaledWorkload(workload, scale)  # the one length-scaling rule
+        self.vocab_size, self.scale = vocab_size, scale
+        self.max_len = self.workload.max_len
         self.group_size = workload.group_size
         self.sampling = sampling or SamplingParams()
-        self._register: Register = lambda g: g
-
-    def bind(self, register: Register) -> None:
-        self._register = register
-
-    def _scale(self, groups: list[Group]) -> list[Group]:
-        f = self.scale
-        if f == 1:
-            return self._register(groups)
-        for g in groups:
-            g.prompt_len = _scaled(g.prompt_len, f)
-            for s in g.samples:
-                at_cap = s._target_len >= s.max_len
-                s.prompt_len = g.prompt_len
-                s.max_len = self.max_len
-                # below the cap stays below it (scaling must not turn a stop into a truncation)
-                below = max(1, self.max_len - 1)
-                s._target_len = self.max_len if at_cap else min(below, _scaled(s._target_len, f))
-        return self._register(groups)
 
     def new_groups(self, n: int, step: int, group_size: int | None = None) -> list[Group]:
-        return self._scale(self.workload.generate(n, step, group_size))
+        return self.workload.generate(n, step, group_size)
 
     def regenerate(self, groups: Sequence[Group], step: int, group_size: int) -> list[Group]:
-        # the groups given are scaled already: regenerate copies their (scaled) lengths
-        return self._register(self.workload.regenerate(list(groups), step, group_size))
+        return self.workload.regenerate(groups, step, group_size)
 
     def request(self, sample: Sample, partial_ids: Sequence[int], cap: int | None) -> GenerateRequest:
         g = sample.generated
@@ -102,11 +78,12 @@ class ReplaySource:
                                sampling=self.sampling, replay_len=sample._target_len - g,
                                tag=sample.uid)
 
-    def complete(self, sample: Sample, result: GenerateResult, step: int) -> bool:
+    def reveal(self, sample: Sample, how: str, output_ids: Sequence[int], step: int) -> bool:
+        """Never asked: a replayed sample's target is known from the start."""
         return sample.generated >= sample._target_len
 
     def expected_length(self, step: int) -> float:
-        return self.workload.expected_length(step) * self.scale
+        return self.workload.expected_length(step)
 
 
 # ------------------------------------------------------------------------------ free mode
@@ -177,13 +154,9 @@ class FreeSource:
         self.prompts, self.group_size, self.max_len = prompts, group_size, max_len
         self.reward, self.eos_ids, self.temperature, self.seed = reward, tuple(eos_ids), temperature, seed
         self.lengths_log, self.label = lengths_log, label
-        self._register: Register = lambda g: g
         self._next_prompt = self._next_gid = self._next_uid = 0
         self._record: dict[int, int] = {}  # gid -> prompt index
         self._lengths: list[int] = []
-
-    def bind(self, register: Register) -> None:
-        self._register = register
 
     def _group(self, key: int, step: int, n: int) -> Group:
         _, ids = self.prompts[key % len(self.prompts)]
@@ -198,10 +171,10 @@ class FreeSource:
         size = self.group_size if group_size is None else group_size
         out = [self._group(self._next_prompt + j, step, size) for j in range(n)]
         self._next_prompt += n
-        return self._register(out)
+        return out
 
     def regenerate(self, groups: Sequence[Group], step: int, group_size: int) -> list[Group]:
-        return self._register([self._group(g.prompt_key, step, group_size) for g in groups])
+        return [self._group(g.prompt_key, step, group_size) for g in groups]
 
     def request(self, sample: Sample, partial_ids: Sequence[int], cap: int | None) -> GenerateRequest:
         _, ids = self.prompts[self._record[sample.group_id] % len(self.prompts)]
@@ -212,14 +185,15 @@ class FreeSource:
                                max_new_tokens=left if cap is None else min(cap, left),
                                sampling=sampling, tag=sample.uid)
 
-    def complete(self, sample: Sample, result: GenerateResult, step: int, output: list[int] | None = None) -> bool:
-        done = result.finish_reason is FinishReason.STOP or sample.generated >= sample.max_len
+    def reveal(self, sample: Sample, how: str, output_ids: Sequence[int], step: int) -> bool:
+        """The response just ended (``how``: stop, length, abort or failed): complete when the
+        model stopped or it reached max_response_len; then its length and reward are known."""
+        done = how == FinishReason.STOP.value or sample.generated >= sample.max_len
         if not done:
             return False
         key = self._record[sample.group_id]
         rec, _ = self.prompts[key % len(self.prompts)]
-        sample._target_len = sample.generated
-        sample._reward = float(self.reward(rec, list(output if output is not None else result.output_ids), sample))
+        truth.reveal(sample, sample.generated, self.reward(rec, list(output_ids), sample))
         self._lengths.append(sample.generated)
         if self.lengths_log is not None:
             self.lengths_log.write(json.dumps({

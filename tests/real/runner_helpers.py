@@ -14,13 +14,14 @@ if str(TESTS) not in sys.path:
 
 from sched_helpers import USER_SCHEDULER  # noqa: E402, F401 - puts examples/ on sys.path
 
-from aprilsim.config import Scenario, scenario_from_dict  # noqa: E402
+from aprilsim.config import Scenario  # noqa: E402
 from aprilsim.conformance import (  # noqa: E402
     BatchRecorder,
     ConformanceRun,
     check_batches,
     check_ledger,
     check_max_length,
+    small_scenario,
 )
 from aprilsim.policies.registry import make_scheduler  # noqa: E402
 from real.runner.api import LiveRun, build_runtime  # noqa: E402
@@ -34,17 +35,13 @@ def tiny_scenario(*, batch: int = 4, group: int = 3, max_len: int = 48, steps: i
                   seed: int = 0, alpha: float = 1.0, beta: float = 1.0,
                   schedulers: dict[str, dict[str, Any]] | None = None) -> Scenario:
     """Seconds on a CPU: ~12-token prompts, responses of ~15 and ~40 tokens capped at max_len."""
-    return scenario_from_dict({
-        "name": "tiny-live", "seed": seed, "steps": steps, "warmup_steps": 0,
-        "batch_size": batch, "group_size": group, "max_response_len": max_len,
-        "cluster": {"engines": 2},
-        "trainer": {"base_s": 0.01, "per_token_s": 0.0, "sync_s": 0.01},
-        "lengths": {"family": "lognormal_mixture", "weights": [0.7, 0.3], "mus": [2.7, 3.7],
-                    "sigmas": [0.5, 0.5]},
-        "prompts": {"family": "lognormal", "mu": 2.5, "sigma": 0.3, "max_len": 32},
-        "workload": {"rewards": {"alpha": alpha, "beta": beta, "difficulty_length_corr": 0.5}},
-        "schedulers": schedulers or {},
-    })
+    return small_scenario(
+        name="tiny-live", seed=seed, steps=steps, warmup=0, batch=batch, group=group,
+        max_len=max_len, rewards=(alpha, beta), schedulers=schedulers,
+        trainer={"base_s": 0.01, "per_token_s": 0.0, "sync_s": 0.01},
+        lengths={"family": "lognormal_mixture", "weights": [0.7, 0.3], "mus": [2.7, 3.7],
+                 "sigmas": [0.5, 0.5]},
+        prompts={"family": "lognormal", "mu": 2.5, "sigma": 0.3, "max_len": 32})
 
 
 def local_spec(step_s: float = 0.002) -> LocalSpec:

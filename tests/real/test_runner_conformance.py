@@ -7,16 +7,15 @@ import functools
 
 import pytest
 from runner_helpers import assert_batches, assert_ledger, run_local, tiny_scenario
+from sched_helpers import USER_SCHEDULER, registered, variant_ids
 
-from aprilsim.policies.registry import REGISTRY
-
-USER = "my_scheduler:EarlyStopScheduler"
-CASES: list[tuple[str, dict]] = [(n, {}) for n in sorted(REGISTRY)] + [
-    (USER, {}),
+USER = USER_SCHEDULER
+# every registered scheduler (from the registry) and the user one; options sized to tiny lengths
+CASES: list[tuple[str, dict]] = registered() + [
     ("april", {"token_budget": 12}),
     ("fully_async", {"eta": 1, "interrupt": True}),
 ]
-IDS = [f"{n}-{'-'.join(f'{k}={v}' for k, v in s.items())}" if s else n for n, s in CASES]
+IDS = variant_ids(CASES)
 
 
 @functools.cache

@@ -1,17 +1,17 @@
 """The step ledger: what each training step generated, trained, wasted and carried over.
 
-The runtime reports what happens (a rollout begins, tokens are wasted, generation pauses, a batch is
+The core reports what happens (a rollout begins, tokens are wasted, generation pauses, a batch is
 trained); the ledger turns it into `StepRecord`s and, at the end, into the conservation ledger
-(`RunResult.end_state`). It reads engines only through the SimEngine protocol, at the simulated
-time it is given, so a step boundary inside a decode span is measured exactly.
+(`RunResult.end_state`). It reads the engines only through a `Meter`, at the time it is given, so
+in simulation a step boundary inside a decode span is measured exactly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 
-from aprilsim.engine.protocol import SimEngine
 from aprilsim.metrics.records import StepRecord
+from aprilsim.rollout.ports import Meter
 from aprilsim.types import Group, SampleStatus
 
 
@@ -20,11 +20,11 @@ class StepLedger:
 
     def __init__(
         self,
-        engines: Sequence[SimEngine],
+        meter: Meter,
         expected_length: Callable[[int], float],
         scheduler_stats: Callable[[], dict[str, float]],
     ) -> None:
-        self.engines = engines
+        self.meter = meter
         self._expected_length = expected_length
         self._scheduler_stats = scheduler_stats
         self.records: list[StepRecord] = []
@@ -42,12 +42,9 @@ class StepLedger:
     def begin(self, step: int, now: float) -> StepRecord:
         """A rollout for `step` starts at `now`."""
         self.current = StepRecord(step=step, rollout_start_s=now, rollout_time_s=0.0)
-        progress = [e.progress_at(now) for e in self.engines]
-        self._gen0 = sum(p[0] for p in progress)
-        self._busy0 = [p[1] for p in progress]
-        self._retr0 = sum(e.retractions for e in self.engines)
-        for e in self.engines:
-            e.reset_peak(now)
+        r = self.meter.read(now)
+        self._gen0, self._busy0, self._retr0 = r.tokens, r.busy_by_engine, r.retractions
+        self.meter.new_window(now)
         self._waste = self._discarded = self._resumed = 0
         return self.current
 
@@ -61,10 +58,12 @@ class StepLedger:
         self._resumed += tokens
 
     def pause(self, now: float) -> None:
+        """PauseGeneration at `now` (a second one while paused changes nothing)."""
         if not self._paused:
             self._paused, self._paused_since = True, now
 
     def resume(self, now: float) -> None:
+        """ResumeGeneration at `now`."""
         if self._paused:
             self._paused_s += now - self._paused_since
         self._paused = False
@@ -73,13 +72,13 @@ class StepLedger:
         """The rollout of the current step ends at `now`: fill its rollout-phase figures."""
         rec = self.current
         assert rec is not None, "close() without begin()"
-        progress = [e.progress_at(now) for e in self.engines]
+        r = self.meter.read(now)
         rec.rollout_time_s = now - rec.rollout_start_s
-        rec.generated_tokens = sum(p[0] for p in progress) - self._gen0
-        rec.busy_by_engine_s = [p[1] - b0 for p, b0 in zip(progress, self._busy0)]
+        rec.generated_tokens = r.tokens - self._gen0
+        rec.busy_by_engine_s = [b - b0 for b, b0 in zip(r.busy_by_engine, self._busy0, strict=True)]
         rec.busy_time_s = sum(rec.busy_by_engine_s)
-        rec.retractions = sum(e.retractions for e in self.engines) - self._retr0
-        rec.kv_peak_tokens = max(max(e.peak_kv, p[2]) for e, p in zip(self.engines, progress))
+        rec.retractions = r.retractions - self._retr0
+        rec.kv_peak_tokens = r.kv_peak
         rec.wasted_tokens = self._waste
         rec.discarded_samples = self._discarded
         rec.resumed_tokens = self._resumed
@@ -103,7 +102,7 @@ class StepLedger:
                 n += 1
                 tokens += s.generated
                 prompt += s.prompt_len
-                trunc += s.complete and s.generated >= s.max_len  # s.truncated, inlined
+                trunc += s.complete and s.generated >= s.max_len  # Sample.truncated, inlined
                 for seg in s.segments:
                     lag = trainer_version - seg.version
                     hist[lag] = hist.get(lag, 0) + seg.tokens
@@ -131,5 +130,5 @@ class StepLedger:
         out = {f"samples_{k}": v for k, v in counts.items()}
         out.update({f"tokens_{k}": v for k, v in tokens.items()})
         out["samples_created"] = sum(counts.values())
-        out["engine_tokens"] = sum(e.tokens for e in self.engines)
+        out["engine_tokens"] = self.meter.engine_tokens()
         return out
