@@ -7,7 +7,6 @@ naming the key, which the CLI prints before exiting with code 2.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -17,15 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from aprilsim.engine.cost import PRESETS, CostModel, EngineSpec, TabulatedCost
 from aprilsim.engine.router import ROUTERS
+from aprilsim.scenario_limits import LimitError, check_limits, parse_toml, read_text_bounded
 from aprilsim.trainer import TrainerModel
 from aprilsim.workload.generator import RewardModel, Workload
 from aprilsim.workload.lengths import LengthModel, length_model_from_dict
 from aprilsim.workload.model_file import drift_from_dict, read_model_file
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 
 class ScenarioError(ValueError):
@@ -121,11 +116,9 @@ def load_preset_file(path: str | Path) -> EngineSpec:
     """The engine spec of a preset file; ScenarioError (one line) when it cannot be used."""
     p = Path(path)
     try:
-        data = tomllib.loads(p.read_text())
-    except OSError as e:
-        raise ScenarioError(f"cluster.preset: cannot read {p}: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ScenarioError(f"cluster.preset: {p}: not valid TOML ({e})") from None
+        data = parse_toml(read_text_bounded(p, "cluster.preset"), f"cluster.preset: {p}")
+    except LimitError as e:
+        raise ScenarioError(str(e)) from None
     try:
         pf = PresetFile.model_validate(data)
     except ValidationError as e:
@@ -246,7 +239,11 @@ class Scenario(_Strict):
             if not path.is_absolute():
                 path = Path(self.base_dir) / path
             try:
+                if path.exists():  # a folder, a device or a huge file is refused before reading
+                    parse_toml(read_text_bounded(path, "lengths.from"), f"lengths.from: {path}")
                 mf = read_model_file(path)
+            except LimitError as e:
+                raise ScenarioError(str(e)) from None
             except ValueError as e:
                 raise ScenarioError(f"lengths.from: {e}") from None
             extra = {"prompt_share": mf.prompt_share, "drift": mf.drift}
@@ -296,6 +293,10 @@ class Scenario(_Strict):
 
     def check(self) -> Scenario:
         """Cross-field checks pydantic cannot express one key at a time."""
+        try:
+            check_limits(self)
+        except LimitError as e:
+            raise ScenarioError(str(e)) from None
         if self.warmup_steps >= self.steps:
             raise ScenarioError(
                 f"warmup_steps: {self.warmup_steps} leaves none of the {self.steps} steps to summarise"
@@ -353,15 +354,15 @@ def load_scenario(path: str | Path | None = None) -> Scenario:
     else:
         p = Path(path)
         try:
-            text = p.read_text()
-        except OSError as e:
-            raise ScenarioError(f"cannot read scenario {p}: {e.strerror}") from None
+            text = read_text_bounded(p, "scenario")
+        except LimitError as e:
+            raise ScenarioError(str(e)) from None
         base = p.parent
         origin = str(p)
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ScenarioError(f"{origin}: not valid TOML ({e})") from None
+        data = parse_toml(text, origin)
+    except LimitError as e:
+        raise ScenarioError(str(e)) from None
     return scenario_from_dict(data, base)
 
 
