@@ -19,7 +19,12 @@ from aprilsim.engine.router import ROUTERS
 from aprilsim.scenario_limits import LimitError, check_limits, parse_toml, read_text_bounded
 from aprilsim.trainer import TrainerModel
 from aprilsim.workload.generator import RewardModel, Workload
-from aprilsim.workload.lengths import LengthModel, length_model_from_dict
+from aprilsim.workload.lengths import (
+    FAMILIES,
+    PARAMETRIC_PARAMS,
+    LengthModel,
+    length_model_from_dict,
+)
 from aprilsim.workload.model_file import drift_from_dict, read_model_file
 
 
@@ -248,20 +253,14 @@ class Scenario(_Strict):
                 raise ScenarioError(f"lengths.from: {e}") from None
             extra = {"prompt_share": mf.prompt_share, "drift": mf.drift}
             return mf.lengths, extra
-        try:
-            return length_model_from_dict(d), {}
-        except (ValueError, TypeError, KeyError) as e:
-            raise ScenarioError(f"lengths: {e}") from None
+        return _length_model(d, "lengths"), {}
 
     def workload_for(self, seed: int | None = None) -> Workload:
         """The group generator: lengths, prompts, rewards and drift (seed: the scenario's)."""
         lengths, extra = self.length_model()
         p = dict(self.prompts)
         max_prompt = int(p.pop("max_len", 2048))
-        try:
-            prompt_model = length_model_from_dict(p)
-        except (ValueError, TypeError, KeyError) as e:
-            raise ScenarioError(f"prompts: {e}") from None
+        prompt_model = _length_model(p, "prompts")
         w = self.workload
         drift = extra.get("drift")
         if w.drift is not None:
@@ -318,6 +317,29 @@ class Scenario(_Strict):
             except (ValueError, TypeError) as e:
                 raise ScenarioError(f"schedulers.{name}: {e}") from None
         return self
+
+
+def _length_model(d: dict[str, Any], where: str) -> LengthModel:
+    """A length model from a scenario table; a key its family does not take is named with the
+    family's keys (`lengths.mus` on a lognormal: it takes mu, sigma)."""
+    family = d.get("family")
+    takes = PARAMETRIC_PARAMS.get(family) if isinstance(family, str) else None
+    if family == "lognormal_mixture":
+        takes = ("weights", "mus", "sigmas")
+    elif family == "empirical":
+        takes = ("values",)
+    if takes is not None:
+        unknown = sorted(set(d) - {"family", *takes})
+        if unknown:
+            raise ScenarioError(f"{where}.{unknown[0]}: the {family} family has no such key; "
+                                f"its keys: family, {', '.join(takes)}")
+    elif isinstance(family, str):
+        raise ScenarioError(f"{where}.family: unknown length family {family!r}; known: "
+                            f"{', '.join(FAMILIES)}")
+    try:
+        return length_model_from_dict(d)
+    except (ValueError, TypeError, KeyError) as e:
+        raise ScenarioError(f"{where}: {e}") from None
 
 
 def _format_error(e: ValidationError) -> str:

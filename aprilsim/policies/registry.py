@@ -100,6 +100,9 @@ def make_scheduler(name: str, settings: dict[str, Any] | None = None) -> Schedul
         raise ValueError(
             f"schedulers.{name}: unknown knob(s) {sorted(unknown)}; known: {sorted(allowed)}"
         )
+    from aprilsim.scenario_limits import check_knob_types  # strict types: "false" is no bool
+
+    check_knob_types(cls, settings, name)
     return cls(**settings)
 
 

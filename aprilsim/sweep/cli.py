@@ -160,7 +160,7 @@ def plot_sweep_command(results, x_key, y_metric, baseline, png) -> None:
 @click.option("--maximize", required=True, metavar="METRIC", help="Summary metric to maximise, e.g. rollout_throughput_tok_s.")
 @click.option("--subject-to", "constraints", multiple=True, metavar="\"METRIC<=X\"", help="Constraint on a metric's mean: METRIC<=X, METRIC>=X, |METRIC|<=X (repeatable).")
 @click.option("--scheduler", "-s", help="Scheduler to tune. Default: the one whose table a knob sets.")
-@click.option("--seeds", type=click.IntRange(min=2), default=4, show_default=True, help="Paired seeds per setting (and as many fresh ones for the check).")
+@click.option("--seeds", type=click.IntRange(min=3), default=4, show_default=True, help="Paired seeds per setting (and as many fresh ones for the check); at least 3: with 2 the t interval (1 degree of freedom) is wider than most differences.")
 @click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True, help="Grid refinements.")
 @click.option("--steps", type=click.IntRange(min=1), help="Training steps per run (overrides the scenario).")
 @click.option("--warmup", type=click.IntRange(min=0), help="Steps left out of each summary.")

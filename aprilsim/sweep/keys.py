@@ -64,6 +64,10 @@ def _split_spec(spec: str, flag: str) -> tuple[tuple[str, ...], str]:
     keys = tuple(k.strip() for k in key.split("+"))
     if not sep or not all(keys) or not rest.strip():
         raise ScenarioError(f"{flag} {spec!r}: expected KEY=VALUES")
+    if "seed" in keys:
+        raise ScenarioError(f"{flag} {spec!r}: the seed is not a swept key; give --seeds N (the "
+                            "scenario's seed and the N-1 after it; set the first with `seed` "
+                            "in the scenario)")
     return keys, rest
 
 

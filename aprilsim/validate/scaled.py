@@ -18,6 +18,7 @@ from aprilsim.metrics.records import RunResult
 from aprilsim.metrics.trace import Trace
 from aprilsim.policies.base import Scheduler
 from aprilsim.policies.registry import make_scheduler
+from aprilsim.scheduler_spec import parse_scheduler_spec  # noqa: F401 - re-exported
 from aprilsim.sim.runtime import Simulation
 from aprilsim.types import Group
 from aprilsim.workload.generator import Workload
@@ -77,32 +78,6 @@ class ScaledWorkload:
 
     def expected_length(self, step: int) -> float:
         return self._w.expected_length(step) * self.scale
-
-
-def parse_scheduler_spec(spec: str) -> tuple[str, dict[str, Any]]:
-    """``april`` -> ("april", {}); ``april@ratio=1.5,x=2`` -> ("april", {"ratio": 1.5, "x": 2}).
-
-    Lets one run compare a scheduler at several settings (APRIL at two ratios).
-    """
-    name, _, rest = spec.partition("@")
-    knobs: dict[str, Any] = {}
-    for part in filter(None, (p.strip() for p in rest.split(","))):
-        key, eq, raw = part.partition("=")
-        if not eq or not key:
-            raise ValueError(f"scheduler {spec!r}: expected NAME@knob=value[,knob=value]")
-        val: Any = raw
-        for conv in (int, float):
-            try:
-                val = conv(raw)
-                break
-            except ValueError:
-                continue
-        if raw in ("true", "false"):
-            val = raw == "true"
-        knobs[key.strip()] = val
-    if not name:
-        raise ValueError(f"scheduler {spec!r}: no name")
-    return name, knobs
 
 
 def make_policy(scenario: Scenario, spec: str) -> Scheduler:
