@@ -20,6 +20,10 @@ class _LazyGroup(OneLineGroup):
 
     lazy = {"run": ("real.runner.cli", "run_command"), "validate": ("real.validate", "validate_command")}
 
+    def main(self, args=None, *rest, **kwargs):
+        self.argv = list(sys.argv[1:] if args is None else args)  # the command line, for metadata
+        return super().main(args, *rest, **kwargs)
+
     def list_commands(self, ctx):
         return sorted({*super().list_commands(ctx), *self.lazy})
 
@@ -58,64 +62,32 @@ def main() -> None:
 
 @main.command(short_help="Simulate schedulers on a scenario and compare them.")
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--scheduler", "-s", "schedulers", multiple=True, help="Scheduler to run (repeatable); a registered name or module:Class. Default: the scenario's `compare` list.")
+@click.option("--scheduler", "-s", "schedulers", multiple=True, help="Scheduler to run (repeatable): a registered name, module:Class, or NAME@knob=value,... (e.g. april@ratio=1.5). Default: the scenario's `compare` list.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Set any dotted scenario key, e.g. --set cluster.engines=8 --set schedulers.april.ratio=1.5 (repeatable; validated like the file).")
 @click.option("--steps", type=click.IntRange(min=1), help="Training steps (overrides the scenario).")
 @click.option("--seed", type=int, help="Workload seed (overrides the scenario).")
+@click.option("--seeds", "n_seeds", type=click.IntRange(min=1, max=1000), default=1, show_default=True, help="Run every scheduler on this many seeds (the seed and the ones after it; paired: the same groups on a seed) and print means with 95 % intervals and paired ratios.")
 @click.option("--warmup", type=click.IntRange(min=0), help="Steps left out of the summary (overrides the scenario's warmup_steps, default 1).")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object per scheduler.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object per scheduler (and seed), each with a `run` object: scenario hash, seed, steps, aprilsim version, command.")
 @click.option("--steps-out", type=click.Path(dir_okay=False, path_type=Path), help="Also write per-step records as JSON lines to this file (warm-up steps included, marked).")
 @click.option("--trace", "trace_out", type=click.Path(dir_okay=False, path_type=Path), help="Write each scheduler's per-request trace (JSON lines; NAME inserted before the suffix when several schedulers run).")
 @click.option("--timeline", type=click.Path(dir_okay=False, path_type=Path), help="Draw each scheduler's timeline: .png/.pdf/.svg, or .html (interactive; needs the `interactive` extra).")
-def simulate(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trace_out, timeline) -> None:
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Write one folder per run here: scenario.toml (resolved), summary.json, table.txt, and per scheduler (and seed) summary.json, steps.jsonl, trace.jsonl, timeline.png.")
+def simulate(scenario, schedulers, sets, steps, seed, n_seeds, warmup, as_json, steps_out, trace_out, timeline, out_dir) -> None:
     """Simulate SCENARIO (a TOML file; default: the embedded APRIL-paper setup) and compare schedulers."""
-    from aprilsim.config import ScenarioError, load_scenario
-    from aprilsim.metrics.trace import Trace
-    from aprilsim.report.table import format_table
-    from aprilsim.sim.run import simulate as run_sim
-    from aprilsim.sim.runtime import SchedulerError
+    from aprilsim.simulate_cli import run_simulate
 
-    try:
-        sc = with_overrides(load_scenario(scenario), steps=steps, warmup=warmup)
-        names = list(schedulers) or list(sc.compare)
-        outputs = _per_scheduler_paths(names, trace_out=trace_out, timeline=timeline)
-        rows, records = [], []
-        live = sys.stderr.isatty()
-        for name in names:
-            progress = None
-            if live:
-                def progress(done, total, name=name):
-                    click.echo(f"\r\033[Ksimulating {name}: step {done}/{total}", err=True, nl=False)
-            elif not as_json:
-                click.echo(f"simulating {name} ...", err=True)
-            trace = Trace(name, sc.cluster.engines) if outputs.get(name) else None
-            run = run_sim(sc, name, seed=seed, progress=progress, trace=trace)
-            if live:
-                click.echo("\r\033[K", err=True, nl=False)
-            for kind, path in outputs.get(name, {}).items():
-                if kind == "trace":
-                    trace.write(path)
-                else:
-                    from aprilsim.report.timeline import write_timeline
+    run_simulate(scenario=scenario, schedulers=schedulers, sets=sets, steps=steps, seed=seed,
+                 n_seeds=n_seeds, warmup=warmup, as_json=as_json, steps_out=steps_out,
+                 trace_out=trace_out, timeline=timeline, out_dir=out_dir, command=_command_line())
 
-                    write_timeline(trace, path)
-                click.echo(f"wrote {path}", err=True)
-            rows.append(run.summary())
-            records += [
-                {"scheduler": name, "warmup": r.step < run.warmup_steps, **r.to_dict()}
-                for r in run.steps
-            ]
-    except (ScenarioError, SchedulerError, ValueError) as e:
-        fail(str(e))
-        return
-    if steps_out is not None:
-        steps_out.write_text("".join(json.dumps(r) + "\n" for r in records))
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-    else:
-        click.echo(f"scenario: {sc.name}  ({sc.cluster.engines} engines, {sc.batch_size} groups x "
-                   f"{sc.group_size} samples, max {sc.max_response_len} tokens, {sc.steps} steps, "
-                   f"the first {sc.warmup_steps} left out as warm-up)")
-        click.echo(format_table(rows))
+
+def _command_line() -> str:
+    """The command as typed (`aprilsim simulate ...`), for the JSON and --out metadata."""
+    import shlex
+
+    root = click.get_current_context().find_root().command
+    return shlex.join(["aprilsim", *getattr(root, "argv", sys.argv[1:])])
 
 
 def with_overrides(sc, *, steps: int | None = None, warmup: int | None = None):
