@@ -7,6 +7,7 @@ naming the key, which the CLI prints before exiting with code 2.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -33,7 +34,8 @@ class ScenarioError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: the string "1e3" or `false` is no number, 4.5 no integer; nan/inf no setting
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class CostSection(_Strict):
@@ -319,6 +321,10 @@ class Scenario(_Strict):
         return self
 
 
+def _finite_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def _length_model(d: dict[str, Any], where: str) -> LengthModel:
     """A length model from a scenario table; a key its family does not take is named with the
     family's keys (`lengths.mus` on a lognormal: it takes mu, sigma)."""
@@ -333,6 +339,11 @@ def _length_model(d: dict[str, Any], where: str) -> LengthModel:
         if unknown:
             raise ScenarioError(f"{where}.{unknown[0]}: the {family} family has no such key; "
                                 f"its keys: family, {', '.join(takes)}")
+        for k in takes:
+            for i, v in enumerate(d.get(k) if isinstance(d.get(k), list) else [d.get(k)]):
+                if v is not None and not _finite_number(v):
+                    at = f"{where}.{k}" + (f".{i}" if isinstance(d.get(k), list) else "")
+                    raise ScenarioError(f"{at}: expected a finite number, got {v!r}")
     elif isinstance(family, str):
         raise ScenarioError(f"{where}.family: unknown length family {family!r}; known: "
                             f"{', '.join(FAMILIES)}")

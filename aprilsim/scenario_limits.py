@@ -23,7 +23,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-MAX_ENGINES = 100_000  # engine replicas: each one is an object with its own queues
+MAX_ENGINES = 16_384  # engine replicas: each is simulated every step, busy or idle (10k: ~6 s)
 MAX_REQUESTS_PER_STEP = 1_000_000  # samples a scheduler may submit in one step (estimate)
 MAX_CLOCK_S = 1e9  # simulated seconds: past this, float64 seconds stop resolving a decode step
 MAX_FILE_BYTES = 16 * 2**20  # a scenario, preset or length-model file
