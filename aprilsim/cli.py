@@ -24,6 +24,17 @@ class _LazyGroup(OneLineGroup):
         self.argv = list(sys.argv[1:] if args is None else args)  # the command line, for metadata
         return super().main(args, *rest, **kwargs)
 
+    def resolve_command(self, ctx, args):
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as e:
+            from aprilsim.suggest import did_you_mean
+
+            hint = did_you_mean(args[0], self.list_commands(ctx)) if args else ""
+            if not hint or "No such command" not in e.message:
+                raise
+            raise click.UsageError(e.message.rstrip(".") + hint, ctx) from None
+
     def list_commands(self, ctx):
         return sorted({*super().list_commands(ctx), *self.lazy})
 
@@ -172,11 +183,17 @@ def presets() -> None:
     """List the engine presets with their cost coefficients and where the numbers come from."""
     from aprilsim.engine.cost import PRESETS
 
+    click.echo("decode step t(B, K) = a + b*B + c*K seconds (B running requests, K tokens in KV); "
+               "prefill p0 + p1*sum(n) + p2*sum(n^2) seconds (n: prompt tokens)")
     for name, spec in PRESETS.items():
         c = spec.cost
-        click.echo(f"{name}: a={c.a:.3g} b={c.b:.3g} c={c.c:.3g} p0={c.p0:.3g} p1={c.p1:.3g} "
-                   f"p2={c.p2:.3g} kv_capacity={spec.kv_capacity} max_running={spec.max_running} "
-                   f"tp={spec.tp}")
+        if hasattr(c, "a"):
+            decode = f"a={c.a:.3g} s, b={c.b:.3g} s/request, c={c.c:.3g} s/token"
+        else:
+            decode = f"decode tables over B={list(c.table_b)}"
+        click.echo(f"{name}: {decode}; p0={c.p0:.3g} s, p1={c.p1:.3g} s/token, "
+                   f"p2={c.p2:.3g} s/token^2; kv_capacity={spec.kv_capacity:,} tokens, "
+                   f"max_running={spec.max_running} requests, tp={spec.tp} GPUs per engine")
         click.echo(f"  {spec.source}")
 
 
@@ -185,13 +202,18 @@ def presets() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of text.")
 def schedulers_command(names, as_json) -> None:
     """List the schedulers (or NAMES, e.g. my_pkg.my_mod:MyScheduler): mode, description, knobs."""
-    from aprilsim.policies.registry import REGISTRY, describe
+    from aprilsim.knob_docs import knob_doc
+    from aprilsim.policies.registry import REGISTRY, describe, resolve
 
     try:
         rows = [describe(n) for n in (names or sorted(REGISTRY))]
     except ValueError as e:
         fail(str(e))
         return
+    for r in rows:
+        cls = resolve(r["name"])
+        for k in r["knobs"]:
+            k["meaning"], k["allowed"] = knob_doc(cls, r["name"], k["name"])
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -199,6 +221,10 @@ def schedulers_command(names, as_json) -> None:
         click.echo(f"{r['name']} ({r['mode']}): {r['description']}")
         for k in r["knobs"]:
             click.echo(f"  {k['name']} = {json.dumps(k['default'])}  ({k['type']})")
+            if names:  # one scheduler asked for: what each knob means and takes
+                if k["meaning"]:
+                    click.echo(f"      {k['meaning']}")
+                click.echo(f"      allowed: {k['allowed']}")
 
 
 def _register_subcommands() -> None:

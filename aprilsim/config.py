@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from aprilsim.engine.cost import PRESETS, CostModel, EngineSpec, TabulatedCost
 from aprilsim.engine.router import ROUTERS
 from aprilsim.scenario_limits import LimitError, check_limits, parse_toml, read_text_bounded
+from aprilsim.suggest import did_you_mean
 from aprilsim.trainer import TrainerModel
 from aprilsim.workload.generator import RewardModel, Workload
 from aprilsim.workload.lengths import (
@@ -93,7 +94,8 @@ class ClusterSection(_Strict):
     @classmethod
     def _known_preset(cls, v: str) -> str:
         if v not in PRESETS and not v.endswith(".toml"):
-            raise ValueError(f"unknown preset {v!r}; known: {', '.join(sorted(PRESETS))}, "
+            raise ValueError(f"unknown preset {v!r}{did_you_mean(v, PRESETS)}; known: "
+                             f"{', '.join(sorted(PRESETS))}, "
                              "or a preset file (.toml, e.g. written by `aprilsim calibrate`)")
         return v
 
@@ -101,7 +103,8 @@ class ClusterSection(_Strict):
     @classmethod
     def _known_router(cls, v: str) -> str:
         if v not in ROUTERS:
-            raise ValueError(f"unknown router {v!r}; known: {', '.join(sorted(ROUTERS))}")
+            raise ValueError(f"unknown router {v!r}{did_you_mean(v, ROUTERS)}; known: "
+                             f"{', '.join(sorted(ROUTERS))}")
         return v
 
 
@@ -317,7 +320,9 @@ class Scenario(_Strict):
             try:
                 make_scheduler(name, self.settings_for(name))
             except (ValueError, TypeError) as e:
-                raise ScenarioError(f"schedulers.{name}: {e}") from None
+                msg = str(e)
+                raise ScenarioError(msg if msg.startswith(f"schedulers.{name}")
+                                    else f"schedulers.{name}: {msg}") from None
         return self
 
 
@@ -345,7 +350,8 @@ def _length_model(d: dict[str, Any], where: str) -> LengthModel:
                     at = f"{where}.{k}" + (f".{i}" if isinstance(d.get(k), list) else "")
                     raise ScenarioError(f"{at}: expected a finite number, got {v!r}")
     elif isinstance(family, str):
-        raise ScenarioError(f"{where}.family: unknown length family {family!r}; known: "
+        raise ScenarioError(f"{where}.family: unknown length family {family!r}"
+                            f"{did_you_mean(family, FAMILIES)}; known: "
                             f"{', '.join(FAMILIES)}")
     try:
         return length_model_from_dict(d)
@@ -353,12 +359,25 @@ def _length_model(d: dict[str, Any], where: str) -> LengthModel:
         raise ScenarioError(f"{where}: {e}") from None
 
 
+def _known_keys(loc: tuple) -> list[str]:
+    """The keys a table at `loc` (a pydantic error location) takes, for `did you mean`."""
+    model: Any = Scenario
+    for part in loc:
+        field = getattr(model, "model_fields", {}).get(part)
+        ann = getattr(field, "annotation", None)
+        model = next((a for a in (ann, *getattr(ann, "__args__", ())) if isinstance(a, type)
+                      and issubclass(a, BaseModel)), None)
+        if model is None:
+            return []
+    return [k for k in model.model_fields if k != "base_dir"]
+
+
 def _format_error(e: ValidationError) -> str:
     err = e.errors()[0]
     loc = ".".join(str(x) for x in err["loc"])
     msg = err["msg"]
     if err["type"] == "extra_forbidden":
-        msg = "unknown key"
+        msg = "unknown key" + did_you_mean(str(err["loc"][-1]), _known_keys(err["loc"][:-1]))
     elif err["type"] == "missing":
         msg = "required key is missing"
     if msg.startswith("Value error, "):
