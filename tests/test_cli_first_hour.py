@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import json
-import tomllib
 
+import tomllib
 from click.testing import CliRunner
 
 from aprilsim.cli import main

@@ -76,6 +76,22 @@ def summary_lines(df, keys: list[str], baseline: str | None) -> list[str]:
     return lines
 
 
+def ignored_key_warnings(schedulers: list[str], axes) -> list[str]:
+    """One line per scheduler that reads none of an axis's keys: its runs are the same at every
+    value of that axis (simulated once), so it is no comparison along it."""
+    from aprilsim.sweep.keys import scheduler_reads
+
+    out = []
+    for keys, values in axes:
+        if len(values) < 2:
+            continue
+        for name in dict.fromkeys(schedulers):
+            if not any(scheduler_reads(name, k) for k in keys):
+                out.append(f"{name} does not read {'+'.join(keys)}: its runs are the same at "
+                           f"every value (simulated once, drawn once by `aprilsim plot sweep`)")
+    return out
+
+
 @click.command("sweep", short_help="Sweep scenario keys x schedulers x seeds; tidy table out.")
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--grid", "grids", multiple=True, metavar="KEY=V1,V2,...", help="Values of a dotted scenario key (repeatable; K1+K2=... links keys to one value).")
@@ -107,6 +123,8 @@ def sweep_command(scenario, grids, ranges, schedulers, seeds, steps, warmup, job
         sc = as_scenario(scenario)
         base = scenario_dict(sc)
         axes = [parse_grid(g) for g in grids] + [parse_range(r, base) for r in ranges]
+        for line in ignored_key_warnings(list(schedulers) or list(sc.compare), axes):
+            click.echo(f"aprilsim: warning: {line}", err=True)
         df, stats, plan = run_sweep(
             sc, axes, schedulers=schedulers, seeds=seeds, steps=steps, warmup=warmup,
             jobs=jobs, ray=ray_address, out=out, baseline=baseline,
