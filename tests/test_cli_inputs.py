@@ -172,13 +172,14 @@ def test_lengths_from_a_folder_or_device(tmp_path, target, needle):
     assert r.took < 2.0
 
 
-def test_timeline_extra_checked_before_simulating(tmp_path, monkeypatch):
+@pytest.mark.parametrize("module,suffix", [("matplotlib", ".png"), ("plotly", ".html")])
+def test_timeline_extra_checked_before_simulating(tmp_path, monkeypatch, module, suffix):
     import sys
 
-    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
-    r = run(tmp_path, tiny(), "--timeline", str(tmp_path / "t.png"),
+    monkeypatch.setitem(sys.modules, module, None)  # import MODULE -> ImportError
+    r = run(tmp_path, tiny(), "--timeline", str(tmp_path / f"t{suffix}"),
             "--steps-out", str(tmp_path / "steps.jsonl"))
-    one_line_error(r, "--timeline", "matplotlib")
+    one_line_error(r, "--timeline", module)
     assert "simulating" not in r.stderr  # refused before the first scheduler ran
 
 
