@@ -108,27 +108,6 @@ def with_overrides(sc, *, steps: int | None = None, warmup: int | None = None):
     return apply(sc, steps=steps, warmup=warmup)
 
 
-def _per_scheduler_paths(names: list[str], **paths: Path | None) -> dict[str, dict[str, Path]]:
-    """{scheduler: {kind: path}}: with several schedulers, NAME goes before each path's suffix.
-    Paths are checked before any simulation runs, so a bad one costs nothing."""
-    out: dict[str, dict[str, Path]] = {}
-    for kind, path in paths.items():
-        if path is None:
-            continue
-        kind = "trace" if kind == "trace_out" else kind
-        if kind == "timeline" and path.suffix.lower() not in (".png", ".pdf", ".svg", ".html", ".htm"):
-            raise ValueError(f"--timeline {path}: the file must end in .png, .pdf, .svg or .html")
-        if not path.parent.exists() or not path.parent.is_dir():
-            raise ValueError(f"--{kind} {path}: folder {path.parent} does not exist")
-        for name in names:
-            safe = name.replace(":", "_").replace("/", "_")
-            p = path if len(names) == 1 else path.with_name(f"{path.stem}_{safe}{path.suffix}")
-            out.setdefault(name, {})[kind] = p
-    return out
-
-
-
-
 @main.command(short_help="Print the default scenario, or convert slime/verl launch configs.")
 @click.option("--from-slime", "from_slime", metavar="FILE_OR_ARGS", help="A slime launch script, or its arguments as one string: print the scenario it maps to.")
 @click.option("--from-verl", "from_verl", metavar="CONFIG", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A verl PPO/GRPO config (YAML, or a script of hydra overrides): print the scenario it maps to.")

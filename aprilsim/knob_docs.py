@@ -58,7 +58,7 @@ KNOB_DOCS["april_ds"] = {
 
 def knob_doc(cls: type, scheduler: str, knob: str) -> tuple[str, str]:
     """(meaning, allowed values) of one knob: field metadata, else the table, else the type."""
-    from aprilsim.scenario_limits import knob_types, type_words
+    from aprilsim.knob_types import knob_types, type_words
 
     meta: dict[str, Any] = {}
     for f in dataclasses.fields(cls):

@@ -4,17 +4,13 @@ Every check here runs before any simulation, so an input that would hang (a bill
 million groups a round), overflow (`ratio = inf`) or give a silently wrong answer (the string
 "false" as a boolean, a clock past float64's resolution) is refused with one line naming the key
 and saying why. `Scenario.check` calls `check_limits`; `registry.make_scheduler` calls
-`check_knob_types`, so knobs set from the command line are held to the same rules.
+`aprilsim.knob_types.check_knob_types`, so knobs set from the command line meet the same rules.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import numbers
 import sys
-import types
-import typing
 from pathlib import Path
 from typing import Any
 
@@ -96,70 +92,6 @@ def parse_toml(text: str, origin: str) -> dict[str, Any]:
         raise LimitError(f"{origin}: nested too deeply to parse") from None
 
 
-# ------------------------------------------------------------------------------ knob types
-def knob_types(cls: type) -> dict[str, Any]:
-    """The declared (evaluated) type of each init field of a scheduler class; unknown: Any."""
-    module = sys.modules.get(cls.__module__)
-    ns = dict(vars(module)) if module else {}
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        tp: Any = f.type
-        if isinstance(tp, str):
-            try:
-                tp = eval(tp, ns, dict(vars(typing)))  # noqa: S307 - the class's own annotation
-            except Exception:  # an annotation we cannot evaluate: not checked
-                tp = Any
-        out[f.name] = tp
-    return out
-
-
-def type_words(tp: Any) -> str:
-    """A declared type as the user reads it: `true or false`, `an integer or unset`."""
-    origin = typing.get_origin(tp)
-    if origin is typing.Union or isinstance(tp, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        words = " or ".join(type_words(a) for a in args)
-        return words + (" (or unset)" if len(args) < len(typing.get_args(tp)) else "")
-    if origin is typing.Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
-    return {bool: "true or false", int: "an integer", float: "a finite number",
-            str: "a string"}.get(tp, getattr(tp, "__name__", str(tp)))
-
-
-def _fits(value: Any, tp: Any) -> bool | None:
-    """Whether `value` has declared type `tp` (None: a type this check does not know)."""
-    origin = typing.get_origin(tp)
-    if origin is typing.Union or isinstance(tp, types.UnionType):
-        verdicts = [_fits(value, a) for a in typing.get_args(tp) if a is not type(None)]
-        if any(v is True for v in verdicts):
-            return True
-        return None if any(v is None for v in verdicts) else False
-    if origin is typing.Literal:
-        return any(value == a and type(value) is type(a) for a in typing.get_args(tp))
-    is_bool = isinstance(value, bool) or type(value).__name__ == "bool_"
-    if tp is bool:
-        return is_bool
-    if tp is int:
-        return isinstance(value, numbers.Integral) and not is_bool
-    if tp is float:
-        return (isinstance(value, numbers.Real) and not is_bool
-                and math.isfinite(float(value)))
-    if tp is str:
-        return isinstance(value, str)
-    return None
-
-
-def check_knob_types(cls: type, settings: dict[str, Any], label: str) -> None:
-    """LimitError unless every knob value has its declared type, strictly: the string "false"
-    is not a boolean, 4.0 is not an integer, nan and inf are not numbers a knob can take."""
-    declared = knob_types(cls)
-    for key, value in settings.items():
-        tp = declared.get(key, Any)
-        if _fits(value, tp) is False:
-            shown = f"the string {value!r}" if isinstance(value, str) else repr(value)
-            raise LimitError(f"schedulers.{label}.{key}: expected {type_words(tp)}, got {shown}")
-
-
 # ------------------------------------------------------------------------------ sizes
 def requests_per_step(name: str, settings: dict[str, Any], batch_size: int, group_size: int) -> float:
     """An upper estimate of the samples scheduler `name` submits in one step (known knobs only)."""
@@ -212,6 +144,7 @@ def check_limits(sc: Any) -> None:
             f"cluster.abort_steps: {k:,} decode steps is longer than the longest response "
             f"(max_response_len {sc.max_response_len:,}): every request would end before its "
             "abort landed; use at most max_response_len (or -1: aborts land at once)")
+    from aprilsim.knob_types import check_knob_types
     from aprilsim.policies.registry import REGISTRY
 
     for name in dict.fromkeys([*sc.compare, *sc.schedulers]):

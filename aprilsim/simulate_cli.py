@@ -45,13 +45,31 @@ def _specs(sc: Any, labels: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
     return out
 
 
+def per_scheduler_paths(names: list[str], **paths: Path | None) -> dict[str, dict[str, Path]]:
+    """{scheduler: {kind: path}}: with several schedulers, NAME goes before each path's suffix.
+    Paths are checked before any simulation runs, so a bad one costs nothing."""
+    out: dict[str, dict[str, Path]] = {}
+    for kind, path in paths.items():
+        if path is None:
+            continue
+        kind = "trace" if kind == "trace_out" else kind
+        if kind == "timeline" and path.suffix.lower() not in (".png", ".pdf", ".svg", ".html", ".htm"):
+            raise ValueError(f"--timeline {path}: the file must end in .png, .pdf, .svg or .html")
+        if not path.parent.exists() or not path.parent.is_dir():
+            raise ValueError(f"--{kind} {path}: folder {path.parent} does not exist")
+        for name in names:
+            safe = name.replace(":", "_").replace("/", "_")
+            p = path if len(names) == 1 else path.with_name(f"{path.stem}_{safe}{path.suffix}")
+            out.setdefault(name, {})[kind] = p
+    return out
+
+
 def run_simulate(*, scenario: Path | None, schedulers: tuple[str, ...], sets: tuple[str, ...],
                  steps: int | None, seed: int | None, n_seeds: int, warmup: int | None,
                  as_json: bool, steps_out: Path | None, trace_out: Path | None,
                  timeline: Path | None, out_dir: Path | None, command: str) -> None:
     """Run `aprilsim simulate` (see its --help); bad input: one line, exit 2."""
-    from aprilsim.cli import _per_scheduler_paths, with_overrides
-    from aprilsim.config import ScenarioError, load_scenario
+    from aprilsim.config import ScenarioError, load_scenario, with_overrides
     from aprilsim.metrics.trace import Trace
     from aprilsim.report import run_output as ro
     from aprilsim.sim.run import simulate as run_sim
@@ -62,7 +80,7 @@ def run_simulate(*, scenario: Path | None, schedulers: tuple[str, ...], sets: tu
         sc = with_overrides(apply_sets(load_scenario(scenario), sets), steps=steps, warmup=warmup)
         labels = list(dict.fromkeys(schedulers)) or list(sc.compare)
         specs = _specs(sc, labels)
-        outputs = _per_scheduler_paths(labels, trace_out=trace_out, timeline=timeline)
+        outputs = per_scheduler_paths(labels, trace_out=trace_out, timeline=timeline)
         ro.check_timeline_deps(timeline)
         if steps_out is not None and not steps_out.parent.is_dir():
             raise ValueError(f"--steps-out {steps_out}: folder {steps_out.parent} does not exist")

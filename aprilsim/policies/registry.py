@@ -107,7 +107,7 @@ def make_scheduler(name: str, settings: dict[str, Any] | None = None) -> Schedul
             f"schedulers.{name}: unknown knob(s) {sorted(unknown)}{did_you_mean(first, allowed)}; "
             f"known: {sorted(allowed)}"
         )
-    from aprilsim.scenario_limits import check_knob_types  # strict types: "false" is no bool
+    from aprilsim.knob_types import check_knob_types  # strict types: "false" is no bool
 
     check_knob_types(cls, settings, name)
     return cls(**settings)

@@ -123,8 +123,7 @@ def sweep_command(scenario, grids, ranges, schedulers, seeds, steps, warmup, job
         sc = as_scenario(scenario)
         base = scenario_dict(sc)
         axes = [parse_grid(g) for g in grids] + [parse_range(r, base) for r in ranges]
-        for line in ignored_key_warnings(list(schedulers) or list(sc.compare), axes):
-            click.echo(f"aprilsim: warning: {line}", err=True)
+        warnings = ignored_key_warnings(list(schedulers) or list(sc.compare), axes)
         df, stats, plan = run_sweep(
             sc, axes, schedulers=schedulers, seeds=seeds, steps=steps, warmup=warmup,
             jobs=jobs, ray=ray_address, out=out, baseline=baseline,
@@ -137,6 +136,8 @@ def sweep_command(scenario, grids, ranges, schedulers, seeds, steps, warmup, job
     except (ScenarioError, SchedulerError, ValueError) as e:
         fail(str(e))
         return
+    for line in warnings:  # after the run: a bad key or value stays a one-line error
+        click.echo(f"aprilsim: warning: {line}", err=True)
     click.echo(f"{len(plan.points)} point(s) x {len(plan.schedulers)} scheduler(s) x "
                f"{len(plan.seeds)} seed(s): {stats['runs']} new rows ({stats['simulated']} "
                f"simulations), {stats['skipped']} already in {out.name}, {stats['wall_s']:.1f} s")
