@@ -10,6 +10,7 @@ import click
 
 from aprilsim._version import __version__
 from aprilsim.cli_errors import EXIT_USAGE, OneLineGroup, fail
+from aprilsim.simulate_cli import per_scheduler_paths as _per_scheduler_paths  # noqa: F401 - real/ uses it
 
 __all__ = ["EXIT_USAGE", "fail", "main", "with_overrides"]
 
