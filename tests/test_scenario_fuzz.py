@@ -1,7 +1,7 @@
-"""Scenario fuzz: 520 mutated scenario files through `aprilsim simulate`, in-process.
+"""Scenario fuzz: 550 mutated scenario files through `aprilsim simulate`, in-process.
 
 Each case is a tiny valid scenario with one or two mutations from one category, drawn by a seeded
-generator (the same 520 files on every run). `simulate FILE --json` runs through click's
+generator (the same 550 files on every run; `set_override` cases also pass hostile `--set KEY=VALUE`). `simulate FILE --json` runs through click's
 CliRunner under a per-case wall-clock bound; every case must end in one of two ways:
 
 - exit 2 with one line `aprilsim: error: ...` (bad input, said why), or
@@ -30,7 +30,7 @@ from click.testing import CliRunner
 from aprilsim.cli import main
 from aprilsim.policies.registry import REGISTRY, knobs
 
-CASES = 520
+CASES = 550
 CASE_BOUND_S = 20.0  # per case; the tiny valid scenarios finish in well under a second
 
 BASE: dict[str, Any] = {
@@ -56,7 +56,10 @@ WRONG_TYPES = ["false", "true", "no", "", "1e3", "inf", "nan", "fifo", [1, 2], [
 PATHS = ["/etc", "/dev/zero", "/dev/null", "/nonexistent/model.toml", "/proc/self/status",
          "fuzz_dir", "binary.toml", "empty.toml", "deep.toml", "huge.toml"]
 CATEGORIES = ("wrong_type", "extreme_number", "unknown_key", "delete_key", "scheduler_knob",
-              "deep_nesting", "bad_path", "toml_text", "compare_list", "valid_variation")
+              "deep_nesting", "bad_path", "toml_text", "compare_list", "valid_variation",
+              "set_override")
+SET_VALUES = ["1e400", "-1e400", "NaN", "[1, 2]", "{}", '"x"', "true", "false", "0", "-1", "3",
+              "0.5", "1e18", "9223372036854775807", "fifo", "", "[[[[1]]]]", "2.5"]
 
 
 def _value(v: Any) -> str:
@@ -101,11 +104,24 @@ def _knob_space() -> list[tuple[str, str, Any]]:
     return [(name, k.name, k.default) for name, cls in sorted(REGISTRY.items()) for k in knobs(cls)]
 
 
+def _set_args(rng: random.Random) -> list[str]:
+    """`--set KEY=VALUE` arguments: scenario keys and scheduler knobs with hostile values."""
+    keys = [".".join(p) for p in _leaves(BASE)]
+    keys += [f"schedulers.{n}.{k}" for n, k, _ in _knob_space()]
+    keys += ["lengths.mus.1", "cluster.nope", "prompts", "schedulers.april", "compare.0"]
+    args = []
+    for _ in range(rng.randint(1, 2)):
+        args += ["--set", f"{rng.choice(keys)}={rng.choice(SET_VALUES)}"]
+    return args
+
+
 def _mutate(rng: random.Random, category: str, tmp: Path) -> tuple[dict[str, Any] | None, str | None]:
     """(scenario dict, None) or (None, raw TOML text) for one case of `category`."""
     d = copy.deepcopy(BASE)
     leaves = _leaves(BASE)
-    if category == "wrong_type":
+    if category == "set_override":
+        d["compare"] = ["sync", "april"]
+    elif category == "wrong_type":
         _set(d, rng.choice(leaves), rng.choice(WRONG_TYPES))
     elif category == "extreme_number":
         for _ in range(rng.randint(1, 2)):
@@ -210,10 +226,11 @@ def test_scenario_fuzz(tmp_path):
             path.write_text(text, errors="surrogateescape") if "\ud800" not in text \
                 else path.write_bytes(text.encode("utf-8", "surrogatepass"))
             reach[category] += 1
+            extra = _set_args(rng) if category == "set_override" else []
             signal.setitimer(signal.ITIMER_REAL, CASE_BOUND_S)
             t0 = time.perf_counter()
             try:
-                r = runner.invoke(main, ["simulate", str(path), "--json"])
+                r = runner.invoke(main, ["simulate", str(path), "--json", *extra])
             except _Timeout:
                 failures.append(f"case {i} ({category}): over {CASE_BOUND_S} s: {text[:200]!r}")
                 continue
@@ -224,7 +241,7 @@ def test_scenario_fuzz(tmp_path):
                 failures.append(f"case {i} ({category}): over {CASE_BOUND_S} s: {text[:200]!r}")
                 continue
             if r.exception is not None and not isinstance(r.exception, SystemExit):
-                failures.append(f"case {i} ({category}): traceback {r.exception!r}: {text[:300]!r}")
+                failures.append(f"case {i} ({category}): traceback {r.exception!r}: {extra} {text[:300]!r}")
                 continue
             if r.exit_code == 2:
                 lines = r.stderr.strip().splitlines()
@@ -253,9 +270,9 @@ def test_scenario_fuzz(tmp_path):
     # the categories that keep a scenario valid run; the ones that break it are refused
     assert outcomes[("valid_variation", "ran")] == reach["valid_variation"]
     for c in ("wrong_type", "extreme_number", "unknown_key", "deep_nesting", "bad_path",
-              "toml_text", "compare_list", "scheduler_knob"):
+              "toml_text", "compare_list", "scheduler_knob", "set_override"):
         assert outcomes[(c, "refused")] >= 10, (c, outcomes)
-    for c in ("scheduler_knob", "extreme_number", "delete_key"):
+    for c in ("scheduler_knob", "extreme_number", "delete_key", "set_override"):
         assert outcomes[(c, "ran")] >= 3, (c, outcomes)
 
 
