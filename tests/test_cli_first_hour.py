@@ -162,3 +162,15 @@ def test_typos_get_did_you_mean(tmp_path):
     assert "did you mean 'simulate'" in cli("simulte").stderr
     s = scenario(tmp_path, TINY.replace("engines = 2", 'engines = 2\nrouter = "roundrobin"'))
     assert "did you mean 'round_robin'" in cli("simulate", s).stderr
+
+
+def test_notebook_api_takes_the_same_scheduler_specs(tmp_path):
+    import aprilsim
+
+    s = scenario(tmp_path)
+    res = aprilsim.simulate(s, schedulers=["april@ratio=1.5"], seeds=2)
+    rows = res.rows()
+    assert [(r["scheduler"], r["seed"]) for r in rows] == [("april@ratio=1.5", 0),
+                                                          ("april@ratio=1.5", 1)]
+    cli_row = json.loads(cli("simulate", s, "-s", "april@ratio=1.5", "--json").stdout)[0]
+    assert rows[0]["rollout_throughput_tok_s"] == cli_row["rollout_throughput_tok_s"]
