@@ -82,8 +82,8 @@ def main() -> None:
 @click.option("--warmup", type=click.IntRange(min=0), help="Steps left out of the summary (overrides the scenario's warmup_steps, default 1).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object per scheduler (and seed), each with a `run` object: scenario hash, seed, steps, aprilsim version, command.")
 @click.option("--steps-out", type=click.Path(dir_okay=False, path_type=Path), help="Also write per-step records as JSON lines to this file (warm-up steps included, marked).")
-@click.option("--trace", "trace_out", type=click.Path(dir_okay=False, path_type=Path), help="Write each scheduler's per-request trace (JSON lines; NAME inserted before the suffix when several schedulers run).")
-@click.option("--timeline", type=click.Path(dir_okay=False, path_type=Path), help="Draw each scheduler's timeline: .png/.pdf/.svg, or .html (interactive; needs the `interactive` extra).")
+@click.option("--trace", "trace_out", type=click.Path(dir_okay=False, path_type=Path), help="Write each scheduler's per-request trace (JSON lines; NAME inserted before the suffix when several schedulers run; with --seeds, the first seed's).")
+@click.option("--timeline", type=click.Path(dir_okay=False, path_type=Path), help="Draw each scheduler's timeline: .png/.pdf/.svg, or .html (interactive; needs the `interactive` extra); with --seeds, the first seed's.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Write one folder per run here: scenario.toml (resolved), summary.json, table.txt, and per scheduler (and seed) summary.json, steps.jsonl, trace.jsonl, timeline.png.")
 def simulate(scenario, schedulers, sets, steps, seed, n_seeds, warmup, as_json, steps_out, trace_out, timeline, out_dir) -> None:
     """Simulate SCENARIO (a TOML file; default: the embedded APRIL-paper setup) and compare schedulers."""

@@ -9,6 +9,7 @@ whether the value comes from a scenario file, `--set`, `-s NAME@knob=v` or Pytho
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import numbers
 import sys
@@ -21,16 +22,20 @@ class KnobTypeError(ValueError):
     """A knob value of the wrong type; the message is one line naming `schedulers.NAME.knob`."""
 
 
+@functools.lru_cache(maxsize=256)
 def knob_types(cls: type) -> dict[str, Any]:
-    """The declared (evaluated) type of each init field of a scheduler class; unknown: Any."""
+    """The declared (evaluated) type of each init field of a scheduler class; unknown: Any.
+
+    Field by field (as `typing.get_type_hints` would, but one annotation that cannot be
+    evaluated leaves only that field unchecked), in the namespace of the class's module."""
     module = sys.modules.get(cls.__module__)
-    ns = dict(vars(module)) if module else {}
+    ns = {**vars(typing), **(vars(module) if module else {})}
     out: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         tp: Any = f.type
         if isinstance(tp, str):
             try:
-                tp = eval(tp, ns, dict(vars(typing)))  # noqa: S307 - the class's own annotation
+                tp = eval(tp, ns)  # noqa: S307 - the class's own annotation, as typing does
             except Exception:  # an annotation we cannot evaluate: not checked
                 tp = Any
         out[f.name] = tp
