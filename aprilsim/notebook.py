@@ -96,7 +96,8 @@ def simulate(
             if isinstance(s, str):  # NAME or NAME@knob=value,... as on the command line
                 name, knobs = parse_scheduler_spec(s)
                 run = run_one(sc, name, seed=seed, settings=knobs or None)
-                run.scheduler = label
+                if knobs:
+                    run.scheduler = label
             else:
                 run = run_one(sc, s if seed == seed_list[0] else type(s)(), seed=seed)
             out.runs[(label, seed)] = run

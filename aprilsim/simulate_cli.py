@@ -107,7 +107,8 @@ def run_simulate(*, scenario: Path | None, schedulers: tuple[str, ...], sets: tu
                 trace = Trace(label, sc.cluster.engines) if paths or out_dir is not None else None
                 run = run_sim(sc, name, seed=s, settings=knobs or None, progress=progress,
                               trace=trace)
-                run.scheduler = label
+                if knobs:
+                    run.scheduler = label  # `april@ratio=1.5` beside `april` in one table
                 if live:
                     click.echo("\r\033[K", err=True, nl=False)
                 for kind, path in paths.items():
