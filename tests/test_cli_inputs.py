@@ -206,3 +206,12 @@ def test_tune_constraint_takes_one_percent_sign():
     assert math.isclose(Constraint.parse("offpolicy_token_fraction<=5%").bound, 0.05)
     with pytest.raises(ScenarioError, match="not a number"):
         Constraint.parse("offpolicy_token_fraction<=5%%")
+
+
+def test_sweep_point_that_trains_nothing_is_named(tmp_path):
+    pytest.importorskip("pandas")
+    p = tmp_path / "s.toml"
+    p.write_text(tiny())
+    r = CliRunner().invoke(main, ["sweep", str(p), "--grid", "schedulers.april.token_budget=1,100",
+                                  "--seeds", "1", "-j", "1", "-o", str(tmp_path / "r.parquet")])
+    one_line_error(r, "april: trained no samples", "at schedulers.april.token_budget=1, seed 0")
