@@ -59,7 +59,8 @@ def summary_lines(df, keys: list[str], baseline: str | None) -> list[str]:
     agg = aggregate(df, keys, baseline).set_index(["point_id", "scheduler", "metric"])
     shown = distinct_keys(df, keys) or keys[:1]
     lines = []
-    head = f"{'point':<36} {'scheduler':<12} {'rollout tok/s [95% CI]':<26} {'gain [95% CI]':<22} off-policy  len bias"
+    head = (f"{'point':<36} {'scheduler':<12} {'rollout tok/s [95% CI]':<26} "
+            f"{'tok/s gain [95% CI]':<22} off-policy  len bias")
     lines.append(head)
     for (pid, sched), _ in df.groupby(["point_id", "scheduler"], sort=False):
         t = agg.loc[(pid, sched, "rollout_throughput_tok_s")]
