@@ -97,8 +97,10 @@ def requests_per_step(name: str, settings: dict[str, Any], batch_size: int, grou
     """An upper estimate of the samples scheduler `name` submits in one step (known knobs only)."""
     n, g = batch_size, group_size
     s = settings
-    if name in ("april", "april_ds"):
-        return max(float(s.get("ratio", 2.0)), float(s.get("max_new_groups", 8.0))) * n * g
+    if name in ("april", "april_ds"):  # in flight, plus fresh replacements (token budget, filter)
+        replaced = name == "april_ds" or s.get("token_budget") is not None
+        return (float(s.get("ratio", 2.0))
+                + (float(s.get("max_new_groups", 8.0)) if replaced else 0.0)) * n * g
     if name == "dynamic_sampling":
         return float(s.get("gen_batch_size") or n) * g
     if name == "tail_batching":
