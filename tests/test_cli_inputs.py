@@ -215,3 +215,15 @@ def test_sweep_point_that_trains_nothing_is_named(tmp_path):
     r = CliRunner().invoke(main, ["sweep", str(p), "--grid", "schedulers.april.token_budget=1,100",
                                   "--seeds", "1", "-j", "1", "-o", str(tmp_path / "r.parquet")])
     one_line_error(r, "april: trained no samples", "at schedulers.april.token_budget=1, seed 0")
+
+
+def test_large_but_real_setups_pass_the_bounds():
+    """The bounds refuse what cannot run, not big clusters: 1,024 groups x 64 samples on 512
+    engines with APRIL at ratio 4 (262k requests a step) validates."""
+    data = {**_tiny_dict(), "batch_size": 1024, "group_size": 64, "compare": ["sync", "april"],
+            "cluster": {"engines": 512}, "max_response_len": 32768,
+            "schedulers": {"april": {"ratio": 4.0}}}
+    sc = scenario_from_dict(data)
+    assert sc.batch_size * sc.group_size == 65_536
+    with pytest.raises(ScenarioError, match="requests per step"):
+        scenario_from_dict({**data, "schedulers": {"april": {"ratio": 8.0, "token_budget": 512}}})
