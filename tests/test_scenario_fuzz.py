@@ -7,8 +7,9 @@ CliRunner under a per-case wall-clock bound; every case must end in one of two w
 - exit 2 with one line `aprilsim: error: ...` (bad input, said why), or
 - exit 0 with a JSON row per scheduler that trained samples (never a table of zeros).
 
-A traceback, any other exit code, a case over its time bound, or exit 0 with zero trained samples
-fails the test. Reach is counted per category and asserted: every category is drawn often, the
+A traceback, any other exit code, a case over its time bound, exit 0 with zero trained samples,
+or exit 0 for a value of the wrong type (the string "5" or `false` where a number was, a
+non-finite or mistyped scheduler knob: a silent coercion) fails the test. Reach is counted per category and asserted: every category is drawn often, the
 categories that keep a scenario valid reach exit 0 and the ones that break it reach exit 2.
 """
 
@@ -94,6 +95,22 @@ def _leaves(d: dict[str, Any], prefix: tuple[str, ...] = ()) -> list[tuple[str, 
     return out
 
 
+MUST_FAIL = {"last": False}  # whether the case `_mutate` made last must be refused
+
+
+def _get(d: dict[str, Any], path: tuple[str, ...]) -> Any:
+    for k in path:
+        d = d[k]
+    return d
+
+
+def _same_kind(old: Any, new: Any) -> bool:
+    """An int where a float was, or a float where a float was, is no wrong type."""
+    num = (int, float)
+    return (isinstance(old, bool) == isinstance(new, bool)
+            and (type(old) is type(new) or (isinstance(old, float) and isinstance(new, num))))
+
+
 def _set(d: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
     for k in path[:-1]:
         d = d.setdefault(k, {})
@@ -119,10 +136,14 @@ def _mutate(rng: random.Random, category: str, tmp: Path) -> tuple[dict[str, Any
     """(scenario dict, None) or (None, raw TOML text) for one case of `category`."""
     d = copy.deepcopy(BASE)
     leaves = _leaves(BASE)
+    MUST_FAIL["last"] = False
     if category == "set_override":
         d["compare"] = ["sync", "april"]
     elif category == "wrong_type":
-        _set(d, rng.choice(leaves), rng.choice(WRONG_TYPES))
+        path, value = rng.choice(leaves), rng.choice(WRONG_TYPES)
+        _set(d, path, value)
+        old = _get(BASE, path)
+        MUST_FAIL["last"] = not _same_kind(old, value)  # a string, bool or list where a number was
     elif category == "extreme_number":
         for _ in range(rng.randint(1, 2)):
             _set(d, rng.choice(leaves), rng.choice(EXTREME))
@@ -149,6 +170,8 @@ def _mutate(rng: random.Random, category: str, tmp: Path) -> tuple[dict[str, Any
         else:
             value = rng.choice(WRONG_TYPES)
         d["schedulers"] = {name: {knob: value}}
+        non_finite = isinstance(value, float) and not math.isfinite(value)
+        MUST_FAIL["last"] = non_finite or (default is not None and not _same_kind(default, value))
     elif category == "deep_nesting":
         depth = rng.choice([10, 65, 200, 500, 2000])
         open_, close = rng.choice([("{a=", "}"), ("[", "]")])
@@ -220,6 +243,7 @@ def test_scenario_fuzz(tmp_path):
             category = CATEGORIES[i % len(CATEGORIES)] if i < 2 * len(CATEGORIES) \
                 else rng.choice(CATEGORIES)
             data, text = _mutate(rng, category, tmp_path)
+            must_fail = MUST_FAIL["last"]
             if text is None:
                 text = dumps(data)
             path = tmp_path / f"case{i}.toml"
@@ -249,6 +273,8 @@ def test_scenario_fuzz(tmp_path):
                     failures.append(f"case {i} ({category}): exit 2 not one error line: {lines!r}")
                 outcomes[(category, "refused")] += 1
             elif r.exit_code == 0:
+                if must_fail:  # a wrong type silently coerced (the string "5", false as 0)
+                    failures.append(f"case {i} ({category}): a wrong type ran: {text[:300]!r}")
                 rows = json.loads(r.stdout)
                 if not rows or any(row["trained_samples"] <= 0 for row in rows):
                     failures.append(f"case {i} ({category}): exit 0 with zero trained samples")
