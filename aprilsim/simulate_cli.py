@@ -150,6 +150,22 @@ def run_simulate(*, scenario: Path | None, schedulers: tuple[str, ...], sets: tu
     else:
         click.echo(head)
         click.echo(table)
+        for line in settle_notes(runs, seeds):
+            click.echo(line)
+
+
+def settle_notes(runs: dict[str, list[dict[str, Any]]], seeds: list[int]) -> list[str]:
+    """The steady-state check (aprilsim.metrics.steady) said plainly: one note per scheduler
+    whose run (with --seeds: the first seed's that is not) has not settled."""
+    out = []
+    for rows in runs.values():
+        for row, s in zip(rows, seeds):
+            if not row.get("settled", True):
+                at = f" (seed {s})" if len(seeds) > 1 else ""
+                out.append(f"note: {row['scheduler']}{at} not settled in {row['steps']} steps "
+                           f"({row['unsettled_reason']}): run more --steps")
+                break
+    return out
 
 
 def _table(runs: dict[str, list[dict[str, Any]]], n_seeds: int) -> str:
