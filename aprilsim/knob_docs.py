@@ -2,7 +2,8 @@
 
 A scheduler declares its own with dataclass field metadata, which wins over this table:
 `ratio: float = field(default=2.0, metadata={"doc": "groups in flight / N", "allowed": ">= 1"})`.
-The table covers the built-in schedulers (the same words as docs/schedulers.md); the declared type
+The table covers the built-in schedulers (the same words as docs/schedulers.md; a subclass such as
+`april_ds` or `slime_dapo` inherits its base's entries); the declared type
 (`true or false`, `an integer (or unset)`) is always known from the annotation.
 """
 
@@ -26,6 +27,11 @@ KNOB_DOCS: dict[str, dict[str, tuple[str, str]]] = {
         "token_budget": ("at most B tokens per sample per step (Kimi k1.5); past that it is parked "
                          "and a fresh group replaces it", "an integer >= 1, or unset (no budget)"),
         "max_new_groups": ("cap on fresh replacement groups per step, x N", ">= 1"),
+        "surplus": ("groups that complete in the same wake-up as the N-th: dropped as slime "
+                    "does (waste), or kept in the buffer, complete", '"drop", "recycle"'),
+        "mask_offpolicy": ("report the trained tokens slime's off-policy loss mask zeroes "
+                           "(--mask-offpolicy-in-partial-rollout); the schedule is unchanged",
+                           "true, false"),
     },
     "dynamic_sampling": {
         "gen_batch_size": ("groups per round (DAPO's gen_prompt_bsz, e.g. 3N)",
@@ -50,9 +56,14 @@ KNOB_DOCS: dict[str, dict[str, tuple[str, str]]] = {
     },
 }
 KNOB_DOCS["april_ds"] = {
-    **KNOB_DOCS["april"],
     "std_threshold": ("finished groups with reward std <= this are dropped (waste) and replaced",
                       "a finite number >= 0"),
+    "refill": ("after dropped groups: a whole over-sampling batch once fewer than N remain "
+               "(slime's loop), or one fresh group per dropped one", '"chunk", "one_for_one"'),
+}
+KNOB_DOCS["async_april"] = {
+    "dynamic_filter": ("apply DAPO's filter and the chunked refill (april_ds) inside the async "
+                       "pipeline; false: april's rollout", "true, false"),
 }
 
 
@@ -64,7 +75,11 @@ def knob_doc(cls: type, scheduler: str, knob: str) -> tuple[str, str]:
     for f in dataclasses.fields(cls):
         if f.name == knob:
             meta = dict(f.metadata)
-    doc, allowed = KNOB_DOCS.get(scheduler, {}).get(knob, ("", ""))
+    doc, allowed = "", ""
+    for base in (scheduler, *(getattr(c, "name", None) for c in cls.__mro__)):
+        if knob in KNOB_DOCS.get(base, {}):  # a subclass inherits its base's words
+            doc, allowed = KNOB_DOCS[base][knob]
+            break
     doc = meta.get("doc", doc)
     allowed = meta.get("allowed", allowed) or type_words(knob_types(cls).get(knob, Any))
     return doc, allowed

@@ -16,7 +16,9 @@ from aprilsim.policies.registry import REGISTRY, knobs, make_scheduler
 KNOBS = [(name, k.name) for name, cls in sorted(REGISTRY.items()) for k in knobs(cls)]
 VALUES = st.one_of(
     st.booleans(), st.integers(-10, 10**7), st.floats(allow_nan=True, allow_infinity=True),
-    st.sampled_from(["false", "true", "no", "1", "2.5", "fifo", "complete", "error", ""]),
+    st.sampled_from(["false", "true", "no", "1", "2.5", ""]),
+    st.sampled_from(["fifo", "most_progress", "complete", "discard", "error", "train", "drop",
+                     "recycle", "chunk", "one_for_one"]),  # the string knobs' own values
     st.lists(st.integers(0, 3), max_size=2),
 )
 
