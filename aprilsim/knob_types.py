@@ -59,6 +59,8 @@ def _fits(value: Any, tp: Any) -> bool | None:
     """Whether `value` has declared type `tp` (None: a type this check does not know)."""
     origin = typing.get_origin(tp)
     if origin is typing.Union or isinstance(tp, types.UnionType):
+        if value is None:  # unset, from Python (TOML has no null)
+            return type(None) in typing.get_args(tp)
         verdicts = [_fits(value, a) for a in typing.get_args(tp) if a is not type(None)]
         if any(v is True for v in verdicts):
             return True

@@ -19,7 +19,7 @@ VALUES = st.one_of(
     st.sampled_from(["false", "true", "no", "1", "2.5", ""]),
     st.sampled_from(["fifo", "most_progress", "complete", "discard", "error", "train", "drop",
                      "recycle", "chunk", "one_for_one"]),  # the string knobs' own values
-    st.lists(st.integers(0, 3), max_size=2),
+    st.lists(st.integers(0, 3), max_size=2), st.none(),
 )
 
 
@@ -32,6 +32,8 @@ def _has_type(value, tp) -> bool:
     import typing
 
     if typing.get_origin(tp) is typing.Union or isinstance(tp, types.UnionType):
+        if value is None:
+            return type(None) in typing.get_args(tp)
         return any(_has_type(value, a) for a in typing.get_args(tp) if a is not type(None))
     if tp is bool:
         return isinstance(value, bool)
@@ -70,5 +72,6 @@ def test_knob_values_of_any_type():
     check()
     for kind in ("bool", "int", "float", "str", "list"):
         assert seen[f"{kind}:refused"] >= 10, seen
-    for kind in ("bool", "int", "float", "str"):
+    for kind in ("bool", "int", "float", "str", "NoneType"):
         assert seen[f"{kind}:accepted"] >= 3, seen
+    assert seen["NoneType:refused"] >= 3, seen  # None where a knob is not optional
