@@ -10,6 +10,7 @@ import click
 
 from aprilsim._version import __version__
 from aprilsim.cli_errors import EXIT_USAGE, OneLineGroup, fail
+from aprilsim.simulate_cli import per_scheduler_paths as _per_scheduler_paths  # noqa: F401 - real/ uses it
 
 __all__ = ["EXIT_USAGE", "fail", "main", "with_overrides"]
 
@@ -26,6 +27,21 @@ class _LazyGroup(OneLineGroup):
         "validate": "Simulation vs live engines: calibrate, run both, report the errors.",
     }
     _listing = False
+
+    def main(self, args=None, *rest, **kwargs):
+        self.argv = list(sys.argv[1:] if args is None else args)  # the command line, for metadata
+        return super().main(args, *rest, **kwargs)
+
+    def resolve_command(self, ctx, args):
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as e:
+            from aprilsim.suggest import did_you_mean
+
+            hint = did_you_mean(args[0], self.list_commands(ctx)) if args else ""
+            if not hint or "No such command" not in e.message:
+                raise
+            raise click.UsageError(e.message.rstrip(".") + hint, ctx) from None
 
     def list_commands(self, ctx):
         return sorted({*super().list_commands(ctx), *self.lazy})
@@ -74,70 +90,32 @@ def main() -> None:
 
 @main.command(short_help="Simulate schedulers on a scenario and compare them.")
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--scheduler", "-s", "schedulers", multiple=True, help="Scheduler to run (repeatable); a registered name or module:Class. Default: the scenario's `compare` list.")
+@click.option("--scheduler", "-s", "schedulers", multiple=True, help="Scheduler to run (repeatable): a registered name, module:Class, or NAME@knob=value,... (e.g. april@ratio=1.5). Default: the scenario's `compare` list.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Set any dotted scenario key, e.g. --set cluster.engines=8 --set schedulers.april.ratio=1.5 (repeatable; validated like the file).")
 @click.option("--steps", type=click.IntRange(min=1), help="Training steps (overrides the scenario).")
 @click.option("--seed", type=int, help="Workload seed (overrides the scenario).")
+@click.option("--seeds", "n_seeds", type=click.IntRange(min=1, max=1000), default=1, show_default=True, help="Run every scheduler on this many seeds (the seed and the ones after it; paired: the same groups on a seed) and print means with 95 % intervals and paired ratios.")
 @click.option("--warmup", type=click.IntRange(min=0), help="Steps left out of the summary (overrides the scenario's warmup_steps, default 1).")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object per scheduler.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object per scheduler (and seed), each with a `run` object: scenario hash, seed, steps, aprilsim version, command.")
 @click.option("--steps-out", type=click.Path(dir_okay=False, path_type=Path), help="Also write per-step records as JSON lines to this file (warm-up steps included, marked).")
-@click.option("--trace", "trace_out", type=click.Path(dir_okay=False, path_type=Path), help="Write each scheduler's per-request trace (JSON lines; NAME inserted before the suffix when several schedulers run).")
-@click.option("--timeline", type=click.Path(dir_okay=False, path_type=Path), help="Draw each scheduler's timeline: .png/.pdf/.svg, or .html (interactive; needs the `interactive` extra).")
-def simulate(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trace_out, timeline) -> None:
+@click.option("--trace", "trace_out", type=click.Path(dir_okay=False, path_type=Path), help="Write each scheduler's per-request trace (JSON lines; NAME inserted before the suffix when several schedulers run; with --seeds, the first seed's).")
+@click.option("--timeline", type=click.Path(dir_okay=False, path_type=Path), help="Draw each scheduler's timeline: .png/.pdf/.svg, or .html (interactive; needs the `interactive` extra); with --seeds, the first seed's.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Write one folder per run here: scenario.toml (resolved), summary.json, table.txt, and per scheduler (and seed) summary.json, steps.jsonl, trace.jsonl, timeline.png.")
+def simulate(scenario, schedulers, sets, steps, seed, n_seeds, warmup, as_json, steps_out, trace_out, timeline, out_dir) -> None:
     """Simulate SCENARIO (a TOML file; default: the embedded APRIL-paper setup) and compare schedulers."""
-    from aprilsim.config import ScenarioError, load_scenario
-    from aprilsim.metrics.end_state import end_state_lines, with_end_state
-    from aprilsim.metrics.trace import Trace
-    from aprilsim.report.table import format_table
-    from aprilsim.sim.run import simulate as run_sim
-    from aprilsim.sim.runtime import SchedulerError
+    from aprilsim.simulate_cli import run_simulate
 
-    try:
-        sc = with_overrides(load_scenario(scenario), steps=steps, warmup=warmup)
-        names = list(schedulers) or list(sc.compare)
-        outputs = _per_scheduler_paths(names, trace_out=trace_out, timeline=timeline)
-        rows, records = [], []
-        live = sys.stderr.isatty()
-        for name in names:
-            progress = None
-            if live:
-                def progress(done, total, name=name):
-                    click.echo(f"\r\033[Ksimulating {name}: step {done}/{total}", err=True, nl=False)
-            elif not as_json:
-                click.echo(f"simulating {name} ...", err=True)
-            trace = Trace(name, sc.cluster.engines) if outputs.get(name) else None
-            run = run_sim(sc, name, seed=seed, progress=progress, trace=trace)
-            if live:
-                click.echo("\r\033[K", err=True, nl=False)
-            for kind, path in outputs.get(name, {}).items():
-                if kind == "trace":
-                    trace.write(path)
-                else:
-                    from aprilsim.report.timeline import write_timeline
+    run_simulate(scenario=scenario, schedulers=schedulers, sets=sets, steps=steps, seed=seed,
+                 n_seeds=n_seeds, warmup=warmup, as_json=as_json, steps_out=steps_out,
+                 trace_out=trace_out, timeline=timeline, out_dir=out_dir, command=_command_line())
 
-                    write_timeline(trace, path)
-                click.echo(f"wrote {path}", err=True)
-            rows.append(with_end_state(run.summary(), run.end_state))
-            records += [
-                {"scheduler": name, "warmup": r.step < run.warmup_steps, **r.to_dict()}
-                for r in run.steps
-            ]
-    except (ScenarioError, SchedulerError, ValueError) as e:
-        fail(str(e))
-        return
-    if steps_out is not None:
-        steps_out.write_text("".join(json.dumps(r) + "\n" for r in records))
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-    else:
-        click.echo(f"scenario: {sc.name}  ({sc.cluster.engines} engines, {sc.batch_size} groups x "
-                   f"{sc.group_size} samples, max {sc.max_response_len} tokens, {sc.steps} steps, "
-                   f"the first {sc.warmup_steps} left out as warm-up)")
-        click.echo(format_table(rows))
-        click.echo(end_state_lines(rows))
-        for row in rows:  # the steady-state check (aprilsim.metrics.steady): say it plainly
-            if not row.get("settled", True):
-                click.echo(f"note: {row['scheduler']} not settled in {row['steps']} steps "
-                           f"({row['unsettled_reason']}): run more --steps")
+
+def _command_line() -> str:
+    """The command as typed (`aprilsim simulate ...`), for the JSON and --out metadata."""
+    import shlex
+
+    root = click.get_current_context().find_root().command
+    return shlex.join(["aprilsim", *getattr(root, "argv", sys.argv[1:])])
 
 
 def with_overrides(sc, *, steps: int | None = None, warmup: int | None = None):
@@ -145,27 +123,6 @@ def with_overrides(sc, *, steps: int | None = None, warmup: int | None = None):
     from aprilsim.config import with_overrides as apply
 
     return apply(sc, steps=steps, warmup=warmup)
-
-
-def _per_scheduler_paths(names: list[str], **paths: Path | None) -> dict[str, dict[str, Path]]:
-    """{scheduler: {kind: path}}: with several schedulers, NAME goes before each path's suffix.
-    Paths are checked before any simulation runs, so a bad one costs nothing."""
-    out: dict[str, dict[str, Path]] = {}
-    for kind, path in paths.items():
-        if path is None:
-            continue
-        kind = "trace" if kind == "trace_out" else kind
-        if kind == "timeline" and path.suffix.lower() not in (".png", ".pdf", ".svg", ".html", ".htm"):
-            raise ValueError(f"--timeline {path}: the file must end in .png, .pdf, .svg or .html")
-        if not path.parent.exists() or not path.parent.is_dir():
-            raise ValueError(f"--{kind} {path}: folder {path.parent} does not exist")
-        for name in names:
-            safe = name.replace(":", "_").replace("/", "_")
-            p = path if len(names) == 1 else path.with_name(f"{path.stem}_{safe}{path.suffix}")
-            out.setdefault(name, {})[kind] = p
-    return out
-
-
 
 
 @main.command(short_help="Print the default scenario, or convert slime/verl launch configs.")
@@ -216,8 +173,6 @@ def scenario(from_slime, from_verl, to_slime, target, lengths) -> None:
     warning = res.warning(what)
     if warning:
         click.echo(f"aprilsim: warning: {warning}", err=True)
-    for line in res.warnings:
-        click.echo(f"aprilsim: warning: {line}", err=True)
     for note in res.notes:
         click.echo(f"aprilsim: note: {note}", err=True)
     origin = origin if len(origin) < 80 else origin[:77] + "..."
@@ -229,11 +184,17 @@ def presets() -> None:
     """List the engine presets with their cost coefficients and where the numbers come from."""
     from aprilsim.engine.cost import PRESETS
 
+    click.echo("decode step t(B, K) = a + b*B + c*K seconds (B running requests, K tokens in KV); "
+               "prefill p0 + p1*sum(n) + p2*sum(n^2) seconds (n: prompt tokens)")
     for name, spec in PRESETS.items():
         c = spec.cost
-        click.echo(f"{name}: a={c.a:.3g} b={c.b:.3g} c={c.c:.3g} p0={c.p0:.3g} p1={c.p1:.3g} "
-                   f"p2={c.p2:.3g} kv_capacity={spec.kv_capacity} max_running={spec.max_running} "
-                   f"tp={spec.tp}")
+        if hasattr(c, "a"):
+            decode = f"a={c.a:.3g} s, b={c.b:.3g} s/request, c={c.c:.3g} s/token"
+        else:
+            decode = f"decode tables over B={list(c.table_b)}"
+        click.echo(f"{name}: {decode}; p0={c.p0:.3g} s, p1={c.p1:.3g} s/token, "
+                   f"p2={c.p2:.3g} s/token^2; kv_capacity={spec.kv_capacity:,} tokens, "
+                   f"max_running={spec.max_running} requests, tp={spec.tp} GPUs per engine")
         click.echo(f"  {spec.source}")
 
 
@@ -242,13 +203,18 @@ def presets() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of text.")
 def schedulers_command(names, as_json) -> None:
     """List the schedulers (or NAMES, e.g. my_pkg.my_mod:MyScheduler): mode, description, knobs."""
-    from aprilsim.policies.registry import REGISTRY, describe
+    from aprilsim.knob_docs import knob_doc
+    from aprilsim.policies.registry import REGISTRY, describe, resolve
 
     try:
         rows = [describe(n) for n in (names or sorted(REGISTRY))]
     except ValueError as e:
         fail(str(e))
         return
+    for r in rows:
+        cls = resolve(r["name"])
+        for k in r["knobs"]:
+            k["meaning"], k["allowed"] = knob_doc(cls, r["name"], k["name"])
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -256,6 +222,10 @@ def schedulers_command(names, as_json) -> None:
         click.echo(f"{r['name']} ({r['mode']}): {r['description']}")
         for k in r["knobs"]:
             click.echo(f"  {k['name']} = {json.dumps(k['default'])}  ({k['type']})")
+            if names:  # one scheduler asked for: what each knob means and takes
+                if k["meaning"]:
+                    click.echo(f"      {k['meaning']}")
+                click.echo(f"      allowed: {k['allowed']}")
 
 
 def _register_subcommands() -> None:

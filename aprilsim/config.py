@@ -7,7 +7,7 @@ naming the key, which the CLI prints before exiting with code 2.
 
 from __future__ import annotations
 
-import sys
+import math
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -17,15 +17,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from aprilsim.engine.cost import PRESETS, CostModel, EngineSpec, TabulatedCost
 from aprilsim.engine.router import ROUTERS
+from aprilsim.scenario_limits import LimitError, check_limits, parse_toml, read_text_bounded
+from aprilsim.suggest import did_you_mean
 from aprilsim.trainer import TrainerModel
 from aprilsim.workload.generator import RewardModel, Workload
-from aprilsim.workload.lengths import LengthModel, length_model_from_dict
+from aprilsim.workload.lengths import (
+    FAMILIES,
+    PARAMETRIC_PARAMS,
+    LengthModel,
+    length_model_from_dict,
+)
 from aprilsim.workload.model_file import drift_from_dict, read_model_file
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 
 class ScenarioError(ValueError):
@@ -33,7 +35,8 @@ class ScenarioError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: the string "1e3" or `false` is no number, 4.5 no integer; nan/inf no setting
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class CostSection(_Strict):
@@ -92,7 +95,8 @@ class ClusterSection(_Strict):
     @classmethod
     def _known_preset(cls, v: str) -> str:
         if v not in PRESETS and not v.endswith(".toml"):
-            raise ValueError(f"unknown preset {v!r}; known: {', '.join(sorted(PRESETS))}, "
+            raise ValueError(f"unknown preset {v!r}{did_you_mean(v, PRESETS)}; known: "
+                             f"{', '.join(sorted(PRESETS))}, "
                              "or a preset file (.toml, e.g. written by `aprilsim calibrate`)")
         return v
 
@@ -100,7 +104,8 @@ class ClusterSection(_Strict):
     @classmethod
     def _known_router(cls, v: str) -> str:
         if v not in ROUTERS:
-            raise ValueError(f"unknown router {v!r}; known: {', '.join(sorted(ROUTERS))}")
+            raise ValueError(f"unknown router {v!r}{did_you_mean(v, ROUTERS)}; known: "
+                             f"{', '.join(sorted(ROUTERS))}")
         return v
 
 
@@ -122,11 +127,9 @@ def load_preset_file(path: str | Path) -> EngineSpec:
     """The engine spec of a preset file; ScenarioError (one line) when it cannot be used."""
     p = Path(path)
     try:
-        data = tomllib.loads(p.read_text())
-    except OSError as e:
-        raise ScenarioError(f"cluster.preset: cannot read {p}: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ScenarioError(f"cluster.preset: {p}: not valid TOML ({e})") from None
+        data = parse_toml(read_text_bounded(p, "cluster.preset"), f"cluster.preset: {p}")
+    except LimitError as e:
+        raise ScenarioError(str(e)) from None
     try:
         pf = PresetFile.model_validate(data)
     except ValidationError as e:
@@ -249,25 +252,23 @@ class Scenario(_Strict):
             if not path.is_absolute():
                 path = Path(self.base_dir) / path
             try:
+                if path.exists():  # a folder, a device or a huge file is refused before reading
+                    parse_toml(read_text_bounded(path, "lengths.from"), f"lengths.from: {path}")
                 mf = read_model_file(path)
+            except LimitError as e:
+                raise ScenarioError(str(e)) from None
             except ValueError as e:
                 raise ScenarioError(f"lengths.from: {e}") from None
             extra = {"prompt_share": mf.prompt_share, "drift": mf.drift}
             return mf.lengths, extra
-        try:
-            return length_model_from_dict(d), {}
-        except (ValueError, TypeError, KeyError) as e:
-            raise ScenarioError(f"lengths: {e}") from None
+        return _length_model(d, "lengths"), {}
 
     def workload_for(self, seed: int | None = None) -> Workload:
         """The group generator: lengths, prompts, rewards and drift (seed: the scenario's)."""
         lengths, extra = self.length_model()
         p = dict(self.prompts)
         max_prompt = int(p.pop("max_len", 2048))
-        try:
-            prompt_model = length_model_from_dict(p)
-        except (ValueError, TypeError, KeyError) as e:
-            raise ScenarioError(f"prompts: {e}") from None
+        prompt_model = _length_model(p, "prompts")
         w = self.workload
         drift = extra.get("drift")
         if w.drift is not None:
@@ -299,6 +300,10 @@ class Scenario(_Strict):
 
     def check(self) -> Scenario:
         """Cross-field checks pydantic cannot express one key at a time."""
+        try:
+            check_limits(self)
+        except LimitError as e:
+            raise ScenarioError(str(e)) from None
         if self.warmup_steps >= self.steps:
             raise ScenarioError(
                 f"warmup_steps: {self.warmup_steps} leaves none of the {self.steps} steps to summarise"
@@ -318,8 +323,56 @@ class Scenario(_Strict):
             try:
                 make_scheduler(name, self.settings_for(name))
             except (ValueError, TypeError) as e:
-                raise ScenarioError(f"schedulers.{name}: {e}") from None
+                msg = str(e)
+                raise ScenarioError(msg if msg.startswith(f"schedulers.{name}")
+                                    else f"schedulers.{name}: {msg}") from None
         return self
+
+
+def _finite_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _length_model(d: dict[str, Any], where: str) -> LengthModel:
+    """A length model from a scenario table; a key its family does not take is named with the
+    family's keys (`lengths.mus` on a lognormal: it takes mu, sigma)."""
+    family = d.get("family")
+    takes = PARAMETRIC_PARAMS.get(family) if isinstance(family, str) else None
+    if family == "lognormal_mixture":
+        takes = ("weights", "mus", "sigmas")
+    elif family == "empirical":
+        takes = ("values",)
+    if takes is not None:
+        unknown = sorted(set(d) - {"family", *takes})
+        if unknown:
+            raise ScenarioError(f"{where}.{unknown[0]}: the {family} family has no such key; "
+                                f"its keys: family, {', '.join(takes)}")
+        for k in takes:
+            for i, v in enumerate(d.get(k) if isinstance(d.get(k), list) else [d.get(k)]):
+                if v is not None and not _finite_number(v):
+                    at = f"{where}.{k}" + (f".{i}" if isinstance(d.get(k), list) else "")
+                    raise ScenarioError(f"{at}: expected a finite number, got {v!r}")
+    elif isinstance(family, str):
+        raise ScenarioError(f"{where}.family: unknown length family {family!r}"
+                            f"{did_you_mean(family, FAMILIES)}; known: "
+                            f"{', '.join(FAMILIES)}")
+    try:
+        return length_model_from_dict(d)
+    except (ValueError, TypeError, KeyError) as e:
+        raise ScenarioError(f"{where}: {e}") from None
+
+
+def _known_keys(loc: tuple) -> list[str]:
+    """The keys a table at `loc` (a pydantic error location) takes, for `did you mean`."""
+    model: Any = Scenario
+    for part in loc:
+        field = getattr(model, "model_fields", {}).get(part)
+        ann = getattr(field, "annotation", None)
+        model = next((a for a in (ann, *getattr(ann, "__args__", ())) if isinstance(a, type)
+                      and issubclass(a, BaseModel)), None)
+        if model is None:
+            return []
+    return [k for k in model.model_fields if k != "base_dir"]
 
 
 def _format_error(e: ValidationError) -> str:
@@ -327,7 +380,7 @@ def _format_error(e: ValidationError) -> str:
     loc = ".".join(str(x) for x in err["loc"])
     msg = err["msg"]
     if err["type"] == "extra_forbidden":
-        msg = "unknown key"
+        msg = "unknown key" + did_you_mean(str(err["loc"][-1]), _known_keys(err["loc"][:-1]))
     elif err["type"] == "missing":
         msg = "required key is missing"
     if msg.startswith("Value error, "):
@@ -356,15 +409,15 @@ def load_scenario(path: str | Path | None = None) -> Scenario:
     else:
         p = Path(path)
         try:
-            text = p.read_text()
-        except OSError as e:
-            raise ScenarioError(f"cannot read scenario {p}: {e.strerror}") from None
+            text = read_text_bounded(p, "scenario")
+        except LimitError as e:
+            raise ScenarioError(str(e)) from None
         base = p.parent
         origin = str(p)
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ScenarioError(f"{origin}: not valid TOML ({e})") from None
+        data = parse_toml(text, origin)
+    except LimitError as e:
+        raise ScenarioError(str(e)) from None
     return scenario_from_dict(data, base)
 
 

@@ -65,7 +65,8 @@ def simulate(
     steps: int | None = None,
     warmup: int | None = None,
 ) -> Results:
-    """Simulate `schedulers` (names, `module:Class`, or instances; default: the scenario's
+    """Simulate `schedulers` (names, `module:Class`, `NAME@knob=value,...` as on the command line,
+    or instances; default: the scenario's
     `compare` list) on `scenario` (a Scenario, a TOML path, a dict, or None for the default) for
     each seed (`seeds=5` means the scenario's seed and the next four).
 
@@ -77,6 +78,7 @@ def simulate(
     >>> n, gain > 0
     (2, True)
     """
+    from aprilsim.scheduler_spec import parse_scheduler_spec
     from aprilsim.sim.run import simulate as run_one
 
     sc = with_overrides(as_scenario(scenario), steps=steps, warmup=warmup).check()
@@ -91,6 +93,12 @@ def simulate(
         for seed in seed_list:
             label = s if isinstance(s, str) else s.name
             # an instance keeps state: only its first seed may use it as is
-            policy = s if isinstance(s, str) or seed == seed_list[0] else type(s)()
-            out.runs[(label, seed)] = run_one(sc, policy, seed=seed)
+            if isinstance(s, str):  # NAME or NAME@knob=value,... as on the command line
+                name, knobs = parse_scheduler_spec(s)
+                run = run_one(sc, name, seed=seed, settings=knobs or None)
+                if knobs:
+                    run.scheduler = label
+            else:
+                run = run_one(sc, s if seed == seed_list[0] else type(s)(), seed=seed)
+            out.runs[(label, seed)] = run
     return out

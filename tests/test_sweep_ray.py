@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 pytest.importorskip("pandas", reason="sweeps need the `sweep` extra (pandas)")
@@ -17,10 +19,18 @@ RATIO = "schedulers.april.ratio"
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             configure_logging=False, _node_ip_address="127.0.0.1")
-    yield
-    ray.shutdown()
+    """A fresh local Ray of 2 CPUs, also where a Ray cluster is already running: `address="local"`
+    starts a new one instead of joining the running one (a plain `ray.init(num_cpus=2)` joins it,
+    or RAY_ADDRESS, and then refuses `num_cpus`)."""
+    saved = os.environ.pop("RAY_ADDRESS", None)
+    try:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False, _node_ip_address="127.0.0.1")
+        yield
+    finally:
+        ray.shutdown()
+        if saved is not None:
+            os.environ["RAY_ADDRESS"] = saved
 
 
 def test_ray_sweep_matches_local_and_resumes(local_ray, tmp_path):

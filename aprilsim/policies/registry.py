@@ -91,7 +91,10 @@ def resolve(name: str) -> type:
         if not dataclasses.is_dataclass(cls) or not hasattr(cls, "handle"):
             raise ValueError(f"{name}: a scheduler is a dataclass with a handle(event, ctx) method")
         return cls
-    raise ValueError(f"unknown scheduler {name!r}; known: {', '.join(sorted(REGISTRY))}")
+    from aprilsim.suggest import did_you_mean
+
+    raise ValueError(f"unknown scheduler {name!r}{did_you_mean(name, REGISTRY)}; "
+                     f"known: {', '.join(sorted(REGISTRY))}")
 
 
 def make_scheduler(name: str, settings: dict[str, Any] | None = None) -> Scheduler:
@@ -101,9 +104,16 @@ def make_scheduler(name: str, settings: dict[str, Any] | None = None) -> Schedul
     allowed = {k.name for k in knobs(cls)}
     unknown = set(settings) - allowed
     if unknown:
+        from aprilsim.suggest import did_you_mean
+
+        first = sorted(unknown)[0]
         raise ValueError(
-            f"schedulers.{name}: unknown knob(s) {sorted(unknown)}; known: {sorted(allowed)}"
+            f"schedulers.{name}: unknown knob(s) {sorted(unknown)}{did_you_mean(first, allowed)}; "
+            f"known: {sorted(allowed)}"
         )
+    from aprilsim.knob_types import check_knob_types  # strict types: "false" is no bool
+
+    check_knob_types(cls, settings, name)
     return cls(**settings)
 
 

@@ -42,16 +42,20 @@ def plot_steps_command(steps_file, out) -> None:
 @plot.command("timeline", short_help="Per-engine request timeline of a trace (PNG or HTML).")
 @click.argument("trace_file", metavar="TRACE.jsonl", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("timeline.png"), show_default=True, help="PNG/PDF/SVG (matplotlib) or HTML (plotly, self-contained) by suffix.")
-def plot_timeline_command(trace_file, out) -> None:
+@click.option("--engines", "engines", metavar="E1,E2,...", help="Draw only these engines (numbers as in the trace, e.g. 0,3).")
+@click.option("--steps", "steps", metavar="LO:HI", help="Draw only training steps LO..HI (inclusive; one step: N).")
+def plot_timeline_command(trace_file, out, engines, steps) -> None:
     """Requests per engine coloured by policy version, aborts/retractions/resumes, batch and KV
-    curves, training and weight-sync bands. TRACE.jsonl is a per-request trace
-    (aprilsim.metrics.trace)."""
+    curves, training and weight-sync bands; live traces draw queued time apart from running time.
+    TRACE.jsonl is a per-request trace (aprilsim.metrics.trace)."""
     from aprilsim.metrics.trace import Trace
-    from aprilsim.report.timeline import write_timeline
+    from aprilsim.report.timeline import select, write_timeline
 
     try:
-        trace = Trace.read(trace_file)
-        write_timeline(trace, out)
+        picked = _int_list(engines, "--engines") if engines else None
+        window = _step_window(steps) if steps else None
+        trace, labels = select(Trace.read(trace_file), picked, window)
+        write_timeline(trace, out, labels)
     except ImportError as e:
         extra = "interactive" if out.suffix.lower() in (".html", ".htm") else "plot"
         fail(f"this figure needs {e.name}: pip install 'aprilsim[{extra}]'")
@@ -60,3 +64,21 @@ def plot_timeline_command(trace_file, out) -> None:
         fail(f"{trace_file}: {e}")
         return
     click.echo(f"wrote {out}")
+
+
+def _int_list(text: str, flag: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} {text!r}: expected numbers separated by commas, e.g. 0,2") from None
+
+
+def _step_window(text: str) -> tuple[int, int]:
+    lo, sep, hi = text.partition(":")
+    try:
+        a, b = int(lo), int(hi if sep else lo)
+    except ValueError:
+        raise ValueError(f"--steps {text!r}: expected LO:HI (whole numbers) or one step N") from None
+    if b < a:
+        raise ValueError(f"--steps {text!r}: HI is below LO")
+    return a, b

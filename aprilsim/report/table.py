@@ -10,6 +10,7 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("rollout_throughput_tok_s", "rollout tok/s", "{:,.0f}"),
     ("mean_rollout_time_s", "rollout s", "{:.1f}"),
     ("mean_step_time_s", "step s", "{:.1f}"),
+    ("samples_per_s", "samples/s", "{:,.2f}"),
     ("engine_busy_fraction", "busy", "{:.0%}"),
     ("efficiency_vs_ideal", "eff.", "{:.0%}"),
     ("offpolicy_token_fraction", "off-policy", "{:.0%}"),
@@ -21,17 +22,24 @@ COLUMNS: list[tuple[str, str, str]] = [
 
 
 def format_table(rows: Sequence[dict[str, Any]], baseline: str | None = "sync") -> str:
-    """Align the summary rows; add a speed-up column against `baseline` when it is present."""
+    """Align the summary rows; with `baseline` present, add its ratios: rollout tok/s (the
+    rollout phase alone) and trained samples/s (end to end, training and weight sync included:
+    the figure that ranks disaggregated schedulers, whose rollout overlaps training)."""
+    if not rows:
+        return "(no scheduler ran)"
     cols = list(COLUMNS)
     base = next((r for r in rows if r["scheduler"] == baseline), None)
+    ratios = [("rollout_throughput_tok_s", "tok/s"), ("samples_per_s", "samples/s")]
     cells = []
     for r in rows:
         line = [fmt.format(r[key]) for key, _, fmt in cols]
         if base is not None:
-            b = base["rollout_throughput_tok_s"]
-            line.append(f"{r['rollout_throughput_tok_s'] / b:.2f}x" if b else "-")
+            for key, _ in ratios:
+                b = base[key]
+                line.append(f"{r[key] / b:.2f}x" if b else "-")
         cells.append(line)
-    heads = [h for _, h, _ in cols] + (["vs " + baseline] if base is not None else [])
+    heads = [h for _, h, _ in cols] + (
+        [f"{what} vs {baseline}" for _, what in ratios] if base is not None else [])
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
     out = ["  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(heads, widths)))]
     out.append("  ".join("-" * w for w in widths))

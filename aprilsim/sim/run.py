@@ -10,7 +10,7 @@ from aprilsim.engine.fast import FastEngine
 from aprilsim.metrics.records import RunResult
 from aprilsim.metrics.trace import Trace
 from aprilsim.metrics.warmup import clamp_warmup
-from aprilsim.policies.base import Scheduler
+from aprilsim.policies.base import Scheduler, SchedulerError
 from aprilsim.sim.build import build_simulation
 from aprilsim.sim.runtime import EngineFactory
 
@@ -40,4 +40,17 @@ def simulate(
     )
     run = sim.run()
     run.warmup_steps = clamp_warmup(scenario.warmup_steps, len(run.steps))
+    check_trained(run)
     return run
+
+
+def check_trained(run: RunResult) -> None:
+    """SchedulerError when a run trained no sample in its summarised steps: a table row of
+    zeros is not a result (a token budget of 1, a filter no group passes)."""
+    if run.steps and sum(s.trained_samples for s in run.steps[run.warmup_steps:]) == 0:
+        n = len(run.steps) - run.warmup_steps
+        raise SchedulerError(
+            f"{run.scheduler}: trained no samples in {n} step(s) after warm-up "
+            f"({sum(s.generated_tokens for s in run.steps):,} tokens generated, "
+            f"{sum(s.wasted_tokens for s in run.steps):,} wasted): its knobs leave nothing to "
+            "train (e.g. token_budget too small, a filter no group passes)")

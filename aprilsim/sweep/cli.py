@@ -61,7 +61,8 @@ def summary_lines(df, keys: list[str], baseline: str | None) -> list[str]:
     agg = aggregate(df, keys, baseline).set_index(["point_id", "scheduler", "metric"])
     shown = distinct_keys(df, keys) or keys[:1]
     lines = []
-    head = f"{'point':<36} {'scheduler':<12} {'rollout tok/s [95% CI]':<26} {'gain [95% CI]':<22} off-policy  len bias"
+    head = (f"{'point':<36} {'scheduler':<12} {'rollout tok/s [95% CI]':<26} "
+            f"{'tok/s gain [95% CI]':<22} off-policy  len bias")
     lines.append(head)
     for (pid, sched), _ in df.groupby(["point_id", "scheduler"], sort=False):
         t = agg.loc[(pid, sched, "rollout_throughput_tok_s")]
@@ -76,6 +77,22 @@ def summary_lines(df, keys: list[str], baseline: str | None) -> list[str]:
         lines.append(f"{point:<36} {sched:<12} {tput:<26} {gain:<22} {off['mean']:>9.0%}  "
                      f"{lb['mean']:>+7.1%}")
     return lines
+
+
+def ignored_key_warnings(schedulers: list[str], axes) -> list[str]:
+    """One line per scheduler that reads none of an axis's keys: its runs are the same at every
+    value of that axis (simulated once), so it is no comparison along it."""
+    from aprilsim.sweep.keys import scheduler_reads
+
+    out = []
+    for keys, values in axes:
+        if len(values) < 2:
+            continue
+        for name in dict.fromkeys(schedulers):
+            if not any(scheduler_reads(name, k) for k in keys):
+                out.append(f"{name} does not read {'+'.join(keys)}: its runs are the same at "
+                           f"every value (simulated once, drawn once by `aprilsim plot sweep`)")
+    return out
 
 
 @click.command("sweep", short_help="Sweep scenario keys x schedulers x seeds; tidy table out.")
@@ -109,6 +126,7 @@ def sweep_command(scenario, grids, ranges, schedulers, seeds, steps, warmup, job
         sc = as_scenario(scenario)
         base = scenario_dict(sc)
         axes = [parse_grid(g) for g in grids] + [parse_range(r, base) for r in ranges]
+        warnings = ignored_key_warnings(list(schedulers) or list(sc.compare), axes)
         with sigterm_as_interrupt():  # kill PID: tables written, pool shut down, as Ctrl-C
             df, stats, plan = run_sweep(
                 sc, axes, schedulers=schedulers, seeds=seeds, steps=steps, warmup=warmup,
@@ -122,6 +140,8 @@ def sweep_command(scenario, grids, ranges, schedulers, seeds, steps, warmup, job
     except (ScenarioError, SchedulerError, ValueError) as e:
         fail(str(e))
         return
+    for line in warnings:  # after the run: a bad key or value stays a one-line error
+        click.echo(f"aprilsim: warning: {line}", err=True)
     click.echo(f"{len(plan.points)} point(s) x {len(plan.schedulers)} scheduler(s) x "
                f"{len(plan.seeds)} seed(s): {stats['runs']} new rows ({stats['simulated']} "
                f"simulations), {stats['skipped']} already in {out.name}, {stats['wall_s']:.1f} s")
@@ -177,7 +197,7 @@ def plot_sweep_command(results, x_key, y_metric, baseline, png) -> None:
 @click.option("--maximize", required=True, metavar="METRIC", help="Summary metric to maximise, e.g. rollout_throughput_tok_s.")
 @click.option("--subject-to", "constraints", multiple=True, metavar="\"METRIC<=X\"", help="Constraint on a metric's mean: METRIC<=X, METRIC>=X, |METRIC|<=X (repeatable).")
 @click.option("--scheduler", "-s", help="Scheduler to tune. Default: the one whose table a knob sets.")
-@click.option("--seeds", type=click.IntRange(min=2), default=4, show_default=True, help="Paired seeds per setting (and as many fresh ones for the check).")
+@click.option("--seeds", type=click.IntRange(min=3), default=4, show_default=True, help="Paired seeds per setting (and as many fresh ones for the check); at least 3: with 2 the t interval (1 degree of freedom) is wider than most differences.")
 @click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True, help="Grid refinements.")
 @click.option("--steps", type=click.IntRange(min=1), help="Training steps per run (overrides the scenario).")
 @click.option("--warmup", type=click.IntRange(min=0), help="Steps left out of each summary.")

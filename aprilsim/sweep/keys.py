@@ -30,6 +30,13 @@ def scenario_dict(sc: Scenario) -> dict[str, Any]:
     return d
 
 
+def scheduler_reads(scheduler: str, key: str) -> bool:
+    """Whether a run of `scheduler` depends on dotted `key`: `schedulers.X.*` is read by X alone
+    (sync's runs are the same at every `schedulers.april.ratio`); every other key by all."""
+    parts = key.split(".")
+    return not (len(parts) >= 2 and parts[0] == "schedulers" and parts[1] != scheduler.split("@")[0])
+
+
 def parse_value(text: str) -> Any:
     """A command-line value: JSON when it parses (numbers, true/false, lists, quoted strings), else a string."""
     t = text.strip()
@@ -64,6 +71,10 @@ def _split_spec(spec: str, flag: str) -> tuple[tuple[str, ...], str]:
     keys = tuple(k.strip() for k in key.split("+"))
     if not sep or not all(keys) or not rest.strip():
         raise ScenarioError(f"{flag} {spec!r}: expected KEY=VALUES")
+    if "seed" in keys:
+        raise ScenarioError(f"{flag} {spec!r}: the seed is not a swept key; give --seeds N (the "
+                            "scenario's seed and the N-1 after it; set the first with `seed` "
+                            "in the scenario)")
     return keys, rest
 
 

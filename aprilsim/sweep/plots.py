@@ -5,8 +5,10 @@ seeds: the chosen metric (rollout throughput by default), its gain over the base
 seed), off-policy token share, mean staleness, length bias (minus the baseline's on the same
 seeds, when there is a baseline: a batch's length bias is mostly sampling noise that the
 baseline shares), and the Pareto front of throughput vs
-off-policy share over every (point, scheduler). With several swept keys, each combination of the
-other keys gets its own line.
+off-policy share over every (point, scheduler). With several swept keys, x is the one with the
+most values (or --x); each combination of the others is a line style and marker (colour: the
+scheduler), and a scheduler that does not read a key (sync under `schedulers.april.*`) is drawn
+once.
 """
 
 from __future__ import annotations
@@ -62,13 +64,51 @@ def distinct_keys(df, keys: list[str], also: list[str] = ()) -> list[str]:
     return out
 
 
+LINESTYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P")
+
+
+def default_x(df, keys: list[str]) -> str:
+    """The swept key with the most distinct values (the first such key on a tie)."""
+    return max(keys, key=lambda k: (df[k].astype(str).nunique(), -keys.index(k)))
+
+
+def series_plan(agg, x: str, others: list[str]) -> list[tuple[str, str, dict, int]]:
+    """(label, scheduler, {other key: value}, style index) per line to draw.
+
+    Colour is the scheduler; the other swept keys' combination is its line style and marker.
+    A scheduler that does not read an other key (sync under `schedulers.april.*`) has the same
+    runs at each of its values, so it is drawn once, at that key's first value.
+    """
+    from aprilsim.sweep.keys import scheduler_reads
+
+    combos = (agg[others].astype(str).drop_duplicates().itertuples(index=False, name=None)
+              if others else [()])
+    combos = list(combos)
+    style_of = {c: i for i, c in enumerate(combos)}
+    plan = []
+    for sched in agg["scheduler"].drop_duplicates():
+        read = [o for o in others if scheduler_reads(sched, o)]
+        seen: set[tuple] = set()
+        for combo in combos:
+            mine = tuple(v for o, v in zip(others, combo) if o in read)
+            if mine in seen:
+                continue
+            seen.add(mine)
+            fixed = dict(zip(others, combo))
+            extra = ", ".join(f"{o.split('.')[-1]}={fixed[o]}" for o in read)
+            plan.append((f"{sched} ({extra})" if extra else sched, sched, fixed,
+                         style_of[combo] if read else 0))
+    return plan
+
+
 def _series(agg, x: str, others: list[str]):
-    """(label, frame sorted by x) per scheduler and combination of the other keys."""
-    cols = ["scheduler", *others]
-    for key, g in agg.groupby(cols, sort=False):
-        key = key if isinstance(key, tuple) else (key,)
-        extra = ", ".join(f"{o.split('.')[-1]}={v}" for o, v in zip(others, key[1:]))
-        yield (f"{key[0]} ({extra})" if extra else key[0]), g.sort_values(x)
+    """(label, frame sorted by x, style index) per line of `series_plan`."""
+    for name, sched, fixed, style in series_plan(agg, x, others):
+        g = agg[agg["scheduler"] == sched]
+        for o, v in fixed.items():
+            g = g[g[o].astype(str) == v]
+        yield name, g.sort_values(x), style
 
 
 def plot_sweep(results: Path, out: Path, *, x: str | None = None,
@@ -86,7 +126,7 @@ def plot_sweep(results: Path, out: Path, *, x: str | None = None,
     keys = swept_keys(df)
     if not keys:
         raise ValueError(f"{results}: no swept key (a sweep without --grid or --range)")
-    x = x or keys[0]
+    x = x or default_x(df, keys)
     if x not in keys:
         raise ValueError(f"--x {x}: not a swept key; swept: {', '.join(keys)}")
     if y not in df.columns:
@@ -109,10 +149,11 @@ def plot_sweep(results: Path, out: Path, *, x: str | None = None,
             continue
         metric = "rollout_throughput_tok_s" if panel == "gain" else panel
         sub = agg[agg["metric"] == metric]
-        for name, g in _series(sub, x, others):
-            if panel == "gain" and (base is None or g["scheduler"].iloc[0] == base):
+        for name, g, style in _series(sub, x, others):
+            if g.empty or panel == "gain" and (base is None or g["scheduler"].iloc[0] == base):
                 continue
-            c = series_colors.setdefault(name, colors[len(series_colors) % len(colors)])
+            sched = g["scheduler"].iloc[0]
+            c = series_colors.setdefault(sched, colors[len(series_colors) % len(colors)])
             xs = g[x].to_numpy(dtype=float)
             if panel == "gain":
                 m, lo, hi, scale = (g["ratio_mean"], g["ratio_lo"], g["ratio_hi"], 1.0)
@@ -122,7 +163,8 @@ def plot_sweep(results: Path, out: Path, *, x: str | None = None,
             else:
                 scale = label(metric)[2]
                 m, lo, hi = g["mean"], g["ci_lo"], g["ci_hi"]
-            ax.plot(xs, m * scale, marker="o", ms=4, color=c, label=name)
+            ax.plot(xs, m * scale, marker=MARKERS[style % len(MARKERS)], ms=4, color=c,
+                    ls=LINESTYLES[style % len(LINESTYLES)], label=name)
             if np.isfinite(lo.to_numpy(dtype=float)).any():
                 ax.fill_between(xs, lo * scale, hi * scale, color=c, alpha=0.18, lw=0)
         if panel == "gain":
@@ -158,9 +200,10 @@ def _pareto(ax, agg, series_colors: dict[str, str], x: str, others: list[str]) -
     t = agg[agg["metric"] == "rollout_throughput_tok_s"].set_index(["point_id", "scheduler"])
     o = agg[agg["metric"] == "offpolicy_token_fraction"].set_index(["point_id", "scheduler"])
     pts = t[["mean", x, *others]].join(o["mean"].rename("off"))
-    for name, g in _series(pts.reset_index(), x, others):
-        c = series_colors.get(name, "0.3")
-        ax.scatter(g["off"] * 100, g["mean"], color=c, s=22, label=name, zorder=3)
+    for name, g, style in _series(pts.reset_index(), x, others):
+        c = series_colors.get(g["scheduler"].iloc[0] if len(g) else "", "0.3")
+        ax.scatter(g["off"] * 100, g["mean"], color=c, s=22, label=name, zorder=3,
+                   marker=MARKERS[style % len(MARKERS)])
     xs = pts["off"].to_numpy() * 100
     ys = pts["mean"].to_numpy()
     order = np.lexsort((-ys, xs))

@@ -35,6 +35,7 @@ from aprilsim.sweep.plan import Plan, Point
 from aprilsim.sweep.stats import t_interval
 
 FRESH_SEED_OFFSET = 100_000
+MIN_SEEDS = 3  # a t interval with 1 degree of freedom is 12.7 standard errors wide
 PAIRED = "_vs_"  # `length_bias_vs_sync`: the metric minus sync's on the same seed
 
 
@@ -89,7 +90,8 @@ class Constraint:
         if bool(bar1) != bool(bar2):
             raise ScenarioError(f"--subject-to {text!r}: unbalanced |")
         try:
-            value = float(bound.rstrip("%")) / (100 if bound.endswith("%") else 1)
+            pct = bound.endswith("%")
+            value = float(bound[:-1] if pct else bound) / (100 if pct else 1)
         except ValueError:
             raise ScenarioError(f"--subject-to {text!r}: {bound!r} is not a number") from None
         if absolute and op != "<=":
@@ -186,6 +188,9 @@ def tune(
     constraints = list(constraints or [])
     if not knobs:
         raise ScenarioError("tune needs at least one --knob")
+    if seeds < MIN_SEEDS:
+        raise ScenarioError(f"--seeds {seeds}: tune needs at least {MIN_SEEDS} seeds (with 2, the "
+                            "95 % t interval has 1 degree of freedom and its width decides alone)")
     name = scheduler or _default_scheduler(scenario, knobs)
     n = grid or {1: 7, 2: 4}.get(len(knobs), 3)
     tune_seeds = [scenario.seed + i for i in range(seeds)]

@@ -58,11 +58,16 @@ def flatten(summary: dict[str, Any]) -> dict[str, Any]:
 
 def run_one(point_id: str, overrides, scheduler: str, seed: int) -> dict[str, Any]:
     """Simulate one run and return its flat metrics plus `sim_s`, the wall time of the simulation."""
+    from aprilsim.policies.base import SchedulerError
     from aprilsim.sim.run import simulate
 
     sc = _scenario(point_id, overrides)
     t0 = time.perf_counter()
-    summary = simulate(sc, scheduler, seed=seed).summary()
+    try:
+        summary = simulate(sc, scheduler, seed=seed).summary()
+    except SchedulerError as e:  # say which point and seed of the sweep
+        where = ", ".join(f"{k}={v}" for k, v in overrides) or "the base scenario"
+        raise SchedulerError(f"{e} (at {where}, seed {seed})") from None
     row = flatten(summary)
     row["sim_s"] = time.perf_counter() - t0
     return row

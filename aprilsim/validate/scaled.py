@@ -10,7 +10,6 @@ limits (max running requests, KV budget) as reported by their server info.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from aprilsim.config import Scenario
 from aprilsim.engine.cost import CostModel, EngineSpec, TabulatedCost
@@ -19,34 +18,9 @@ from aprilsim.metrics.trace import Trace
 from aprilsim.metrics.warmup import clamp_warmup
 from aprilsim.policies.base import Scheduler
 from aprilsim.policies.registry import make_scheduler
+from aprilsim.scheduler_spec import parse_scheduler_spec  # noqa: F401 - re-exported
 from aprilsim.sim.runtime import Simulation
 from aprilsim.workload.truth import ScaledWorkload
-
-
-def parse_scheduler_spec(spec: str) -> tuple[str, dict[str, Any]]:
-    """``april`` -> ("april", {}); ``april@ratio=1.5,x=2`` -> ("april", {"ratio": 1.5, "x": 2}).
-
-    Lets one run compare a scheduler at several settings (APRIL at two ratios).
-    """
-    name, _, rest = spec.partition("@")
-    knobs: dict[str, Any] = {}
-    for part in filter(None, (p.strip() for p in rest.split(","))):
-        key, eq, raw = part.partition("=")
-        if not eq or not key:
-            raise ValueError(f"scheduler {spec!r}: expected NAME@knob=value[,knob=value]")
-        val: Any = raw
-        for conv in (int, float):
-            try:
-                val = conv(raw)
-                break
-            except ValueError:
-                continue
-        if raw in ("true", "false"):
-            val = raw == "true"
-        knobs[key.strip()] = val
-    if not name:
-        raise ValueError(f"scheduler {spec!r}: no name")
-    return name, knobs
 
 
 def make_policy(scenario: Scenario, spec: str) -> Scheduler:

@@ -319,8 +319,12 @@ def _run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, 
     for note in out.notes:
         click.echo(note, err=True)
     if out.rows:
-        if as_json:
-            click.echo(json.dumps(out.rows, indent=2))
+        if as_json:  # the keys of `simulate --json`, its `run` metadata included
+            from aprilsim.cli import _command_line
+            from aprilsim.report.run_output import run_meta
+
+            meta = run_meta(sc, sc.seed if opts["seed"] is None else opts["seed"], _command_line())
+            click.echo(json.dumps([{**r, "run": meta} for r in out.rows], indent=2))
         else:
             click.echo(f"scenario: {sc.name} live, lengths x{opts['scale']:.4g}  ({len(out.rows)} "
                        f"scheduler(s), {sc.batch_size} groups x {sc.group_size} samples, {sc.steps} steps)")

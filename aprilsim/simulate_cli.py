@@ -1,0 +1,198 @@
+"""The body of `aprilsim simulate`: overrides, schedulers at settings, seeds, and what it writes.
+
+Every input is checked before the first simulation (scenario, `--set` keys, `-s NAME@knob=v`
+settings, output paths, plotting extras), so a bad one costs nothing and no run is lost to it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from aprilsim.cli_errors import fail
+
+
+def apply_sets(sc: Any, sets: tuple[str, ...] | list[str]) -> Any:
+    """The scenario with each `KEY=VALUE` applied and the whole validated again (ScenarioError)."""
+    if not sets:
+        return sc
+    from aprilsim.config import ScenarioError, scenario_from_dict
+    from aprilsim.sweep.keys import apply, parse_value, scenario_dict
+
+    pairs = []
+    for item in sets:
+        key, eq, raw = item.partition("=")
+        if not eq or not key.strip():
+            raise ScenarioError(f"--set {item!r}: expected KEY=VALUE (a dotted scenario key)")
+        pairs.append((key.strip(), parse_value(raw)))
+    return scenario_from_dict(apply(scenario_dict(sc), pairs), sc.base_dir)
+
+
+def _specs(sc: Any, labels: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """label -> (scheduler name, settings), every one built once now to check its knobs."""
+    from aprilsim.policies.registry import make_scheduler
+    from aprilsim.scheduler_spec import parse_scheduler_spec
+
+    out = {}
+    for label in labels:
+        name, knobs = parse_scheduler_spec(label)
+        make_scheduler(name, {**sc.settings_for(name), **knobs})
+        out[label] = (name, knobs)
+    return out
+
+
+def per_scheduler_paths(names: list[str], **paths: Path | None) -> dict[str, dict[str, Path]]:
+    """{scheduler: {kind: path}}: with several schedulers, NAME goes before each path's suffix.
+    Paths are checked before any simulation runs, so a bad one costs nothing."""
+    out: dict[str, dict[str, Path]] = {}
+    for kind, path in paths.items():
+        if path is None:
+            continue
+        kind = "trace" if kind == "trace_out" else kind
+        if kind == "timeline" and path.suffix.lower() not in (".png", ".pdf", ".svg", ".html", ".htm"):
+            raise ValueError(f"--timeline {path}: the file must end in .png, .pdf, .svg or .html")
+        if not path.parent.exists() or not path.parent.is_dir():
+            raise ValueError(f"--{kind} {path}: folder {path.parent} does not exist")
+        for name in names:
+            safe = name.replace(":", "_").replace("/", "_")
+            p = path if len(names) == 1 else path.with_name(f"{path.stem}_{safe}{path.suffix}")
+            out.setdefault(name, {})[kind] = p
+    return out
+
+
+def run_simulate(*, scenario: Path | None, schedulers: tuple[str, ...], sets: tuple[str, ...],
+                 steps: int | None, seed: int | None, n_seeds: int, warmup: int | None,
+                 as_json: bool, steps_out: Path | None, trace_out: Path | None,
+                 timeline: Path | None, out_dir: Path | None, command: str) -> None:
+    """Run `aprilsim simulate` (see its --help); bad input: one line, exit 2."""
+    from aprilsim.config import ScenarioError, load_scenario, with_overrides
+    from aprilsim.metrics.end_state import end_state_lines, with_end_state
+    from aprilsim.metrics.trace import Trace
+    from aprilsim.report import run_output as ro
+    from aprilsim.sim.run import simulate as run_sim
+    from aprilsim.sim.runtime import SchedulerError
+
+    records: list[dict[str, Any]] = []
+    try:
+        sc = with_overrides(apply_sets(load_scenario(scenario), sets), steps=steps, warmup=warmup)
+        labels = list(dict.fromkeys(schedulers)) or list(sc.compare)
+        specs = _specs(sc, labels)
+        outputs = per_scheduler_paths(labels, trace_out=trace_out, timeline=timeline)
+        ro.check_timeline_deps(timeline)
+        if steps_out is not None and not steps_out.parent.is_dir():
+            raise ValueError(f"--steps-out {steps_out}: folder {steps_out.parent} does not exist")
+        if out_dir is not None:
+            ro.prepare_out_dir(out_dir)
+            ro.write_scenario(out_dir, sc)
+        first = sc.seed if seed is None else seed
+        seeds = [first + i for i in range(n_seeds)]
+        runs: dict[str, list[dict[str, Any]]] = {}
+        json_rows: list[dict[str, Any]] = []
+        live = sys.stderr.isatty()
+        for label in labels:
+            name, knobs = specs[label]
+            for s in seeds:
+                progress = None
+                if live:
+                    def progress(done, total, label=label, s=s):
+                        click.echo(f"\r\033[Ksimulating {label} (seed {s}): step {done}/{total}",
+                                   err=True, nl=False)
+                elif not as_json:
+                    click.echo(f"simulating {label}" + (f" (seed {s})" if n_seeds > 1 else "")
+                               + " ...", err=True)
+                paths = outputs.get(label, {}) if s == first else {}
+                trace = Trace(label, sc.cluster.engines) if paths or out_dir is not None else None
+                run = run_sim(sc, name, seed=s, settings=knobs or None, progress=progress,
+                              trace=trace)
+                if knobs:
+                    run.scheduler = label  # `april@ratio=1.5` beside `april` in one table
+                if live:
+                    click.echo("\r\033[K", err=True, nl=False)
+                for kind, path in paths.items():
+                    if kind == "trace":
+                        trace.write(path)
+                    else:
+                        from aprilsim.report.timeline import write_timeline
+
+                        write_timeline(trace, path)
+                    click.echo(f"wrote {path}", err=True)
+                row = with_end_state(run.summary(), run.end_state)
+                meta = ro.run_meta(sc, s, command)
+                steps_rows = [{"scheduler": label, "seed": s, "warmup": r.step < run.warmup_steps,
+                               **r.to_dict()} for r in run.steps]
+                records += steps_rows
+                runs.setdefault(label, []).append(row)
+                json_rows.append({**row, "run": meta})
+                if out_dir is not None:
+                    _write_run(ro.run_folder(out_dir, label, s, n_seeds), row, meta, steps_rows, trace)
+    except (ScenarioError, SchedulerError, ValueError) as e:
+        if steps_out is not None and records:
+            steps_out.write_text("".join(json.dumps(r) + "\n" for r in records))
+        fail(str(e))
+        return
+    if steps_out is not None:
+        steps_out.write_text("".join(json.dumps(r) + "\n" for r in records))
+    head = (f"scenario: {sc.name}  ({sc.cluster.engines} engines, {sc.batch_size} groups x "
+            f"{sc.group_size} samples, max {sc.max_response_len} tokens, {sc.steps} steps, "
+            f"the first {sc.warmup_steps} left out as warm-up"
+            + (f"; seeds {seeds[0]}..{seeds[-1]}, paired)" if n_seeds > 1 else ")"))
+    table = _table(runs, n_seeds)
+    if out_dir is not None:
+        ro.write_json(out_dir / "summary.json", json_rows)
+        (out_dir / "table.txt").write_text(head + "\n" + table + "\n")
+        click.echo(f"wrote {out_dir}/ (scenario.toml, summary.json, table.txt, one folder per run)",
+                   err=True)
+    if as_json:
+        click.echo(json.dumps(json_rows, indent=2))
+    else:
+        click.echo(head)
+        click.echo(table)
+        click.echo(end_state_lines([rows[0] for rows in runs.values()]))
+        for line in settle_notes(runs, seeds):
+            click.echo(line)
+
+
+def settle_notes(runs: dict[str, list[dict[str, Any]]], seeds: list[int]) -> list[str]:
+    """The steady-state check (aprilsim.metrics.steady) said plainly: one note per scheduler
+    whose run (with --seeds: the first seed's that is not) has not settled."""
+    out = []
+    for rows in runs.values():
+        for row, s in zip(rows, seeds):
+            if not row.get("settled", True):
+                at = f" (seed {s})" if len(seeds) > 1 else ""
+                out.append(f"note: {row['scheduler']}{at} not settled in {row['steps']} steps "
+                           f"({row['unsettled_reason']}): run more --steps")
+                break
+    return out
+
+
+def _table(runs: dict[str, list[dict[str, Any]]], n_seeds: int) -> str:
+    from aprilsim.report.run_output import seeds_table
+    from aprilsim.report.table import format_table
+
+    if n_seeds > 1:
+        return seeds_table(runs)
+    return format_table([rows[0] for rows in runs.values()])
+
+
+def _write_run(folder: Path, row: dict[str, Any], meta: dict[str, Any],
+               steps_rows: list[dict[str, Any]], trace: Any) -> None:
+    """One run's folder: summary.json, steps.jsonl, trace.jsonl, timeline.png (with matplotlib)."""
+    from aprilsim.report.run_output import write_json
+
+    write_json(folder / "summary.json", {**row, "run": meta})
+    (folder / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps_rows))
+    if trace is None:
+        return
+    trace.write(folder / "trace.jsonl")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return  # the figure needs the plot extra; the trace redraws it: aprilsim plot timeline
+    from aprilsim.report.timeline import write_timeline
+
+    write_timeline(trace, folder / "timeline.png")
