@@ -76,6 +76,10 @@ def simulate(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trac
 
     try:
         sc = with_overrides(load_scenario(scenario), steps=steps, warmup=warmup)
+        from aprilsim.workload.replay.spec import scenario_notes  # trace replay: what and caveat
+
+        for note in scenario_notes(sc, seed):
+            click.echo(f"aprilsim: {note}", err=True)
         names = list(schedulers) or list(sc.compare)
         outputs = _per_scheduler_paths(names, trace_out=trace_out, timeline=timeline)
         rows, records = [], []
@@ -243,6 +247,9 @@ def _register_subcommands() -> None:
     from aprilsim.engine.calibration.cli import make_calibrate_command
 
     main.add_command(make_calibrate_command(_measure_live), "calibrate")
+    from aprilsim.validate.from_log_cli import replay_validate_command
+
+    main.add_command(replay_validate_command, "replay-validate")
 
 
 def _measure_live(**kwargs):
