@@ -133,9 +133,7 @@ def cost_dict(sc: Scenario, source: str) -> dict[str, Any]:
     """The calibration section of the report: the cost the simulation ran (given, not fitted)."""
     c = sc.engine_spec().cost
     coeffs = {k: getattr(c, k, None) for k in ("a", "b", "c", "p0", "p1", "p2")}
-    return {**coeffs, "wall": dict(coeffs), "overhead_s": None, "decode_median_err": None,
-            "prefill_median_err": None, "n_decode": None, "n_prefill": None, "decode_share": None,
-            "source": source}
+    return {**coeffs, "wall": dict(coeffs), "source": source}  # no fit figures: n/a
 
 
 def report_from_log(sc: Scenario, runs: Sequence[OfflineRun], *, calibration_from: str) -> dict[str, Any]:
@@ -150,7 +148,15 @@ def report_from_log(sc: Scenario, runs: Sequence[OfflineRun], *, calibration_fro
                        f"{sc.cluster.engines} simulated engines",
             "calibration_from": calibration_from, "replay": notes_for(wl),
             "usage": {o.label: o.notes for o in runs}}
-    return report_dict(rows, meta, cost_dict(sc, calibration_from)), rows  # type: ignore[return-value]
+    rep = report_dict(rows, meta, cost_dict(sc, calibration_from))
+    t = rep["targets"]
+    for key in ("step_priced_error", "gain_priced_pp", "ranking_priced"):  # no iteration log
+        t[key].update(worst=None, met=None)
+    if not t["gain_vs_sync_pp"]["by_scheduler"]:  # one logged run: no measured gain
+        t["gain_vs_sync_pp"].update(worst=None, met=None)
+    if len(rows) < 2:
+        t["ranking"]["met"] = None
+    return rep, rows  # type: ignore[return-value]
 
 
 def write_from_log(sc: Scenario, runs: Sequence[OfflineRun], out: Path, *, calibration_from: str,

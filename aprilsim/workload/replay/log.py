@@ -59,8 +59,11 @@ class RunLog:
 
     @classmethod
     def from_rows(cls, rows: Iterable[LoggedRow], source: str = "<rows>", fmt: str = "rows",
-                  notes: Iterable[str] = ()) -> RunLog:
-        """Group rows by (step, key): steps ascending, groups in first-appearance order."""
+                  notes: Iterable[str] = (), order: str = "step") -> RunLog:
+        """Group rows by (step, key): steps ascending, groups in first-appearance order; with
+        `order="prompt"`, groups by their prompt index instead (keys ("group", int): slime's
+        ``group_index`` counts prompts in the order the run drew them, so a partial-rollout run's
+        prompts come back in draw order, not in the order they were trained)."""
         by: dict[tuple[int, Hashable], list[LoggedRow]] = {}
         for r in rows:
             if r.length < 0:
@@ -69,9 +72,19 @@ class RunLog:
         if not by:
             raise ReplayLogError(f"{source}: no responses found")
         keys = list(by)
-        order = sorted(range(len(keys)), key=lambda i: (keys[i][0], i))
+        if order == "prompt":
+            bad = [k for _, k in keys if not (isinstance(k, tuple) and len(k) == 2
+                                              and isinstance(k[1], int))]
+            if bad:
+                raise ReplayLogError(f"{source}: order = \"prompt\" needs integer prompt indices; "
+                                     f"found {bad[0]!r}")
+            idx = sorted(range(len(keys)), key=lambda i: (keys[i][1][1], keys[i][0]))  # type: ignore[index]
+        elif order == "step":
+            idx = sorted(range(len(keys)), key=lambda i: (keys[i][0], i))
+        else:
+            raise ValueError(f"order must be step or prompt, got {order!r}")
         groups = []
-        for i in order:
+        for i in idx:
             step, key = keys[i]
             rs = by[(step, key)]
             prompts = {r.prompt_len for r in rs if r.prompt_len is not None}

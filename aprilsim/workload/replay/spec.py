@@ -8,6 +8,7 @@ models draw what is missing. `max_response_len` caps the logged lengths (say so 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -30,6 +31,9 @@ class ReplaySpec(BaseModel):
     replay: str  # the log: slime's rollout_data dir or a .pt, verl's rollout_data_dir or a .jsonl, a table
     format: Literal["auto", "slime", "verl", "table"] = "auto"
     exhausted: Literal["wrap", "stop"] = "wrap"  # more groups asked than logged: repeat, or fail
+    # group order: "step" (the log's steps in turn), "prompt" (by prompt index: the run's draw
+    # order), "auto" (prompt for slime, whose group_index counts prompts as drawn; else step)
+    order: Literal["auto", "step", "prompt"] = "auto"
     timing: str | None = None  # per-step rollout times (validate --from-log)
     tokenizer: str | None = None  # verl: the run's tokenizer.json, to count tokens of the text
     reward_key: str | None = None  # slime: the key of a dict reward; verl: the field to read
@@ -96,13 +100,26 @@ def _read_cached(path: str, mtime: float, spec: ReplaySpec, timing: tuple[str, f
         rows, notes = table_rows(p, length_column=spec.length_column, group_column=spec.group_column,
                                  step_column=spec.step_column, prompt_column=spec.prompt_column,
                                  reward_column=spec.reward_column)
-    run = RunLog.from_rows(rows, source=str(p), fmt=fmt, notes=notes)
+    order = spec.order if spec.order != "auto" else ("prompt" if fmt == "slime" else "step")
+    if order == "prompt" and fmt == "slime" and any(r.key[0] != "group" for r in rows):
+        order = "step"  # a custom rollout without group_index: the log's order
+    if fmt == "table" and order == "prompt":
+        rows = [replace(r, key=("group", int(float(r.key[1])))) if _is_int(r.key[1]) else r
+                for r in rows]
+    run = RunLog.from_rows(rows, source=str(p), fmt=fmt, notes=notes, order=order)
     if spec.max_groups is not None and spec.max_groups < len(run.groups):
         run.groups = run.groups[: spec.max_groups]
         run.notes.append(f"only the log's first {spec.max_groups} groups replayed (max_groups)")
     if timing is not None:
         run.rollout_s = read_step_times(timing[0])
     return run
+
+
+def _is_int(x: Any) -> bool:
+    try:
+        return float(x) == int(float(x))
+    except (TypeError, ValueError):
+        return False
 
 
 def replay_workload(spec: ReplaySpec, base_dir: str | Path, *, max_len: int, fallback: Any) -> ReplayWorkload:
