@@ -85,6 +85,7 @@ class _Unpickler(pickle.Unpickler):
         return np.frombuffer(buf, dtype=storage.dtype)[int(offset): int(offset) + n].reshape(shape)
 
     def find_class(self, module: str, name: str) -> Any:
+        module = "builtins" if module == "__builtin__" else module  # protocol 2 names
         if (module, name) in _SAFE or (module, name) in _NUMPY:
             return super().find_class(module, name)
         if module == "torch._utils" and name in ("_rebuild_tensor_v2", "_rebuild_tensor"):
