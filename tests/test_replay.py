@@ -403,3 +403,31 @@ def test_replay_validate_errors_are_one_line(tmp_path):
                              "--out", str(tmp_path)])
     assert r.exit_code == 2 and "no per-step rollout times" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 + r.stderr.count("aprilsim: replay")
+
+
+def test_unlogged_prompts_run_to_the_cap():
+    """slime's group_index has gaps where the run drew a prompt it never trained (in flight when
+    it stopped): `unlogged = "cap"` puts responses that run to max_len there, and the replayed
+    APRIL run tracks the logged one further (the example's true times, before the noise)."""
+    from aprilsim.sim.run import simulate
+    from aprilsim.validate.synth_log import synthesize
+
+    run = read_run_log(SLIME)
+    have = {g.key[1] for g in run.groups}
+    gaps = sorted(set(range(max(have) + 1)) - have)
+    assert gaps  # APRIL left prompts in flight
+    sc = _scenario({"replay": "slime/rollout_data", "unlogged": "cap"})
+    wl = sc.workload_for()
+    assert wl.n_unlogged == len(gaps) and len(wl.groups) == max(have) + 1
+    for k in gaps:
+        assert wl.groups[k].key == ("unlogged", k) and wl.groups[k].lengths == (1024,) * 4
+    true = synthesize(load_scenario(DATA / "run.toml"), "april", noise=0.03, noise_seed=1).true_rollout_s
+    err = {}
+    for mode in ("skip", "cap"):
+        got = [s.rollout_time_s for s in simulate(
+            _scenario({"replay": "slime/rollout_data", "unlogged": mode}), "april").steps]
+        assert got[:3] == pytest.approx(true[:3], rel=1e-9)  # before the first unlogged prompt
+        err[mode] = sum(abs(g - t) / t for g, t in zip(got, true))
+    assert err["cap"] < err["skip"] / 2
+    with pytest.raises(ScenarioError, match="needs the groups in prompt order"):
+        _scenario({"replay": "slime/rollout_data", "unlogged": "cap", "order": "step"})

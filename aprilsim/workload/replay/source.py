@@ -36,6 +36,7 @@ from aprilsim.workload.replay.log import LoggedGroup, ReplayLogError, RunLog
 log = logging.getLogger("aprilsim.replay")
 
 EXHAUSTED = ("stop", "wrap")
+UNLOGGED = ("skip", "cap")  # prompts the run drew but never trained: leave out, or run to the cap
 CAVEAT = ("replay caveat: every response keeps its logged length; a scheduler that would have "
           "aborted a response earlier is given the logged length for it (its resumed remainder "
           "is what the logged run generated)")
@@ -59,9 +60,11 @@ class ReplayWorkload:
     """A `Workload` (same calls) whose groups are a run log's, in order; see the module doc."""
 
     def __init__(self, run: RunLog, *, max_len: int, exhausted: str = "wrap",
-                 fallback: Workload | None = None) -> None:
+                 fallback: Workload | None = None, unlogged: str = "skip") -> None:
         if exhausted not in EXHAUSTED:
             raise ValueError(f"exhausted must be one of {', '.join(EXHAUSTED)}, got {exhausted!r}")
+        if unlogged not in UNLOGGED:
+            raise ValueError(f"unlogged must be one of {', '.join(UNLOGGED)}, got {unlogged!r}")
         if max_len < 1:
             raise ValueError("max_len must be >= 1")
         if not run.groups:
@@ -70,7 +73,8 @@ class ReplayWorkload:
         self.max_len = int(max_len)
         self.group_size = run.group_size
         self.exhausted = exhausted
-        self._log = run.groups
+        self.n_unlogged = 0
+        self._log = self._with_unlogged(run.groups) if unlogged == "cap" else list(run.groups)
         self._fill = self._fill_missing(fallback)
         capped = np.minimum(np.concatenate([np.asarray(g.lengths) for g in self._log]), self.max_len)
         self._mean_len = float(capped.mean())
@@ -82,6 +86,31 @@ class ReplayWorkload:
         self.stretched = 0  # groups given more responses than logged
         self._next_gid = 0
         self._next_uid = 0
+
+    @property
+    def groups(self) -> list[LoggedGroup]:
+        """The groups handed out in turn (the log's, with unlogged prompts where filled in)."""
+        return self._log
+
+    def _with_unlogged(self, groups: list[LoggedGroup]) -> list[LoggedGroup]:
+        """Prompts the run drew but never trained (gaps in the prompt indices: still in flight
+        when the run stopped, or discarded) as groups of responses that run to `max_len`."""
+        idx = [g.key[1] for g in groups if isinstance(g.key, tuple) and len(g.key) == 2
+               and isinstance(g.key[1], int)]
+        if len(idx) != len(groups) or idx != sorted(idx):
+            raise ReplayLogError(f"{self.run.source}: unlogged = \"cap\" needs the groups in "
+                                 "prompt order (order = \"prompt\")")
+        have = set(idx)
+        out, it = [], iter(groups)
+        for k in range(min(idx), max(idx) + 1):
+            if k in have:
+                out.append(next(it))
+            else:
+                out.append(LoggedGroup(step=-1, key=("unlogged", k),
+                                       lengths=(self.max_len,) * self.group_size,
+                                       prompt_len=None, rewards=None))
+                self.n_unlogged += 1
+        return out
 
     # ------------------------------------------------------------------ what the log lacks
     def _fill_missing(self, fb: Workload | None) -> list[tuple[int, tuple[float, ...], float]]:
@@ -177,6 +206,8 @@ class ReplayWorkload:
         """One line: how much of the log a run used."""
         n = len(self._log)
         out = f"replay: {self.drawn} fresh groups drawn of the log's {n}"
+        if self.n_unlogged:
+            out += f" ({self.n_unlogged} unlogged prompts run to the cap)"
         if self.wrapped:
             out += f"; {self.wrapped} of them repeat the log from its first group (wrap)"
         if self.stretched:

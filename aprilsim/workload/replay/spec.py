@@ -34,6 +34,8 @@ class ReplaySpec(BaseModel):
     # group order: "step" (the log's steps in turn), "prompt" (by prompt index: the run's draw
     # order), "auto" (prompt for slime, whose group_index counts prompts as drawn; else step)
     order: Literal["auto", "step", "prompt"] = "auto"
+    # prompt order only: prompts the run drew but never trained (gaps in the prompt indices)
+    unlogged: Literal["skip", "cap"] = "skip"
     timing: str | None = None  # per-step rollout times (validate --from-log)
     tokenizer: str | None = None  # verl: the run's tokenizer.json, to count tokens of the text
     reward_key: str | None = None  # slime: the key of a dict reward; verl: the field to read
@@ -132,7 +134,8 @@ def replay_workload(spec: ReplaySpec, base_dir: str | Path, *, max_len: int, fal
 
     spec = spec.model_copy(update={"timing": rel(spec.timing), "tokenizer": rel(spec.tokenizer)})
     run = read_run_log(rel(spec.replay) or spec.replay, spec)
-    return ReplayWorkload(run, max_len=max_len, exhausted=spec.exhausted, fallback=fallback)
+    return ReplayWorkload(run, max_len=max_len, exhausted=spec.exhausted, fallback=fallback,
+                          unlogged=spec.unlogged)
 
 
 def notes_for(workload: Any) -> list[str]:
