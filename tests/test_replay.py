@@ -431,3 +431,33 @@ def test_unlogged_prompts_run_to_the_cap():
     assert err["cap"] < err["skip"] / 2
     with pytest.raises(ScenarioError, match="needs the groups in prompt order"):
         _scenario({"replay": "slime/rollout_data", "unlogged": "cap", "order": "step"})
+
+
+def test_the_worked_example_in_the_docs_is_what_the_commands_print(tmp_path, monkeypatch):
+    """docs/replay.md quotes the commands' output on the shipped example: keep it true."""
+    import re
+    import shlex
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "replay.md").read_text()
+    block = page.split("## A worked example", 1)[1].split("## Engine-level", 1)[0]
+    commands, lines = [], iter(block.splitlines())
+    for ln in lines:
+        if ln.startswith("$ "):
+            cmd = ln[2:]
+            while cmd.endswith("\\"):
+                cmd = cmd[:-1] + next(lines).strip()
+            commands.append(shlex.split(cmd.split("&& ")[-1])[1:])
+    quoted = [ln for ln in block.splitlines() if re.match(r"^(sync|april) +[\d,]+ |^\w+: rollout ", ln)]
+    assert len(commands) >= 5 and len(quoted) >= 6
+    monkeypatch.chdir(DATA)
+    printed = ""
+    for args in commands:
+        if args[0] == "sweep":
+            continue  # writes a results file; sweeps are covered by tests/test_sweep.py
+        if "--out" in args:
+            args[args.index("--out") + 1] = str(tmp_path / f"out{len(printed)}")
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 0, (args, r.output)
+        printed += r.stdout
+    for ln in quoted:
+        assert ln in printed, ln

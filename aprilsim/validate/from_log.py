@@ -104,7 +104,7 @@ def measured_summary(run_log: Any, steps: Sequence[int], warmup: int) -> dict[st
     total_t = sum(t for _, t in known)
     out: dict[str, Any] = dict.fromkeys(METRICS)
     out["mean_rollout_time_s"] = total_t / len(known) if known else None
-    out["rollout_throughput_tok_s"] = sum(toks.values()) / total_t if total_t > 0 else None
+    out["rollout_throughput_tok_s"] = sum(toks.values()) / total_t if total_t > 0 else None  # trained
     out["generated_tokens"] = None  # the log holds what was trained, not all that was generated
     out["trained_tokens"] = sum(sum(sum(g.lengths) for g in run_log.groups_of(s)) for s in st)
     out["retractions"] = None
@@ -122,8 +122,13 @@ def compare_to_log(o: OfflineRun) -> SchedulerComparison:
     if not any(meas):
         raise ScenarioError(f"{run_log.source}: no per-step rollout times for the replayed steps "
                             "(give --timing FILE: slime's log, verl's metrics, or a step,rollout_s CSV)")
+    pred = o.result.summary(warm)
+    roll = pred["mean_rollout_time_s"] * pred["steps"]
+    # a log holds what was trained, not all that was generated: throughput is trained tokens per
+    # rollout second on both sides (the same figure for sync; APRIL's differs step to step)
+    pred["rollout_throughput_tok_s"] = pred["trained_tokens"] / roll if roll else 0.0
     return SchedulerComparison(
-        label=o.label, predicted=o.result.summary(warm),
+        label=o.label, predicted=pred,
         measured=measured_summary(run_log, steps[:n], warm),
         pred_rollout_s=[s.rollout_time_s for s in o.result.steps[:n]],
         meas_rollout_s=meas, warmup=warm)

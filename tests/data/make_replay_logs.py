@@ -77,7 +77,7 @@ preset = "true_cost.toml"
 replay = "slime/rollout_data"   # slime --save-debug-rollout-data dumps (or verl's, or a table)
 timing = "slime/train.log"      # the run's per-step rollout times (for replay-validate)
 exhausted = "wrap"              # more groups than logged: repeat the log (or "stop")
-unlogged = "cap"                # prompts APRIL drew but never trained: run them to the cap
+# unlogged = "cap"  prompts APRIL drew, never trained: replay-validate --unlogged cap (docs)
 
 [prompts]                       # draws what the log lacks (it has prompt lengths here)
 family = "lognormal"
