@@ -103,6 +103,7 @@ class RunLog:
         return sorted({g.step for g in self.groups})
 
     def groups_of(self, step: int) -> list[LoggedGroup]:
+        """The groups logged at `step`, in the log's order."""
         return [g for g in self.groups if g.step == step]
 
     @property
@@ -120,10 +121,12 @@ class RunLog:
 
     @property
     def n_samples(self) -> int:
+        """Responses in the log."""
         return sum(g.size for g in self.groups)
 
     @property
     def max_length(self) -> int:
+        """The longest logged response."""
         return max(max(g.lengths) for g in self.groups)
 
     def describe(self) -> str:
