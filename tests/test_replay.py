@@ -461,3 +461,19 @@ def test_the_worked_example_in_the_docs_is_what_the_commands_print(tmp_path, mon
         printed += r.stdout
     for ln in quoted:
         assert ln in printed, ln
+
+
+def test_slime_any_path_template_and_run_config(tmp_path):
+    """`--save-debug-rollout-data /x/rollout_{rollout_id}.pt`: the step is the dump's rollout_id;
+    `--from-slime SCRIPT` names the run's scheduler (APRIL for a partial-rollout script)."""
+    for f in SLIME.glob("*.pt"):
+        shutil.copy(f, tmp_path / f"rollout_{f.name}")
+    assert read_run_log(tmp_path).groups == read_run_log(SLIME).groups
+    out = tmp_path / "rep"
+    script = DATA.parent / "april-grpo-run-qwen3-4B-dapo-partial.sh"
+    r = CliRunner().invoke(main, ["replay-validate", str(SLIME), "--from-slime", str(script),
+                                  "--timing", str(DATA / "slime" / "train.log"), "--out", str(out),
+                                  "--no-figures"])
+    assert r.exit_code == 0, r.output
+    (s,) = json.loads((out / "report.json").read_text())["schedulers"]
+    assert s["label"] == "april" and len(s["per_step"]["measured_rollout_s"]) == 5

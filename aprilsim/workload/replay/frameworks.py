@@ -65,6 +65,12 @@ def reward_of(v: Any, key: str | None = None) -> float | None:
     return _number(v)
 
 
+def _digits(stem: str) -> int:
+    """The last number in a file name (0 when none): ``rollout_12`` -> 12."""
+    found = re.findall(r"\d+", stem)
+    return int(found[-1]) if found else 0
+
+
 def _step_files(path: Path, suffix: str) -> list[tuple[int, Path]]:
     """(step, file) of a dump directory's per-step files ``{step}{suffix}``, ascending."""
     if path.is_file():
@@ -97,7 +103,14 @@ def slime_rows(path: str | Path, reward_key: str | None = None) -> tuple[list[Lo
     if skipped:
         notes.append(f"{len(skipped)} evaluation dumps (eval_*.pt) skipped")
     aborted = 0
-    for file_step, f in _step_files(p, ".pt"):
+    if p.is_dir():  # any path template: every .pt but the evaluation dumps, step from the dict
+        files = [(_digits(q.stem), q) for q in sorted(p.iterdir())
+                 if q.suffix == ".pt" and not q.name.startswith("eval_")]
+        if not files:
+            raise ReplayLogError(f"{p}: no slime rollout dumps (*.pt) found")
+    else:
+        files = _step_files(p, ".pt")
+    for file_step, f in files:
         data = load_torch_save(f)
         if not isinstance(data, dict) or not isinstance(data.get("samples"), list):
             raise ReplayLogError(f"{f}: not a slime debug rollout dump (a dict with 'samples')")
