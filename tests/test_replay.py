@@ -294,6 +294,13 @@ def test_missing_prompts_and_rewards_are_drawn_by_log_index(tmp_path):
     assert [[s._reward for s in g.samples] for g in ga] == [[s._reward for s in g.samples] for g in gb]
     assert [[s._target_len for s in g.samples] for g in ga] == [[s._target_len for s in g.samples] for g in gc]
     assert all(s._reward in (0.0, 1.0) for g in ga for s in g.samples)
+    # group i's draws are the seeded generator's for prompt i: independent of the other groups
+    fb = _scenario({"family": "lognormal", "mu": 5.0, "sigma": 0.5}, seed=5).workload_for()
+    for i in (0, 7, 11):
+        fb._next_prompt = i
+        (one,) = fb.generate(1, 0, group_size=2)
+        assert one.prompt_len == ga[i].prompt_len
+        assert [s._reward for s in one.samples] == [s._reward for s in ga[i].samples]
 
 
 def test_scenario_errors_are_one_line():

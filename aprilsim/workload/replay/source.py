@@ -117,17 +117,18 @@ class ReplayWorkload:
         """Per log group: prompt length, rewards (logged, else drawn keyed by the log index) and
         pass rate (the mean logged reward, else drawn)."""
         need = [i for i, g in enumerate(self._log) if g.prompt_len is None or g.rewards is None]
-        drawn: dict[int, Group] = {}
+        drawn: list[Group] = []
         if need:
             if fb is None:
                 raise ReplayLogError(f"{self.run.source}: the log lacks prompt lengths or rewards "
                                      "and no scenario models were given to draw them")
-            for i in need:  # one group at a time, keyed by its log index (common random numbers)
-                fb._next_prompt = i
-                (drawn[i],) = fb.generate(1, 0, group_size=self._log[i].size)
+            # group i's draws are keyed by its log index i and sample index (common random
+            # numbers): one call for indices 0..max, each group's first `size` samples used
+            fb._next_prompt = 0
+            drawn = fb.generate(max(need) + 1, 0, group_size=max(g.size for g in self._log))
         out = []
         for i, g in enumerate(self._log):
-            d = drawn.get(i)
+            d = drawn[i] if i < len(drawn) else None
             prompt = g.prompt_len if g.prompt_len is not None else d.prompt_len  # type: ignore[union-attr]
             if g.rewards is not None:
                 rewards, rate = g.rewards, float(np.mean(g.rewards)) if g.rewards else 0.0
