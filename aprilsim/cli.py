@@ -76,10 +76,11 @@ def simulate(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trac
 
     try:
         sc = with_overrides(load_scenario(scenario), steps=steps, warmup=warmup)
-        from aprilsim.workload.replay.spec import scenario_notes  # trace replay: what and caveat
+        if "replay" in sc.lengths:  # trace replay: what the log holds, and the caveat
+            from aprilsim.workload.replay.spec import scenario_notes
 
-        for note in scenario_notes(sc, seed):
-            click.echo(f"aprilsim: {note}", err=True)
+            for note in scenario_notes(sc, seed):
+                click.echo(f"aprilsim: {note}", err=True)
         names = list(schedulers) or list(sc.compare)
         outputs = _per_scheduler_paths(names, trace_out=trace_out, timeline=timeline)
         rows, records = [], []

@@ -105,10 +105,11 @@ def sweep_command(scenario, grids, ranges, schedulers, seeds, steps, warmup, job
 
     try:
         sc = as_scenario(scenario)
-        from aprilsim.workload.replay.spec import scenario_notes  # trace replay: what and caveat
+        if "replay" in sc.lengths:  # trace replay: what the log holds, and the caveat
+            from aprilsim.workload.replay.spec import scenario_notes
 
-        for note in scenario_notes(sc):
-            click.echo(f"aprilsim: {note}", err=True)
+            for note in scenario_notes(sc):
+                click.echo(f"aprilsim: {note}", err=True)
         base = scenario_dict(sc)
         axes = [parse_grid(g) for g in grids] + [parse_range(r, base) for r in ranges]
         df, stats, plan = run_sweep(
