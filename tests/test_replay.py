@@ -361,6 +361,12 @@ def test_simulate_replay_prints_what_and_the_caveat():
     assert "more groups than logged: wrap" in r.stderr
     rows = json.loads(r.stdout)
     assert [x["scheduler"] for x in rows] == ["sync", "april"]
+    assert "the scenario trains batch_size" not in r.stderr  # the example matches its log
+    from aprilsim.workload.replay.spec import scenario_notes
+
+    notes = scenario_notes(_scenario({"replay": "table.csv"}, batch_size=4, group_size=2))
+    assert any("the log's steps hold 8 groups x 4 responses; the scenario trains batch_size 4"
+               in n for n in notes)
 
 
 def test_replay_validate_on_the_shipped_example(tmp_path):

@@ -184,4 +184,11 @@ def scenario_notes(scenario: Any, seed: int | None = None) -> list[str]:
     """`notes_for` the scenario's workload when it replays a log; [] otherwise (nothing read)."""
     if "replay" not in getattr(scenario, "lengths", {}):
         return []
-    return notes_for(scenario.workload_for(seed))
+    wl = scenario.workload_for(seed)
+    out = notes_for(wl)
+    run = wl.run
+    if (scenario.batch_size, scenario.group_size) != (run.batch_size, run.group_size):
+        out.insert(1, f"replay: the log's steps hold {run.batch_size} groups x {run.group_size} "
+                      f"responses; the scenario trains batch_size {scenario.batch_size} (its "
+                      f"group_size {scenario.group_size} is not used: groups keep their logged n)")
+    return out
