@@ -23,6 +23,15 @@ class _LazyGroup(OneLineGroup):
     def list_commands(self, ctx):
         return sorted({*super().list_commands(ctx), *self.lazy})
 
+    def resolve_command(self, ctx, args):
+        """`validate --from-log RUN ...` is `replay-validate RUN ...`: offline, no live extra."""
+        if args and args[0] == "validate" and any(a == "--from-log" or a.startswith("--from-log=")
+                                                  for a in args[1:]):
+            from aprilsim.validate.from_log_cli import from_log_args
+
+            args = from_log_args(args[1:])
+        return super().resolve_command(ctx, args)
+
     def get_command(self, ctx, name):
         cmd = super().get_command(ctx, name)
         if cmd is None and name in self.lazy:

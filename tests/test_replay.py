@@ -505,3 +505,18 @@ def test_sweep_accepts_a_replay_scenario(tmp_path):
     assert set(df["scheduler"]) == {"sync", "april"} and len(df) == 4
     sync = df[df["scheduler"] == "sync"]["rollout_throughput_tok_s"]
     assert sync.nunique() == 1  # sync does not depend on APRIL's ratio: the same list both times
+
+
+def test_validate_from_log_is_replay_validate(tmp_path):
+    """`aprilsim validate SCENARIO --from-log RUN` runs the offline validation (no engines)."""
+    from aprilsim.validate.from_log_cli import from_log_args
+
+    assert from_log_args(["run.toml", "--from-log", "log.csv", "-s", "sync", "--out", "o"]) == [
+        "replay-validate", "log.csv", "-s", "sync", "--out", "o", "--scenario", "run.toml"]
+    assert from_log_args(["--from-log=x", "--no-figures"]) == ["replay-validate", "x", "--no-figures"]
+    out = tmp_path / "rep"
+    r = CliRunner().invoke(main, ["validate", str(DATA / "run.toml"), "--from-log",
+                                  str(DATA / "table.csv"), "-s", "sync", "--timing",
+                                  str(DATA / "table_times.csv"), "--out", str(out), "--no-figures"])
+    assert r.exit_code == 0, r.output
+    assert "sync: rollout" in r.stdout and (out / "report.md").exists()

@@ -9,6 +9,32 @@ import click
 from aprilsim.cli_errors import OneLineCommand, fail
 
 
+def from_log_args(args: list[str]) -> list[str]:
+    """`validate [SCENARIO] --from-log RUN ...` as `replay-validate RUN [--scenario SCENARIO] ...`."""
+    rest, run, scenario, i = [], None, None, 0
+    takes_value = {o for p in replay_validate_command.params for o in getattr(p, "opts", [])
+                   if not getattr(p, "is_flag", False) and p.param_type_name == "option"}
+    while i < len(args):
+        a = args[i]
+        if a == "--from-log" and i + 1 < len(args):
+            run, i = args[i + 1], i + 2
+            continue
+        if a.startswith("--from-log="):
+            run, i = a.split("=", 1)[1], i + 1
+            continue
+        if a in takes_value and i + 1 < len(args):
+            rest += [a, args[i + 1]]
+            i += 2
+            continue
+        if not a.startswith("-") and scenario is None:
+            scenario = a  # validate's positional SCENARIO
+        else:
+            rest.append(a)
+        i += 1
+    out = ["replay-validate", *([run] if run else []), *rest]
+    return out + (["--scenario", scenario] if scenario else [])
+
+
 def _base_scenario(scenario: Path | None, from_slime: str | None, from_verl: Path | None):
     """The run's scenario and the scheduler it names: a TOML, a slime/verl config, or the default."""
     from aprilsim.config import load_scenario, scenario_from_dict
