@@ -127,6 +127,7 @@ def slime_rows(path: str | Path, reward_key: str | None = None) -> tuple[list[Lo
             status = getattr(status, "value", status)
             aborted += status == "aborted"
             gi = s.get("group_index")
+            gi = int(_number(gi)) if _number(gi) is not None else gi  # numpy/0-d tensor ints too
             key = ("group", gi) if gi is not None else ("prompt", str(s.get("prompt", j)))
             rows.append(LoggedRow(step=step, key=key, length=resp,
                                   prompt_len=prompt if prompt is not None and prompt > 0 else None,

@@ -76,7 +76,7 @@ class ReplayWorkload:
         self.n_unlogged = 0
         self._log = self._with_unlogged(run.groups) if unlogged == "cap" else list(run.groups)
         self._fill = self._fill_missing(fallback)
-        capped = np.minimum(np.concatenate([np.asarray(g.lengths) for g in self._log]), self.max_len)
+        capped = np.minimum(np.concatenate([np.asarray(g.lengths) for g in run.groups]), self.max_len)
         self._mean_len = float(capped.mean())
         prompts = [p for p, _, _ in self._fill]
         self.prompt_lengths = _Mean(float(np.mean(prompts)))
