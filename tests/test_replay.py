@@ -184,6 +184,10 @@ def test_step_time_readers(tmp_path):
     assert read_step_times(tmp_path / "console.log") == {1: 12.5, 2: 11.25}
     (tmp_path / "numpy.log").write_text("perf 0: {'perf/rollout_time': np.float64(3.5), 'a': 1}\n")
     assert read_step_times(tmp_path / "numpy.log") == {0: 3.5}
+    (tmp_path / "wandb.csv").write_text(  # a wandb export of slime's run
+        "_step,rollout/step,perf/rollout_time,perf/tokens_per_gpu_per_sec\n"
+        "10,0,31.5,900\n11,1,29.0,950\n12,2,,\n")
+    assert read_step_times(tmp_path / "wandb.csv") == {0: 31.5, 1: 29.0}
     (tmp_path / "none.csv").write_text("a,b\n1,2\n")
     with pytest.raises(ReplayLogError, match="no per-step rollout times found"):
         read_step_times(tmp_path / "none.csv")

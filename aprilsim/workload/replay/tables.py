@@ -172,6 +172,8 @@ def read_step_times(path: str | Path, *, step_column: str | None = None,
     if out:
         return out
     columns, recs = table_records(p)
+    if step_column is None and "rollout/step" in columns:  # slime's wandb step (beside _step)
+        step_column = "rollout/step"
     step = _col(columns, step_column, (*STEP_NAMES, "rollout/step", "rollout_id"), "step")
     t = _col(columns, time_column, ROLLOUT_TIME_NAMES, "rollout time")
     if step is None or t is None:
