@@ -237,7 +237,7 @@ def test_april_replay_trains_logged_lengths_exactly():
 def test_common_random_numbers_across_schedulers():
     sc = _scenario({"replay": "slime/rollout_data"})
     drawn = {}
-    for name in ("sync", "april", "tail_batching", "async_one_step"):
+    for name in ("sync", "april", "tail_batching", "async_one_step", "dynamic_sampling", "fully_async"):
         _, wl = _trained(sc, name)
         assert wl.drawn >= 40
         drawn[name] = wl
