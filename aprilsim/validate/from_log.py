@@ -141,8 +141,9 @@ def cost_dict(sc: Scenario, source: str) -> dict[str, Any]:
     return {**coeffs, "wall": dict(coeffs), "source": source}  # no fit figures: n/a
 
 
-def report_from_log(sc: Scenario, runs: Sequence[OfflineRun], *, calibration_from: str) -> dict[str, Any]:
-    """The JSON report (`aprilsim.validate.report.report_dict`) of offline runs."""
+def report_from_log(sc: Scenario, runs: Sequence[OfflineRun], *, calibration_from: str
+                    ) -> tuple[dict[str, Any], list[SchedulerComparison]]:
+    """The JSON report (`aprilsim.validate.report.report_dict`) of offline runs, and the rows."""
     from aprilsim.validate.report import report_dict
 
     rows = [compare_to_log(o) for o in runs]
@@ -161,7 +162,7 @@ def report_from_log(sc: Scenario, runs: Sequence[OfflineRun], *, calibration_fro
         t["gain_vs_sync_pp"].update(worst=None, met=None)
     if len(rows) < 2:
         t["ranking"]["met"] = None
-    return rep, rows  # type: ignore[return-value]
+    return rep, rows
 
 
 def write_from_log(sc: Scenario, runs: Sequence[OfflineRun], out: Path, *, calibration_from: str,
@@ -169,7 +170,7 @@ def write_from_log(sc: Scenario, runs: Sequence[OfflineRun], out: Path, *, calib
     """Write ``out/report.md``, ``out/report.json`` (and the per-step figure)."""
     from aprilsim.validate.report import write_figures, write_report
 
-    rep, rows = report_from_log(sc, runs, calibration_from=calibration_from)  # type: ignore[misc]
+    rep, rows = report_from_log(sc, runs, calibration_from=calibration_from)
     out.mkdir(parents=True, exist_ok=True)
     figs = write_figures(rows, out) if figures else []
     write_report(rep, out, figs)

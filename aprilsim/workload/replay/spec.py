@@ -153,7 +153,8 @@ def notes_for(workload: Any) -> list[str]:
     return out
 
 
-__all__ = ["FORMATS", "ReplaySpec", "detect_log_format", "notes_for", "parse_spec",
+__all__ = ["FORMATS", "ReplaySpec", "detect_log_format", "notes_for", "parse_spec", "scenario_notes",
+           "scenario_workload",
            "read_run_log", "replay_workload"]
 
 
