@@ -170,8 +170,10 @@ def _field(rec: dict[str, Any], names: tuple[str, ...]) -> int | None:
 
 
 def verl_rows(path: str | Path, tokenizer: str | Path | None = None,
-              reward_key: str | None = None) -> tuple[list[LoggedRow], list[str]]:
-    """Rows of verl rollout dumps: a ``rollout_data_dir`` or one ``{step}.jsonl``."""
+              reward_key: str | None = None, eos_tokens: int = 0) -> tuple[list[LoggedRow], list[str]]:
+    """Rows of verl rollout dumps: a ``rollout_data_dir`` or one ``{step}.jsonl``; `eos_tokens`
+    is added to every re-tokenised response (the EOS the dump's decoding skipped; a truncated
+    response, which has none, is capped back to max_response_len by the replay)."""
     tok = _Tokenizer(tokenizer) if tokenizer else None
     rows: list[LoggedRow] = []
     counted = False
@@ -188,15 +190,15 @@ def verl_rows(path: str | Path, tokenizer: str | Path | None = None,
                         f"{f}: verl dumps hold decoded text, not token counts: give the run's "
                         "tokenizer (lengths.tokenizer = \"path/to/tokenizer.json\") or log a "
                         "response_length field from the reward function")
-                length, counted = tok.count(str(rec.get("output", ""))), True
+                length, counted = tok.count(str(rec.get("output", ""))) + eos_tokens, True
             if prompt is None and tok is not None and "input" in rec:
                 prompt = tok.count(str(rec["input"]))
             key = ("uid", rec["uid"]) if rec.get("uid") is not None else ("input", rec.get("input"))
             rows.append(LoggedRow(step=step, key=key, length=length, prompt_len=prompt or None,
                                   reward=reward_of(rec.get("score") if reward_key is None
                                                    else rec.get(reward_key), None)))
-    notes = ["response lengths re-tokenised from verl's decoded text (special tokens such as EOS "
-             "are not counted)"] if counted else []
+    notes = [f"response lengths re-tokenised from verl's decoded text (special tokens skipped; "
+             f"{eos_tokens} added for the EOS)"] if counted else []
     return rows, notes
 
 
