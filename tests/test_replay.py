@@ -135,6 +135,8 @@ def test_verl_reader_tokenises_text_like_the_run():
     table = read_run_log(DATA / "table.csv")  # the same sync run, lengths as numbers
     assert run.fmt == "verl" and run.steps == [1, 2, 3, 4, 5]
     assert any("re-tokenised" in n for n in run.notes)
+    plus = read_run_log(VERL, ReplaySpec(replay=str(VERL), tokenizer=str(TOKENIZER), eos_tokens=1))
+    assert [tuple(x - 1 for x in g.lengths) for g in plus.groups] == [g.lengths for g in run.groups]
     # verl's rows are shuffled within a step (balance_batch): groups are matched by prompt text
     for s_verl, s_tab in zip(run.steps, table.steps):
         a = sorted((g.prompt_len, sorted(g.lengths), sorted(g.rewards)) for g in run.groups_of(s_verl))

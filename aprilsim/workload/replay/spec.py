@@ -38,6 +38,7 @@ class ReplaySpec(BaseModel):
     unlogged: Literal["skip", "cap"] = "skip"
     timing: str | None = None  # per-step rollout times (validate --from-log)
     tokenizer: str | None = None  # verl: the run's tokenizer.json, to count tokens of the text
+    eos_tokens: int = Field(default=0, ge=0)  # verl: added to each re-tokenised response (its EOS)
     reward_key: str | None = None  # slime: the key of a dict reward; verl: the field to read
     length_column: str | None = None  # tables: columns, when not detected by name
     group_column: str | None = None
@@ -95,7 +96,7 @@ def _read_cached(path: str, mtime: float, spec: ReplaySpec, timing: tuple[str, f
     if fmt == "slime":
         rows, notes = slime_rows(p, spec.reward_key)
     elif fmt == "verl":
-        rows, notes = verl_rows(p, spec.tokenizer, spec.reward_key)
+        rows, notes = verl_rows(p, spec.tokenizer, spec.reward_key, spec.eos_tokens)
     else:
         if p.is_dir():
             raise ReplayLogError(f"{p}: a table log must be one file")
