@@ -67,11 +67,13 @@ def _base_scenario(scenario: Path | None, from_slime: str | None, from_verl: Pat
 @click.option("--format", "fmt", type=click.Choice(["auto", "slime", "verl", "table"]), default="auto", show_default=True, help="The log's format.")
 @click.option("--unlogged", type=click.Choice(["skip", "cap"]), help="Prompts the run drew but never trained (gaps in slime's group_index): leave out, or run their responses to the cap (partial rollout).")
 @click.option("--tokenizer", type=click.Path(exists=True, path_type=Path), help="verl: the run's tokenizer.json, to count the tokens of its text dumps.")
+@click.option("--eos-tokens", type=click.IntRange(min=0), help="verl: tokens added to each re-tokenised response (1: the EOS the dump skipped).")
 @click.option("--warmup", type=click.IntRange(min=0), help="Steps left out of the errors (default: the scenario's).")
 @click.option("--no-figures", is_flag=True, help="Write report.md and report.json only.")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for report.md, report.json and the figure.")
 def replay_validate_command(run, scenario, from_slime, from_verl, spec, others, timing, calibration,
-                            preset, fmt, unlogged, tokenizer, warmup, no_figures, out) -> None:
+                            preset, fmt, unlogged, tokenizer, eos_tokens, warmup, no_figures,
+                            out) -> None:
     """Replay RUN's logged groups (slime's --save-debug-rollout-data dumps, verl's
     trainer.rollout_data_dir, or a table with step and prompt columns) under the run's scheduler,
     simulated with a preset or calibration, and report predicted vs logged per-step rollout time
@@ -104,6 +106,8 @@ def replay_validate_command(run, scenario, from_slime, from_verl, spec, others, 
             log_spec["format"] = fmt
         if unlogged is not None:
             log_spec["unlogged"] = unlogged
+        if eos_tokens is not None:
+            log_spec["eos_tokens"] = eos_tokens
         if calibration is not None or preset is not None:
             chosen = str(calibration.resolve()) if calibration is not None else preset
             sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"preset": chosen})})
