@@ -24,7 +24,6 @@ from statistics import median
 from typing import Any
 
 import numpy as np
-from scipy.optimize import nnls
 
 from aprilsim.engine.cost import CostModel
 
@@ -125,6 +124,8 @@ def _nnls(x: np.ndarray, y: np.ndarray, relative: bool = True) -> np.ndarray:
     absolute ones, sum((x @ p - y)^2) (which matches sum(x @ p) to sum(y))."""
     w = 1.0 / y if relative else np.full_like(y, 1.0 / float(np.mean(y)))
     scale = np.maximum(np.abs(x).max(axis=0), 1e-12)  # columns of comparable size
+    from scipy.optimize import nnls  # on first use: the CLI starts without scipy
+
     p, _ = nnls(x * w[:, None] / scale, y * w)
     return p / scale
 

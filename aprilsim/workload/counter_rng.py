@@ -9,7 +9,6 @@ passes BigCrush as a generator) on a key built from the indices, vectorised with
 from __future__ import annotations
 
 import numpy as np
-from scipy import special
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -46,4 +45,6 @@ def uniforms(seed: int, stream: int, groups: np.ndarray, samples: np.ndarray | N
 
 def normals(seed: int, stream: int, groups: np.ndarray, samples: np.ndarray | None = None) -> np.ndarray:
     """Standard normals, by the inverse CDF of `uniforms` (same indexing)."""
+    from scipy import special  # on first use: the CLI starts without scipy
+
     return special.ndtri(uniforms(seed, stream, groups, samples))

@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import special, stats
 
 from aprilsim.types import Group, Sample
 from aprilsim.workload import counter_rng as crn
@@ -92,6 +91,8 @@ class Workload:
         u_sample = crn.normals(seed, crn.SAMPLE_EFFECT, keys, idx)
         rho = self.prompt_share
         z = np.sqrt(rho) * u_prompt[:, None] + np.sqrt(1.0 - rho) * u_sample
+        from scipy import special, stats  # on first use: the CLI starts without scipy
+
         raw = self.lengths.ppf(special.ndtr(z)) * self.drift.scale(step)
         resp = cap_lengths(raw, self.max_len)
         prompts = cap_lengths(

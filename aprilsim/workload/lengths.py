@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
-from scipy import special, stats
+
+# scipy loads on first use, not on import: the CLI and the simulator start without it
 
 
 @runtime_checkable
@@ -32,6 +33,8 @@ class LengthModel(Protocol):
 
 
 def _scipy_dist(family: str, p: dict[str, float]):
+    from scipy import stats
+
     if family == "lognormal":
         return stats.lognorm(s=p["sigma"], scale=float(np.exp(p["mu"])))
     if family == "gamma":
@@ -43,6 +46,30 @@ def _scipy_dist(family: str, p: dict[str, float]):
     if family == "gengamma":
         return stats.gengamma(a=p["a"], c=p["c"], scale=p["scale"])
     raise ValueError(f"unknown length family {family!r}")
+
+
+def _special_cdf_sf(family: str, p: dict[str, float], x) -> tuple[np.ndarray, np.ndarray]:
+    """(cdf, sf) of a one-component family from scipy.special alone: a fit evaluates these for
+    every family, and scipy.stats (half a second to import) is then needed only for ppf and the
+    moments of a parametric winner."""
+    from scipy import special
+
+    x = np.maximum(np.asarray(x, float), 0.0)  # NaN stays NaN
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        if family == "lognormal":
+            z = (np.log(x) - p["mu"]) / p["sigma"]
+            return special.ndtr(z), special.ndtr(-z)
+        if family == "loglogistic":
+            lt = p["shape"] * (np.log(x) - np.log(p["scale"]))
+            return special.expit(lt), special.expit(-lt)
+        t = x / p["scale"]
+        if family == "gamma":
+            return special.gammainc(p["shape"], t), special.gammaincc(p["shape"], t)
+        if family == "weibull":
+            u = t ** p["shape"]
+            return -np.expm1(-u), np.exp(-u)
+        u = t ** p["c"]  # gengamma (Stacy): P(a, (x / scale)^c)
+        return special.gammainc(p["a"], u), special.gammaincc(p["a"], u)
 
 
 PARAMETRIC_PARAMS: dict[str, tuple[str, ...]] = {
@@ -60,7 +87,7 @@ class Parametric:
 
     family: str
     params: dict[str, float]
-    _dist: Any = field(init=False, repr=False, compare=False)
+    _frozen: Any = field(init=False, repr=False, compare=False)  # the scipy object, on first use
 
     def __post_init__(self) -> None:
         expected = PARAMETRIC_PARAMS.get(self.family)
@@ -76,7 +103,14 @@ class Parametric:
             if not np.isfinite(v) or (k != "mu" and v <= 0):
                 raise ValueError(f"{self.family}.{k} must be finite and positive, got {v}")
         object.__setattr__(self, "params", {k: float(self.params[k]) for k in expected})
-        object.__setattr__(self, "_dist", _scipy_dist(self.family, self.params))
+        object.__setattr__(self, "_frozen", None)
+
+    @property
+    def _dist(self):
+        """The frozen scipy.stats distribution, built on first use (scipy loads then)."""
+        if self._frozen is None:
+            object.__setattr__(self, "_frozen", _scipy_dist(self.family, self.params))
+        return self._frozen
 
     def pdf(self, x):
         return self._dist.pdf(x)
@@ -85,10 +119,10 @@ class Parametric:
         return self._dist.logpdf(x)
 
     def cdf(self, x):
-        return self._dist.cdf(x)
+        return _special_cdf_sf(self.family, self.params, x)[0]
 
     def sf(self, x):
-        return self._dist.sf(x)
+        return _special_cdf_sf(self.family, self.params, x)[1]
 
     def logsf(self, x):
         return self._dist.logsf(x)
@@ -157,10 +191,14 @@ class LognormalMixture:
             return np.log(self.pdf(x))
 
     def cdf(self, x):
+        from scipy import special
+
         _, z = self._parts(x)
         return (special.ndtr(z) * self.weights).sum(-1)
 
     def sf(self, x):
+        from scipy import special
+
         _, z = self._parts(x)
         return (special.ndtr(-z) * self.weights).sum(-1)
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.optimize import nnls
 
 from aprilsim.engine.cost import CostModel, TabulatedCost
 
@@ -30,6 +29,8 @@ def _nnls_relative(x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = Non
     rows = x * (sw / y)[:, None]
     scale = np.abs(rows).max(axis=0)
     scale[scale == 0] = 1.0
+    from scipy.optimize import nnls  # on first use: the CLI starts without scipy
+
     w, _ = nnls(rows / scale, sw, maxiter=50 * x.shape[1] + 500)
     return w / scale
 

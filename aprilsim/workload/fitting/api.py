@@ -8,18 +8,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from aprilsim.workload.fitting.data import LengthData, check_usable
-from aprilsim.workload.fitting.drift_fit import DriftFitter
 from aprilsim.workload.fitting.errors import LengthDataError
-from aprilsim.workload.fitting.families import ALL_FAMILIES
-from aprilsim.workload.fitting.fitter import LengthFitter
-from aprilsim.workload.fitting.prompt_split import PromptSplit
+from aprilsim.workload.fitting.names import ALL_FAMILIES
 from aprilsim.workload.fitting.readers import read_lengths
-from aprilsim.workload.fitting.report import FitReport
 from aprilsim.workload.fitting.skipped import MAX_SKIPPED, check_skipped
+
+if TYPE_CHECKING:
+    from aprilsim.workload.fitting.report import FitReport
 
 
 def _is_curve(data: LengthData) -> bool:
@@ -57,6 +57,12 @@ def fit_log(
         data = read_lengths(source, column, group_column, step_column)
     check_usable(data)
     check_skipped(data, max_skipped)
+    # the fitting modules (and scipy) load only now: a bad file fails without waiting for them
+    from aprilsim.workload.fitting.drift_fit import DriftFitter
+    from aprilsim.workload.fitting.fitter import LengthFitter
+    from aprilsim.workload.fitting.prompt_split import PromptSplit
+    from aprilsim.workload.fitting.report import FitReport
+
     if _is_curve(data):
         assert data.steps is not None and data.lengths is not None
         drift = DriftFitter().fit(data.steps, data.lengths)

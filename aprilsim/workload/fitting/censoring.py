@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+from scipy import special
 
 from aprilsim.workload.fitting.data import Histogram
 
@@ -70,6 +70,11 @@ def percent(share: float) -> str:
     return f"{v:.2f}" if v >= 0.1 else f"{v:.2g}"
 
 
+def poisson_sf(k: int, mu: float) -> float:
+    """P(N > k) for N ~ Poisson(mu), as scipy.stats.poisson.sf (without loading scipy.stats)."""
+    return 1.0 if k < 0 else float(special.pdtrc(k, mu))
+
+
 def spike_window(hist: Histogram) -> tuple[int, float]:
     """(width of the window below the maximum, Poisson p-value of the count at the maximum)."""
     top = int(hist.values[-1])
@@ -77,7 +82,7 @@ def spike_window(hist: Histogram) -> tuple[int, float]:
     lo = max(top - width, 1)
     in_window = hist.counts[(hist.values >= lo) & (hist.values < top)].sum()
     expected = max(float(in_window) / max(top - lo, 1), 1.0 / max(top - lo, 1))
-    return top - lo, float(stats.poisson.sf(int(hist.counts[-1]) - 1, expected))
+    return top - lo, poisson_sf(int(hist.counts[-1]) - 1, expected)
 
 
 def detect_cap(hist: Histogram) -> tuple[int | None, int, float]:
@@ -95,7 +100,7 @@ def detect_cap(hist: Histogram) -> tuple[int | None, int, float]:
     lo = max(top - width, 1)
     in_window = hist.counts[(hist.values >= lo) & (hist.values < top)].sum()
     expected = max(float(in_window) / max(top - lo, 1), 1.0 / max(top - lo, 1))
-    is_spike = at_top >= SPIKE_MIN_COUNT and stats.poisson.sf(at_top - 1, expected) < SPIKE_P_VALUE
+    is_spike = at_top >= SPIKE_MIN_COUNT and poisson_sf(at_top - 1, expected) < SPIKE_P_VALUE
     return (top if is_spike else None), at_top, expected
 
 

@@ -15,7 +15,7 @@ import click
 
 from aprilsim.cli_errors import OneLineCommand
 from aprilsim.workload.fitting.errors import LengthDataError
-from aprilsim.workload.fitting.families import ALL_FAMILIES
+from aprilsim.workload.fitting.names import ALL_FAMILIES
 from aprilsim.workload.fitting.outputs import check_outputs
 from aprilsim.workload.fitting.skipped import MAX_SKIPPED, skipped_line
 from aprilsim.workload.fitting.text import printable, printable_lines

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import csv
 import gzip
+import io
+import itertools
 import shutil
 import tempfile
 import zlib
@@ -32,6 +34,7 @@ from aprilsim.workload.fitting.columns import (
 )
 from aprilsim.workload.fitting.data import HistogramBuilder, LengthData
 from aprilsim.workload.fitting.errors import LengthDataError
+from aprilsim.workload.fitting.fast_rows import BLOCK_CHARS, delimited_lengths, plain_lengths
 from aprilsim.workload.fitting.json_records import (
     VALUE_COLUMN,
     column_paths,
@@ -153,6 +156,12 @@ class _Accumulator:
         if len(self._buf_len) >= CHUNK:
             self.flush()
 
+    def add_floats(self, x: np.ndarray) -> None:
+        """Bulk path (`fast_rows`): one parsed length per row, no group or step."""
+        self.flush()  # keep rows in file order (the first rejected example of each reason)
+        self.rows += len(x)
+        self._validate(x, None, None)
+
     def add_array(self, lengths: np.ndarray, reasons: np.ndarray, groups=None, steps=None) -> None:
         """Vectorised path (Parquet): floats plus a per-row reason ("" when the cell is a number)."""
         self.rows += len(lengths)
@@ -261,8 +270,8 @@ def _resolve(
     )
 
 
-def _csv_rows(source: Source, fmt: str) -> tuple[list[str], Iterator[list[str]]]:
-    """The header (first non-blank line) and a reader over the rows, with the sniffed delimiter."""
+def _csv_header(source: Source, fmt: str) -> tuple[list[str], io.TextIOBase, str]:
+    """The header (first non-blank line), the text positioned after it, and the delimiter."""
     f = source.open_text()
     first = ""
     for line in f:
@@ -273,11 +282,22 @@ def _csv_rows(source: Source, fmt: str) -> tuple[list[str], Iterator[list[str]]]
         raise LengthDataError(f"{source.name}: file is empty")
     delimiter = "\t" if fmt == "tsv" else sniff_delimiter(first)
     header = next(csv.reader([first], delimiter=delimiter))
-    return [h.strip() for h in header], csv.reader(f, delimiter=delimiter)
+    return [h.strip() for h in header], f, delimiter
+
+
+def _fast_blocks(f: io.TextIOBase, acc: _Accumulator, delimiter: str, ic: int, width: int):
+    """Read clean blocks of lengths in bulk (`fast_rows`); return the lines of the first block
+    that needs the csv module (the rest of the file then goes row by row)."""
+    while lines := f.readlines(BLOCK_CHARS):
+        x = delimited_lengths(lines, delimiter, ic, width)
+        if x is None:
+            return lines
+        acc.add_floats(x)
+    return []
 
 
 def _read_delimited(source, fmt, column, group_column, step_column, rnd) -> LengthData:
-    header, rows = _csv_rows(source, fmt)
+    header, f, delimiter = _csv_header(source, fmt)
     if len(header) == 1 and _Accumulator._number(header[0]) != "not a number" and not column:
         return _read_plain(source, rnd)
     col, grp, stp = _resolve(header, column, group_column, step_column)
@@ -288,7 +308,8 @@ def _read_delimited(source, fmt, column, group_column, step_column, rnd) -> Leng
     )
     acc = _Accumulator(grp is not None or stp is not None, grp is not None, stp is not None, rnd)
     width = max(i for i in (ic, ig, is_) if i is not None)
-    for row in rows:
+    pending = [] if acc.keep_rows else _fast_blocks(f, acc, delimiter, ic, width)
+    for row in csv.reader(itertools.chain(pending, f), delimiter=delimiter):
         if not row or (len(row) == 1 and not row[0].strip()):
             continue
         if len(row) <= width:
@@ -343,10 +364,15 @@ def _chain_first(first, rest):
 def _read_plain(source: Source, rnd: bool = False) -> LengthData:
     acc = _Accumulator(False, False, False, rnd)
     with source.open_text() as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                acc.add(line)
+        while lines := f.readlines(BLOCK_CHARS):
+            x = plain_lengths(lines)
+            if x is not None:
+                acc.add_floats(x)
+                continue
+            for line in lines:
+                line = line.strip()
+                if line:
+                    acc.add(line)
     if acc.rows == 0:
         raise LengthDataError(f"{source.name}: file is empty")
     return acc.result(source.name, "(one length per line)", None, None)

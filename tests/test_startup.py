@@ -1,0 +1,110 @@
+"""Start-up (issue 23 item 5, issue 22): the command line loads no heavy module it does not need.
+
+`aprilsim --help`, importing `aprilsim.cli`, every sub-command's `--help` and `simulate` up to
+the simulator's first call load none of scipy, pandas, matplotlib, torch, aiohttp (nor pydantic,
+except `simulate`, whose scenario needs it); `fit` reads its file (and fails on a bad one) before
+scipy loads. Checked on `sys.modules` in a fresh interpreter, not by timing
+(`benchmarks/startup.py` prints the CPU seconds).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("scipy", "pandas", "matplotlib", "torch", "aiohttp", "plotly", "pyarrow", "ray")
+
+PROBE = """
+import json, os, sys
+def report(*a, **k):
+    print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})), flush=True)
+    os._exit(0)
+target = sys.argv[1]
+if target != '-':
+    import importlib
+    mod, attr = target.rsplit(':', 1)
+    setattr(importlib.import_module(mod), attr, report)
+from aprilsim.cli import main
+try:
+    main(sys.argv[2:])
+except SystemExit:
+    pass
+report()
+"""
+
+
+def loaded(*argv: str, stop_at: str = "-") -> set[str]:
+    """Top-level packages loaded by `aprilsim ARGV` (stopped at `module:function` if given)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    res = subprocess.run(
+        [sys.executable, "-c", PROBE, stop_at, *argv],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+    )
+    last = res.stdout.strip().splitlines()[-1]
+    return set(json.loads(last))
+
+
+def test_importing_the_cli_loads_no_heavy_module():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    code = "import sys, json, aprilsim.cli; print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, check=True
+    )
+    mods = set(json.loads(out.stdout))
+    assert "aprilsim" in mods and "click" in mods  # the probe sees what was imported
+    assert not mods & {*HEAVY, "pydantic", "real"}, mods & {*HEAVY, "pydantic", "real"}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("--help",), ("simulate", "--help"), ("fit", "--help"), ("sweep", "--help"),
+     ("calibrate", "--help"), ("plot", "--help"), ("tune", "--help")],
+    ids=lambda a: " ".join(a),
+)
+def test_help_loads_no_heavy_module(argv):
+    mods = loaded(*argv)
+    assert "click" in mods
+    assert not mods & {*HEAVY, "pydantic", "real"}, mods & {*HEAVY, "pydantic", "real"}
+
+
+def test_run_help_loads_the_runner_but_no_heavy_module():
+    mods = loaded("run", "--help")
+    assert "real" in mods  # the live runner's own options
+    assert not mods & set(HEAVY), mods & set(HEAVY)
+
+
+def test_simulate_reaches_the_simulator_without_scipy():
+    mods = loaded("simulate", stop_at="aprilsim.sim.run:simulate")
+    assert "pydantic" in mods  # the scenario was loaded: the probe stopped at the right place
+    assert not mods & set(HEAVY), mods & set(HEAVY)
+
+
+def test_fit_reads_before_scipy_and_a_bad_file_never_loads_it(tmp_path):
+    f = tmp_path / "x.csv"
+    f.write_text("response_length\n1\n2\n3\n")
+    mods = loaded("fit", str(f), stop_at="aprilsim.workload.fitting.api:read_lengths")
+    assert "aprilsim" in mods and not mods & set(HEAVY), mods & set(HEAVY)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("response_length\nfoo\nbar\n")
+    mods = loaded("fit", str(bad))
+    assert not mods & set(HEAVY), mods & set(HEAVY)
+
+
+def test_the_listed_help_of_lazy_commands_is_their_own():
+    """`aprilsim --help` lists run/validate from a copy of their short help (so that listing
+    does not import real/): the copy must match the commands."""
+    from aprilsim.cli import _LazyGroup
+
+    for name, (module, attr) in _LazyGroup.lazy.items():
+        cmd = getattr(__import__(module, fromlist=[attr]), attr)
+        assert cmd.get_short_help_str(200) == _LazyGroup.lazy_help[name], name
