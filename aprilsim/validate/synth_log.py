@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ class SynthRun:
     steps: list[list[SynthGroup]]
     true_rollout_s: list[float]
     rollout_s: list[float]  # the true times with multiplicative noise: what the run "logged"
+    drawn_step: dict[int, int] = field(default_factory=dict)  # prompt key -> step it was drawn in
 
 
 def synthesize(sc: Scenario, scheduler: str, *, noise: float = 0.03, noise_seed: int = 0,
@@ -64,7 +65,10 @@ def synthesize(sc: Scenario, scheduler: str, *, noise: float = 0.03, noise_seed:
     rng = random.Random(noise_seed)
     true = [s.rollout_time_s for s in run.steps]
     logged = [t * (2.718281828459045 ** rng.gauss(0.0, noise)) for t in true]
-    return SynthRun(scheduler, sc.max_response_len, steps[: len(true)], true, logged)
+    drawn = {}
+    for g in sim.groups.values():
+        drawn.setdefault(g.prompt_key, g.created_step)
+    return SynthRun(scheduler, sc.max_response_len, steps[: len(true)], true, logged, drawn)
 
 
 # ---------------------------------------------------------------------------------------- slime
