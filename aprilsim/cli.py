@@ -34,7 +34,7 @@ class _LazyGroup(OneLineGroup):
         """`validate --from-log RUN ...` is `replay-validate RUN ...`: offline, no live extra."""
         if args and args[0] == "validate" and any(a == "--from-log" or a.startswith("--from-log=")
                                                   for a in args[1:]):
-            from aprilsim.validate.from_log_cli import from_log_args
+            from aprilsim.replay_cli import from_log_args
 
             args = from_log_args(args[1:])
         return super().resolve_command(ctx, args)
@@ -282,7 +282,7 @@ def _register_subcommands() -> None:
     from aprilsim.engine.calibration.cli import make_calibrate_command
 
     main.add_command(make_calibrate_command(_measure_live), "calibrate")
-    from aprilsim.validate.from_log_cli import replay_validate_command
+    from aprilsim.replay_cli import replay_validate_command
 
     main.add_command(replay_validate_command, "replay-validate")
 

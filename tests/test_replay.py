@@ -535,7 +535,7 @@ def test_sweep_accepts_a_replay_scenario(tmp_path):
 
 def test_validate_from_log_is_replay_validate(tmp_path):
     """`aprilsim validate SCENARIO --from-log RUN` runs the offline validation (no engines)."""
-    from aprilsim.validate.from_log_cli import from_log_args
+    from aprilsim.replay_cli import from_log_args
 
     assert from_log_args(["run.toml", "--from-log", "log.csv", "-s", "sync", "--out", "o"]) == [
         "replay-validate", "log.csv", "-s", "sync", "--out", "o", "--scenario", "run.toml"]
@@ -594,3 +594,18 @@ def test_torch_free_reader_property_reached_its_cases():
     if PICKLE_REACHED["examples"] < 20:
         pytest.skip("the property test did not run first")
     assert PICKLE_REACHED["numpy"] >= 5 and PICKLE_REACHED["stub"] >= 2, PICKLE_REACHED
+
+
+def test_replay_validate_help_starts_light():
+    """`aprilsim replay-validate --help` loads neither pydantic nor scipy (the start-up rule)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, json\nfrom aprilsim.cli import main\ntry:\n    main(['replay-validate', "
+            "'--help'])\nexcept SystemExit:\n    pass\nprint(json.dumps(sorted({m.split('.')[0] "
+            "for m in sys.modules})))")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
+                         env={**__import__("os").environ, "PYTHONPATH": str(root)}, timeout=120)
+    mods = set(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert "click" in mods and not mods & {"pydantic", "scipy", "torch", "pandas", "real"}

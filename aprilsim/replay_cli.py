@@ -1,4 +1,6 @@
-"""`aprilsim replay-validate RUN`: offline validation against a run's own logs (from_log.py)."""
+"""`aprilsim replay-validate RUN` (and `validate --from-log`): offline validation against a run's own
+logs (`aprilsim.validate.from_log`). A top-level module: importing it loads only click, so the
+command line starts light (`aprilsim.validate` loads pydantic)."""
 
 from __future__ import annotations
 
