@@ -67,7 +67,7 @@ def _base_scenario(scenario: Path | None, from_slime: str | None, from_verl: Pat
 @click.option("--calibration", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A cost to simulate with: a preset file (`aprilsim calibrate --out`) or a TOML with a [cost] table.")
 @click.option("--preset", help="An engine preset (`aprilsim presets`) instead of the scenario's.")
 @click.option("--format", "fmt", type=click.Choice(["auto", "slime", "verl", "table"]), default="auto", show_default=True, help="The log's format.")
-@click.option("--unlogged", type=click.Choice(["skip", "cap"]), help="Prompts the run drew but never trained (gaps in slime's group_index): leave out, or run their responses to the cap (partial rollout).")
+@click.option("--unlogged", type=click.Choice(["skip", "cap", "draw"]), help="Prompts the run drew but never trained (gaps in slime's group_index): leave out, run their responses to the cap (in flight at the end), or draw them from the logged lengths (dropped surplus).")
 @click.option("--tokenizer", type=click.Path(exists=True, path_type=Path), help="verl: the run's tokenizer.json, to count the tokens of its text dumps.")
 @click.option("--eos-tokens", type=click.IntRange(min=0), help="verl: tokens added to each re-tokenised response (1: the EOS the dump skipped).")
 @click.option("--warmup", type=click.IntRange(min=0), help="Steps left out of the errors (default: the scenario's).")

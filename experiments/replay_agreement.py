@@ -58,7 +58,8 @@ def main() -> None:
           f"{sc.group_size}, max {sc.max_response_len}, {args.steps} steps (warm-up {warm} left out)")
     # the run's draw order (slime's group_index), with the never-trained prompts run to the cap
     # or left out; the trained order
-    for order, unlogged in (("prompt", "cap"), ("prompt", "skip"), ("step", "skip")):
+    for order, unlogged in (("prompt", "cap"), ("prompt", "draw"), ("prompt", "skip"),
+                            ("step", "skip")):
         rep = _errors(run_with({"replay": "log.csv", "order": order, "unlogged": unlogged}),
                       meas, warm)
         print(f"replay (exact list, {order} order, unlogged {unlogged}): per-step error {min(rep):+.2%} .. "

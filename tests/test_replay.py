@@ -456,6 +456,13 @@ def test_unlogged_prompts_run_to_the_cap(tmp_path):
         assert got[mode][:first_gap_step] == pytest.approx(truth.true_rollout_s[:first_gap_step],
                                                            rel=1e-9)
     assert got["skip"] != got["cap"]
+    # "draw": the gaps' responses drawn from the logged lengths, keyed by prompt and response
+    a, b, c = (_scenario({"replay": str(tmp_path / "rd"), "unlogged": "draw"}, seed=sd).workload_for()
+               for sd in (1, 1, 2))
+    pool = {x for g in run.groups for x in g.lengths}
+    assert all(set(a.groups[k].lengths) <= pool for k in gaps)
+    assert [a.groups[k].lengths for k in gaps] == [b.groups[k].lengths for k in gaps] != [
+        c.groups[k].lengths for k in gaps]
     # a log without gaps (sync) is replayed alike either way
     same = [[s.rollout_time_s for s in simulate(_scenario(
         {"replay": "table.csv", "order": "prompt", "unlogged": m}), "sync").steps] for m in ("skip", "cap")]

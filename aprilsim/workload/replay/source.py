@@ -30,13 +30,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from aprilsim.types import Group, Sample
+from aprilsim.workload import counter_rng as crn
 from aprilsim.workload.generator import Workload
 from aprilsim.workload.replay.log import LoggedGroup, ReplayLogError, RunLog
 
 log = logging.getLogger("aprilsim.replay")
 
 EXHAUSTED = ("stop", "wrap")
-UNLOGGED = ("skip", "cap")  # prompts the run drew but never trained: leave out, or run to the cap
+UNLOGGED_STREAM = 101  # counter_rng stream of the lengths drawn for unlogged prompts
+# prompts the run drew but never trained: leave out, run to the cap, or draw from the logged lengths
+UNLOGGED = ("skip", "cap", "draw")
 CAVEAT = ("replay caveat: every response keeps its logged length; a scheduler that would have "
           "aborted a response earlier is given the logged length for it (its resumed remainder "
           "is what the logged run generated)")
@@ -74,7 +77,8 @@ class ReplayWorkload:
         self.group_size = run.group_size
         self.exhausted = exhausted
         self.n_unlogged = 0
-        self._log = self._with_unlogged(run.groups) if unlogged == "cap" else list(run.groups)
+        self._seed = fallback.seed if fallback is not None else 0
+        self._log = list(run.groups) if unlogged == "skip" else self._with_unlogged(run.groups, unlogged)
         self._fill = self._fill_missing(fallback)
         capped = np.minimum(np.concatenate([np.asarray(g.lengths) for g in run.groups]), self.max_len)
         self._mean_len = float(capped.mean())
@@ -92,24 +96,33 @@ class ReplayWorkload:
         """The groups handed out in turn (the log's, with unlogged prompts where filled in)."""
         return self._log
 
-    def _with_unlogged(self, groups: list[LoggedGroup]) -> list[LoggedGroup]:
+    def _with_unlogged(self, groups: list[LoggedGroup], mode: str) -> list[LoggedGroup]:
         """Prompts the run drew but never trained (gaps in the prompt indices: still in flight
-        when the run stopped, or discarded) as groups of responses that run to `max_len`."""
+        when the run stopped, or dropped) as groups whose responses run to `max_len` ("cap") or
+        are drawn from the logged lengths ("draw": keyed by the prompt index and the response,
+        common random numbers)."""
         idx = [g.key[1] for g in groups if isinstance(g.key, tuple) and len(g.key) == 2
                and isinstance(g.key[1], int)]
         if len(idx) != len(groups) or idx != sorted(idx):
             raise ReplayLogError(f"{self.run.source}: unlogged = \"cap\" needs the groups in "
                                  "prompt order (order = \"prompt\")")
         have = set(idx)
+        pool = np.sort(np.concatenate([np.asarray(g.lengths) for g in groups]))
+        n = self.group_size
         out, it = [], iter(groups)
         for k in range(min(idx), max(idx) + 1):
             if k in have:
                 out.append(next(it))
+                continue
+            if mode == "cap":
+                lengths = (self.max_len,) * n
             else:
-                out.append(LoggedGroup(step=-1, key=("unlogged", k),
-                                       lengths=(self.max_len,) * self.group_size,
-                                       prompt_len=None, rewards=None))
-                self.n_unlogged += 1
+                u = crn.uniforms(self._seed, UNLOGGED_STREAM, np.array([k]), np.arange(n))[0]
+                lengths = tuple(int(x) for x in pool[np.minimum((u * pool.size).astype(int),
+                                                                pool.size - 1)])
+            out.append(LoggedGroup(step=-1, key=("unlogged", k), lengths=lengths,
+                                   prompt_len=None, rewards=None))
+            self.n_unlogged += 1
         return out
 
     # ------------------------------------------------------------------ what the log lacks
@@ -208,7 +221,7 @@ class ReplayWorkload:
         n = len(self._log)
         out = f"replay: {self.drawn} fresh groups drawn of the log's {n}"
         if self.n_unlogged:
-            out += f" ({self.n_unlogged} unlogged prompts run to the cap)"
+            out += f" ({self.n_unlogged} unlogged prompts filled in)"
         if self.wrapped:
             out += f"; {self.wrapped} of them repeat the log from its first group (wrap)"
         if self.stretched:

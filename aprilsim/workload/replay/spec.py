@@ -35,7 +35,7 @@ class ReplaySpec(BaseModel):
     # order), "auto" (prompt for slime, whose group_index counts prompts as drawn; else step)
     order: Literal["auto", "step", "prompt"] = "auto"
     # prompt order only: prompts the run drew but never trained (gaps in the prompt indices)
-    unlogged: Literal["skip", "cap"] = "skip"
+    unlogged: Literal["skip", "cap", "draw"] = "skip"
     timing: str | None = None  # per-step rollout times (validate --from-log)
     tokenizer: str | None = None  # verl: the run's tokenizer.json, to count tokens of the text
     eos_tokens: int = Field(default=0, ge=0)  # verl: added to each re-tokenised response (its EOS)
