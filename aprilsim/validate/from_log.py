@@ -137,7 +137,7 @@ def compare_to_log(o: OfflineRun) -> SchedulerComparison:
 def cost_dict(sc: Scenario, source: str) -> dict[str, Any]:
     """The calibration section of the report: the cost the simulation ran (given, not fitted)."""
     c = sc.engine_spec().cost
-    coeffs = {k: getattr(c, k, None) for k in ("a", "b", "c", "p0", "p1", "p2")}
+    coeffs = {k: getattr(c, k, None) for k in ("a", "b", "c", "p0", "p1", "p2", "pr")}
     return {**coeffs, "wall": dict(coeffs), "source": source}  # no fit figures: n/a
 
 

@@ -223,7 +223,7 @@ def report_markdown(rep: dict[str, Any], figures: Sequence[str] = ()) -> str:
             lines.append(f"| {lab} | {_abs_pct(v['step_rollout_median_abs'])} | {_abs_pct(v['noise_floor'])} | {gcells} |")
     lines += ["", "## Calibration", ""]
     if cal.get("n_decode") is None:  # a cost given, not fitted here (offline: replay-validate)
-        coef = ", ".join(f"{k} {cal[k]:.4g}" for k in ("a", "b", "c", "p0", "p1", "p2")
+        coef = ", ".join(f"{k} {cal[k]:.4g}" for k in ("a", "b", "c", "p0", "p1", "p2", "pr")
                          if cal.get(k) is not None)
         lines += [f"The simulation ran the cost of {m.get('calibration_from', '')}: "
                   f"{coef or 'tabulated f(B) + g(B) x K'} (s; given, not fitted here).", ""]
