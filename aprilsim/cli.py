@@ -33,6 +33,13 @@ class _LazyGroup(OneLineGroup):
         return super().main(args, *rest, **kwargs)
 
     def resolve_command(self, ctx, args):
+        """`validate --from-log RUN ...` is `replay-validate RUN ...` (offline, no live extra);
+        an unknown command gets "did you mean"."""
+        if args and args[0] == "validate" and any(a == "--from-log" or a.startswith("--from-log=")
+                                                  for a in args[1:]):
+            from aprilsim.replay_cli import from_log_args
+
+            args = from_log_args(args[1:])
         try:
             return super().resolve_command(ctx, args)
         except click.UsageError as e:
@@ -242,6 +249,9 @@ def _register_subcommands() -> None:
     from aprilsim.engine.calibration.cli import make_calibrate_command
 
     main.add_command(make_calibrate_command(_measure_live), "calibrate")
+    from aprilsim.replay_cli import replay_validate_command
+
+    main.add_command(replay_validate_command, "replay-validate")
 
 
 def _measure_live(**kwargs):

@@ -264,7 +264,15 @@ class Scenario(_Strict):
         return _length_model(d, "lengths"), {}
 
     def workload_for(self, seed: int | None = None) -> Workload:
-        """The group generator: lengths, prompts, rewards and drift (seed: the scenario's)."""
+        """The group generator: lengths, prompts, rewards and drift (seed: the scenario's).
+        With `lengths = { replay = LOG, ... }`, the log's groups (`aprilsim.workload.replay`)."""
+        if "replay" in self.lengths:
+            from aprilsim.workload.replay.spec import scenario_workload
+
+            try:
+                return scenario_workload(self, seed)  # type: ignore[return-value]
+            except ValueError as e:
+                raise ScenarioError(str(e)) from None
         lengths, extra = self.length_model()
         p = dict(self.prompts)
         max_prompt = int(p.pop("max_len", 2048))

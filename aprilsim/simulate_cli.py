@@ -79,6 +79,11 @@ def run_simulate(*, scenario: Path | None, schedulers: tuple[str, ...], sets: tu
     records: list[dict[str, Any]] = []
     try:
         sc = with_overrides(apply_sets(load_scenario(scenario), sets), steps=steps, warmup=warmup)
+        if "replay" in sc.lengths:  # trace replay: what the log holds, and the caveat
+            from aprilsim.workload.replay.spec import scenario_notes
+
+            for note in scenario_notes(sc, seed):
+                click.echo(f"aprilsim: {note}", err=True)
         labels = list(dict.fromkeys(schedulers)) or list(sc.compare)
         specs = _specs(sc, labels)
         outputs = per_scheduler_paths(labels, trace_out=trace_out, timeline=timeline)

@@ -124,6 +124,11 @@ def sweep_command(scenario, grids, ranges, schedulers, seeds, steps, warmup, job
 
     try:
         sc = as_scenario(scenario)
+        if "replay" in sc.lengths:  # trace replay: what the log holds, and the caveat
+            from aprilsim.workload.replay.spec import scenario_notes
+
+            for note in scenario_notes(sc):
+                click.echo(f"aprilsim: {note}", err=True)
         base = scenario_dict(sc)
         axes = [parse_grid(g) for g in grids] + [parse_range(r, base) for r in ranges]
         warnings = ignored_key_warnings(list(schedulers) or list(sc.compare), axes)

@@ -69,7 +69,8 @@ class SchedulerComparison:
 
     def errors(self) -> dict[str, Any]:
         """Relative error of every compared metric, and the per-step spread."""
-        out: dict[str, Any] = {k: rel_err(float(self.predicted[k]), float(self.measured[k]))
+        out: dict[str, Any] = {k: None if self.measured.get(k) is None else  # n/a: not measured
+                               rel_err(float(self.predicted[k]), float(self.measured[k]))
                                for k in METRICS}
         se = np.array(self.step_errors)
         if se.size:

@@ -165,7 +165,9 @@ def _noise(t: dict[str, Any]) -> str:
     return f" (noise floor {100 * max(nf):.1f}%)" if nf else ""
 
 
-def _num(x: float) -> str:
+def _num(x: float | None) -> str:
+    if x is None:  # not measured (offline validation: the log's side)
+        return "n/a"
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
@@ -219,7 +221,14 @@ def report_markdown(rep: dict[str, Any], figures: Sequence[str] = ()) -> str:
             else:
                 gcells = "(base) | | "
             lines.append(f"| {lab} | {_abs_pct(v['step_rollout_median_abs'])} | {_abs_pct(v['noise_floor'])} | {gcells} |")
-    lines += ["", "## Calibration", "",
+    lines += ["", "## Calibration", ""]
+    if cal.get("n_decode") is None:  # a cost given, not fitted here (offline: replay-validate)
+        coef = ", ".join(f"{k} {cal[k]:.4g}" for k in ("a", "b", "c", "p0", "p1", "p2", "pr")
+                         if cal.get(k) is not None)
+        lines += [f"The simulation ran the cost of {m.get('calibration_from', '')}: "
+                  f"{coef or 'tabulated f(B) + g(B) x K'} (s; given, not fitted here).", ""]
+    else:
+        lines += [
               f"From {m.get('calibration_from', '')} ({cal.get('source', '')}): decode "
               f"a {1e3 * cal['a']:.3f} ms + b {1e6 * cal['b']:.1f} us x B + c {cal['c']:.3g} s x K; "
               f"prefill p0 {1e3 * cal['p0']:.3f} ms + p1 {1e6 * cal['p1']:.2f} us x n (compute, relative "

@@ -1,0 +1,226 @@
+"""Readers of what RL frameworks write about their rollouts, into `LoggedRow`s.
+
+- slime, ``--save-debug-rollout-data`` (or ``--dump-details DIR``, which sets it to
+  ``DIR/rollout_data/{rollout_id}.pt``): one ``torch.save`` per rollout of
+  ``{"rollout_id": id, "samples": [Sample.to_dict(), ...]}`` (``slime/observability/
+  rollout_data_utils.py``). A sample dict has ``group_index``, ``index``, ``tokens`` (prompt and
+  response), ``response_length``, ``reward`` (a number, or a dict read at ``reward_key``),
+  ``status`` (``completed``, ``truncated``, ``aborted``, ...) and ``metadata``, where partial
+  rollout marks a response resumed from an earlier rollout with ``start_rollout_id``. Files
+  ``eval_{id}.pt`` (evaluation) are skipped.
+- verl, ``trainer.rollout_data_dir``: one ``{global_step}.jsonl`` per step written by the
+  trainer's ``_dump_generations``, a line per response with ``input`` and ``output`` (decoded
+  text), ``gts``, ``score``, ``step`` and the reward function's extra fields. It holds text, not
+  token counts: a ``response_length`` (and ``prompt_length``) field, if the reward function adds
+  one, is used; otherwise the text is tokenised again with the run's tokenizer (``tokenizer =
+  "path/to/tokenizer.json"``, read by the ``tokenizers`` package), which drops the special
+  tokens the dump skipped (EOS). Responses of one prompt are those with the same ``uid`` if
+  logged, else the same ``input`` text within the step.
+
+slime's ``.pt`` files are read without torch (`torch_pickle`); tokenizers is imported only
+when a verl dump must be tokenised.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from aprilsim.workload.replay.log import LoggedRow, ReplayLogError
+from aprilsim.workload.replay.torch_pickle import load_torch_save
+
+REWARD_KEYS = ("score", "reward", "acc", "accuracy")
+LENGTH_FIELDS = ("response_length", "response_len", "output_length", "num_output_tokens",
+                 "completion_tokens", "response_tokens")
+PROMPT_FIELDS = ("prompt_length", "prompt_len", "input_length", "num_prompt_tokens",
+                 "prompt_tokens")
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, (int, float)):
+        return float(v)
+    item = getattr(v, "item", None)  # a 0-d tensor or numpy scalar
+    if callable(item):
+        try:
+            x = item()
+        except (TypeError, ValueError, RuntimeError):
+            return None
+        return float(x) if isinstance(x, (int, float, bool)) else None
+    return None
+
+
+def reward_of(v: Any, key: str | None = None) -> float | None:
+    """A logged reward as a number: itself, or a dict's `key` (else its first known key)."""
+    if isinstance(v, dict):
+        keys = (key,) if key else REWARD_KEYS
+        for k in keys:
+            if k in v and _number(v[k]) is not None:
+                return _number(v[k])
+        return None
+    return _number(v)
+
+
+def _digits(stem: str) -> int:
+    """The last number in a file name (0 when none): ``rollout_12`` -> 12."""
+    found = re.findall(r"\d+", stem)
+    return int(found[-1]) if found else 0
+
+
+def _step_files(path: Path, suffix: str) -> list[tuple[int, Path]]:
+    """(step, file) of a dump directory's per-step files ``{step}{suffix}``, ascending."""
+    if path.is_file():
+        m = re.fullmatch(r"(\d+)", path.stem)
+        return [(int(m.group(1)) if m else 0, path)]
+    if not path.is_dir():
+        raise ReplayLogError(f"{path}: no such file or directory")
+    out = [(int(p.stem), p) for p in path.iterdir() if p.suffix == suffix and p.stem.isdigit()]
+    if not out:
+        raise ReplayLogError(f"{path}: no per-step files named STEP{suffix} found")
+    return sorted(out)
+
+
+# ---------------------------------------------------------------------------------------- slime
+def _length_of(v: Any) -> int:
+    if v is None:
+        return 0
+    shape = getattr(v, "shape", None)
+    if shape is not None:
+        return int(v.numel()) if hasattr(v, "numel") else int(v.size)
+    return len(v)
+
+
+def slime_rows(path: str | Path, reward_key: str | None = None) -> tuple[list[LoggedRow], list[str]]:
+    """Rows of slime debug rollout dumps: a ``rollout_data`` directory or one ``{id}.pt``."""
+    p = Path(path)
+    rows: list[LoggedRow] = []
+    notes: list[str] = []
+    skipped = sorted(q.name for q in p.iterdir() if q.name.startswith("eval_")) if p.is_dir() else []
+    if skipped:
+        notes.append(f"{len(skipped)} evaluation dumps (eval_*.pt) skipped")
+    aborted = 0
+    if p.is_dir():  # any path template: every .pt but the evaluation dumps, step from the dict
+        files = [(_digits(q.stem), q) for q in sorted(p.iterdir())
+                 if q.suffix == ".pt" and not q.name.startswith("eval_")]
+        if not files:
+            raise ReplayLogError(f"{p}: no slime rollout dumps (*.pt) found")
+    else:
+        files = _step_files(p, ".pt")
+    for file_step, f in files:
+        data = load_torch_save(f)
+        if not isinstance(data, dict) or not isinstance(data.get("samples"), list):
+            raise ReplayLogError(f"{f}: not a slime debug rollout dump (a dict with 'samples')")
+        step = int(data.get("rollout_id", file_step))
+        for j, s in enumerate(data["samples"]):
+            if not isinstance(s, dict) or "response_length" not in s:
+                raise ReplayLogError(f"{f}: sample {j} has no response_length")
+            resp = int(s["response_length"])
+            tokens = s.get("tokens")
+            prompt = _length_of(tokens) - resp if tokens is not None else None
+            meta = s.get("metadata") or {}
+            start = meta.get("start_rollout_id") if isinstance(meta, dict) else None
+            status = s.get("status")
+            status = getattr(status, "value", status)
+            aborted += status == "aborted"
+            gi = s.get("group_index")
+            gi = int(_number(gi)) if _number(gi) is not None else gi  # numpy/0-d tensor ints too
+            key = ("group", gi) if gi is not None else ("prompt", str(s.get("prompt", j)))
+            rows.append(LoggedRow(step=step, key=key, length=resp,
+                                  prompt_len=prompt if prompt is not None and prompt > 0 else None,
+                                  reward=reward_of(s.get("reward"), reward_key),
+                                  resumed=start is not None and int(start) != step,
+                                  status=str(status) if status is not None else None))
+    if aborted:
+        notes.append(f"{aborted} responses logged as aborted are replayed with their logged length")
+    return rows, notes
+
+
+# ---------------------------------------------------------------------------------------- verl
+class _Tokenizer:
+    """Token counts of decoded text with the run's tokenizer (``tokenizer.json``)."""
+
+    def __init__(self, path: str | Path) -> None:
+        p = Path(path)
+        if p.is_dir():
+            p = p / "tokenizer.json"
+        try:
+            from tokenizers import Tokenizer
+        except ImportError:
+            raise ReplayLogError("tokenising verl's text dumps needs the tokenizers package "
+                                 "(pip install tokenizers)") from None
+        try:
+            self._tok = Tokenizer.from_file(str(p))
+        except Exception as e:
+            raise ReplayLogError(f"tokenizer {p}: cannot read ({e})") from None
+
+    def count(self, text: str) -> int:
+        return len(self._tok.encode(text, add_special_tokens=False).ids)
+
+
+def _field(rec: dict[str, Any], names: tuple[str, ...]) -> int | None:
+    for n in names:
+        x = _number(rec.get(n))
+        if x is not None:
+            return int(x)
+    return None
+
+
+def verl_rows(path: str | Path, tokenizer: str | Path | None = None,
+              reward_key: str | None = None, eos_tokens: int = 0) -> tuple[list[LoggedRow], list[str]]:
+    """Rows of verl rollout dumps: a ``rollout_data_dir`` or one ``{step}.jsonl``; `eos_tokens`
+    is added to every re-tokenised response (the EOS the dump's decoding skipped; a truncated
+    response, which has none, is capped back to max_response_len by the replay)."""
+    tok = _Tokenizer(tokenizer) if tokenizer else None
+    rows: list[LoggedRow] = []
+    counted = False
+    for file_step, f in _step_files(Path(path), ".jsonl"):
+        for n, rec in enumerate(_jsonl(f), 1):
+            if "output" not in rec and _field(rec, LENGTH_FIELDS) is None:
+                raise ReplayLogError(f"{f}:{n}: not a verl rollout dump line (no 'output')")
+            step = int(rec.get("step", file_step))
+            length = _field(rec, LENGTH_FIELDS)
+            prompt = _field(rec, PROMPT_FIELDS)
+            if length is None:
+                if tok is None:
+                    raise ReplayLogError(
+                        f"{f}: verl dumps hold decoded text, not token counts: give the run's "
+                        "tokenizer (lengths.tokenizer = \"path/to/tokenizer.json\") or log a "
+                        "response_length field from the reward function")
+                length, counted = tok.count(str(rec.get("output", ""))) + eos_tokens, True
+            if prompt is None and tok is not None and "input" in rec:
+                prompt = tok.count(str(rec["input"]))
+            key = ("uid", rec["uid"]) if rec.get("uid") is not None else ("input", rec.get("input"))
+            rows.append(LoggedRow(step=step, key=key, length=length, prompt_len=prompt or None,
+                                  reward=reward_of(rec.get("score") if reward_key is None
+                                                   else rec.get(reward_key), None)))
+    notes = [f"response lengths re-tokenised from verl's decoded text (special tokens skipped; "
+             f"{eos_tokens} added for the EOS)"] if counted else []
+    return rows, notes
+
+
+def _jsonl(f: Path) -> Iterator[dict[str, Any]]:
+    with open(f, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ReplayLogError(f"{f}:{n}: not valid JSON ({e.msg})") from None
+            if not isinstance(rec, dict):
+                raise ReplayLogError(f"{f}:{n}: expected a JSON object per line")
+            yield rec
+
+
+def looks_like_verl(path: Path) -> bool:
+    """A JSONL file (or a directory of ``{step}.jsonl``) whose first record has input and output."""
+    files = _step_files(path, ".jsonl") if path.is_dir() else [(0, path)]
+    try:
+        first = next(_jsonl(files[0][1]))
+    except (StopIteration, ReplayLogError, UnicodeDecodeError, OSError):
+        return False
+    return "output" in first and "input" in first
