@@ -132,6 +132,10 @@ def simulate(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trac
                    f"{sc.group_size} samples, max {sc.max_response_len} tokens, {sc.steps} steps, "
                    f"the first {sc.warmup_steps} left out as warm-up)")
         click.echo(format_table(rows))
+        for row in rows:  # the steady-state check (aprilsim.metrics.steady): say it plainly
+            if not row.get("settled", True):
+                click.echo(f"note: {row['scheduler']} not settled in {row['steps']} steps "
+                           f"({row['unsettled_reason']}): run more --steps")
 
 
 def with_overrides(sc, *, steps: int | None = None, warmup: int | None = None):
@@ -167,7 +171,8 @@ def _per_scheduler_paths(names: list[str], **paths: Path | None) -> dict[str, di
 @click.option("--from-verl", "from_verl", metavar="CONFIG", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A verl PPO/GRPO config (YAML, or a script of hydra overrides): print the scenario it maps to.")
 @click.option("--to-slime", "to_slime", metavar="SCENARIO.toml", type=click.Path(dir_okay=False, path_type=Path), help="Print the slime flags that launch this scenario.")
 @click.option("--scheduler", "-s", "target", help="With --to-slime: the scheduler to launch (default: the last non-sync one in `compare`).")
-def scenario(from_slime, from_verl, to_slime, target) -> None:
+@click.option("--lengths", "lengths", metavar="MODEL.toml", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="With --from-slime: the response-length model to use (one `aprilsim fit` wrote) instead of the per-dataset estimate.")
+def scenario(from_slime, from_verl, to_slime, target, lengths) -> None:
     """Print the embedded default scenario (a starting point for your own), or convert one.
 
     Settings with no aprilsim counterpart are listed in one warning on stderr.
@@ -190,10 +195,14 @@ def scenario(from_slime, from_verl, to_slime, target) -> None:
             argv, notes = interop.to_slime(load_scenario(to_slime), target)
             click.echo(interop.format_flags(argv, notes), nl=False)
             return
+        if lengths is not None and from_slime is None:
+            fail("--lengths goes with --from-slime")
+            return
         if from_slime is not None:
-            p = Path(from_slime)
-            text = p.read_text() if p.is_file() else from_slime
-            res, what, origin = interop.from_slime(text), "slime flags", from_slime
+            from aprilsim.interop.slime import read_source
+
+            text = read_source(from_slime)
+            res, what, origin = interop.from_slime(text, lengths=lengths), "slime flags", from_slime
         else:
             res, what, origin = interop.from_verl(from_verl.read_text()), "verl keys", str(from_verl)
         from aprilsim.config import scenario_from_dict

@@ -178,6 +178,8 @@ class LaunchSection(_Strict):
     chunked_prefill_size: int | None = None  # SGLang; -1 disables chunking
     dynamic_sampling_filter: str | None = None  # slime --dynamic-sampling-filter-path
     buffer_filter: str | None = None  # slime --buffer-filter-path
+    checkpoint: str | None = None  # slime --hf-checkpoint (the importer picks the preset by it)
+    prompt_data: str | None = None  # slime --prompt-data (the importer picks the lengths by it)
 
 
 class Scenario(_Strict):

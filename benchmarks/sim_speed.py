@@ -9,7 +9,11 @@ sample the scheduler asked for) and trained (the samples that reached a training
 * `cluster_*`: 64 engines, 512 groups x 16 samples, max 32,768 tokens, 20 steps, APRIL;
 * `tight_cluster_*`: the same with a 120,000-token KV cache per engine, so engines retract;
 * `speedup_vs_reference`: fast engine over the per-iteration reference engine on a workload that
-  retracts, each timed as the best of the same number of repeats, results asserted identical.
+  retracts, each timed as the best of the same number of repeats, results asserted identical;
+* `kv_bound_*`: the same check under the presets' SGLang rules where the KV cache binds (the
+  default scenario on 150,000 KV tokens per engine, APRIL at ratio 2, 2 steps: 16k caps crossing
+  the 4,096 clip while the queue waits, retractions, re-admissions), every step's records
+  asserted equal to 1e-9; the reference is timed once.
 
 Each figure is the best of `--repeats` runs (the machine is shared: compare within one run). On a
 loaded machine `--clock cpu` times with the process's CPU time instead of wall time, which leaves
@@ -109,6 +113,29 @@ def bench_reference(repeats: int) -> dict[str, float]:
     return {"speedup": t_ref / t_fast, "fast_s": t_fast, "reference_s": t_ref, "retractions": a["retractions"]}
 
 
+def bench_kv_bound() -> dict[str, float]:
+    """Fast vs reference under SGLang's rules on a KV-bound cache: every step record equal."""
+    sc = load_scenario(None)
+    sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"kv_capacity": 150_000})})
+    assert sc.engine_spec().sglang_ratio and sc.engine_spec().clip_max_new_tokens > 0
+    kw = {"seed": 0, "steps": 2, "settings": {"ratio": 2.0}}
+    fast, t_fast = timed(lambda: simulate(sc, "april", **kw), 3)
+    ref, t_ref = timed(lambda: simulate(sc, "april", engine_factory=ReferenceEngine, **kw), 1)
+    for a, b in zip(fast.steps, ref.steps, strict=True):
+        da, db = a.to_dict(), b.to_dict()
+        for key, v in da.items():
+            w = db[key]
+            if isinstance(v, float):
+                assert math.isclose(v, w, rel_tol=1e-9, abs_tol=1e-9), (a.step, key, v, w)
+            elif isinstance(v, list) and v and isinstance(v[0], float):
+                assert all(math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9) for x, y in zip(v, w))
+            else:
+                assert v == w, (a.step, key, v, w)
+    retr = sum(r.retractions for r in fast.steps)
+    assert retr > 0, "the KV-bound check must retract"
+    return {"speedup": t_ref / t_fast, "fast_s": t_fast, "reference_s": t_ref, "retractions": retr}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object")
@@ -122,6 +149,7 @@ def main() -> None:
     cluster = bench_cluster(CLUSTER, n)
     tight = bench_cluster(TIGHT_CLUSTER, n)
     ref = bench_reference(n)
+    kvb = bench_kv_bound()
     out = {
         "default_samples_per_s": round(default["created_per_s"]),
         "default_trained_samples_per_s": round(default["trained_per_s"]),
@@ -136,6 +164,10 @@ def main() -> None:
         "reference_check_fast_s": round(ref["fast_s"], 4),
         "reference_check_reference_s": round(ref["reference_s"], 3),
         "reference_check_retractions": ref["retractions"],
+        "kv_bound_speedup_vs_reference": round(kvb["speedup"], 1),
+        "kv_bound_fast_s": round(kvb["fast_s"], 4),
+        "kv_bound_reference_s": round(kvb["reference_s"], 3),
+        "kv_bound_retractions": kvb["retractions"],
         "repeats": n,
         "clock": args.clock,
     }

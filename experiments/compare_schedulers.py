@@ -31,7 +31,7 @@ from aprilsim.policies.base import CloseBatch  # noqa: E402
 from aprilsim.policies.registry import REGISTRY, make_scheduler  # noqa: E402
 from aprilsim.sim.build import build_simulation  # noqa: E402
 
-ORDER = ["sync", "april", "april_ds", "dynamic_sampling", "tail_batching", "async_one_step",
+ORDER = ["sync", "april", "april_ds", "slime_dapo", "dynamic_sampling", "tail_batching", "async_one_step",
          "fully_async"]
 USER = "my_scheduler:EarlyStopScheduler"
 COLUMNS = [

@@ -62,6 +62,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="directory with tokenizer.json; 'auto' builds the bundled byte-level BPE "
                         "for --vocab-size (cached under $APRILSIM_TOKENIZER_CACHE or "
                         "~/.cache/aprilsim); 'none' serves token ids only")
+    s.add_argument("--enable-memory-saver", action="store_true",
+                   help="allow /release_memory_occupation (SGLang's flag; reported in "
+                        "/server_info)")
+    s.add_argument("--read-timeout", type=float, default=60.0,
+                   help="seconds a connection may hold no request (an unfinished request head, "
+                        "a half-open socket) or take to send its body; then it is closed (408 "
+                        "for a slow body); 0: never")
     s.add_argument("--log-level", default="warning")
     return p.parse_args(argv)
 
@@ -99,11 +106,18 @@ async def serve(args: argparse.Namespace) -> None:
     server = EngineHTTPServer(runner, ServerConfig(
         host=args.host, port=args.port, model_path=args.model_path,
         incremental_streaming_output=args.incremental_streaming_output,
-        tokenizer_path=resolve_tokenizer(args.tokenizer_path, engine.vocab_size)))
+        tokenizer_path=resolve_tokenizer(args.tokenizer_path, engine.vocab_size),
+        enable_memory_saver=args.enable_memory_saver, read_timeout_s=args.read_timeout))
     # handler_cancellation: a client that disconnects cancels its handler, which aborts the
     # request (SGLang does the same), streaming or not.
-    app_runner = web.AppRunner(server.app, access_log=None, handler_cancellation=True)
+    # auto_decompress off: read_json decodes Content-Encoding itself (bounded; 415 for others).
+    # lingering_time: after an error answered before its body arrived (408, 413, ...), the rest
+    # of the body is read and dropped for at most this long, then the connection is closed.
+    app_runner = web.AppRunner(server.app, access_log=None, handler_cancellation=True,
+                               auto_decompress=False,
+                               lingering_time=min(2.0, max(args.read_timeout, 0.0)))
     await app_runner.setup()
+    reaper = asyncio.create_task(server.watch_connections(app_runner.server))
     site = web.TCPSite(app_runner, args.host, args.port)
     await site.start()
     print(f"real.serve listening on http://{args.host}:{args.port}", flush=True)
@@ -112,13 +126,18 @@ async def serve(args: argparse.Namespace) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    reaper.cancel()
     await app_runner.cleanup()
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)
-    asyncio.run(serve(args))
+    try:
+        asyncio.run(serve(args))
+    except (ValueError, OSError) as exc:  # a bad checkpoint or flag, a busy port: one line
+        print(f"real.serve: error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

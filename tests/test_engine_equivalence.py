@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from hypothesis import event, given, settings, target
+from hypothesis import event, example, given, settings, target
 from hypothesis import strategies as st
 
 from aprilsim.engine.cost import CostModel, EngineSpec, TabulatedCost
@@ -217,7 +217,7 @@ class Driver:
             return
         if kind == "abort_late":  # lands after the step in flight and k more decode steps
             k = int(dur * 5) % 9  # 0-8: long enough, often, for a request to finish meanwhile
-            finished_before = sum(e.abort_finishes for e in es)
+            finished_before = sum(e.stats.abort_finishes for e in es)
             for e in es:
                 busy = not e.is_idle()
                 t_land, got = e.abort_after_steps(now, k)
@@ -226,7 +226,7 @@ class Driver:
                 self.hits["aborted with partial output"] += sum(
                     c.tokens > 0 and c.reason == "abort" for c in got)
             self.hits["finished while an abort landed"] += (
-                sum(e.abort_finishes for e in es) > finished_before)
+                sum(e.stats.abort_finishes for e in es) > finished_before)
             return
         aborted = [c for e in es for c in e.abort_all(now)]
         self.out += aborted
@@ -301,8 +301,7 @@ def _fast_matches_reference(case: Case) -> None:
         assert ef.tokens == er.tokens
         assert ef.retractions == er.retractions
         assert ef.kv_peak == er.kv_peak <= case.spec.kv_capacity
-        assert ef.prefill_tokens == er.prefill_tokens
-        assert ef.iterations == er.iterations
+        assert ef.stats == er.stats
         assert _close(ef.busy_time, er.busy_time)
         assert ef.is_idle() and er.is_idle()
     # every request ends exactly once, finished or aborted
@@ -319,7 +318,7 @@ def _fast_matches_reference(case: Case) -> None:
         "finished at prefill": any(c[1] == 1 and c[2] != "abort" for c in fast),
         "decaying ratio": case.spec.sglang_ratio,
         "ratio re-estimated after a retraction": case.spec.sglang_ratio and retractions > 0,
-        "span cut where the decaying ratio may admit": sum(e.ratio_cuts for e in fd.engines) > 0,
+        "span cut where the decaying ratio may admit": sum(e.stats.ratio_cuts for e in fd.engines) > 0,
         "clipped estimate": 0 < case.spec.clip_max_new_tokens < max(r[3] for r in case.reqs),
         "requeued at the tail": case.spec.retract_to == "tail" and retractions > 0,
         "abort landed after a step in flight": fd.hits["abort landed after a step in flight"] > 0,
@@ -333,11 +332,11 @@ def _fast_matches_reference(case: Case) -> None:
     target(float(retractions), label="retractions")
     target(float(fd.hits["aborted with partial output"]), label="partial aborts")
     target(float(fd.hits["paused a busy engine"]), label="busy pauses")
-    target(float(sum(e.ratio_cuts for e in fd.engines)), label="ratio cuts")
+    target(float(sum(e.stats.ratio_cuts for e in fd.engines)), label="ratio cuts")
     # the retraction target favours head requeues (a request retracted to the head is readmitted
     # and retracted again): without this one, tail requeues can vanish from the examples
     target(float(retractions if case.spec.retract_to == "tail" else 0), label="tail retractions")
-    target(float(sum(e.abort_finishes for e in fd.engines)), label="finishes while aborts land")
+    target(float(sum(e.stats.abort_finishes for e in fd.engines)), label="finishes while aborts land")
 
 
 # The chunked-prefill property checks the same and more through `_check`; the property above keeps
@@ -356,14 +355,8 @@ def _check(case: Case) -> tuple[Driver, dict[str, bool]]:
         assert ef.tokens == er.tokens
         assert ef.retractions == er.retractions
         assert ef.kv_peak == er.kv_peak <= case.spec.kv_capacity
-        assert ef.prefill_tokens == er.prefill_tokens
-        assert ef.prefill_passes == er.prefill_passes
-        assert ef.multi_pass_batches == er.multi_pass_batches
-        assert ef.joined_open_pass == er.joined_open_pass
-        assert ef.abort_pass_cuts == er.abort_pass_cuts
-        assert ef.prefix_hits == er.prefix_hits
-        assert not ef.refs  # every shared prefix left with its last holder
-        assert ef.iterations == er.iterations
+        assert ef.stats == er.stats  # chunked-prefill and prefix counters included
+        assert not ef.prefixes  # every shared prefix left with its last holder
         assert _close(ef.busy_time, er.busy_time)
         assert ef.is_idle() and er.is_idle()
     assert len({c[0] for c in fast}) == len(fast) == len(fd.reqs)
@@ -376,18 +369,29 @@ def _check(case: Case) -> tuple[Driver, dict[str, bool]]:
         "several engines": case.engines > 1,
         "tabulated cost": isinstance(case.spec.cost, TabulatedCost),
         "decaying ratio": case.spec.sglang_ratio,
-        "prefill batch over several passes": sum(e.multi_pass_batches for e in fd.engines) > 0,
-        "prefill batch joined an open pass": sum(e.joined_open_pass for e in fd.engines) > 0,
+        "prefill batch over several passes": sum(e.stats.multi_pass_batches for e in fd.engines) > 0,
+        "prefill batch joined an open pass": sum(e.stats.joined_open_pass for e in fd.engines) > 0,
         "interrupted a prefill": fd.hits["interrupted a prefill"] > 0,
-        "abort landed after a pass mid-batch": sum(e.abort_pass_cuts for e in fd.engines) > 0,
-        "admitted onto a held prefix": sum(e.prefix_hits for e in fd.engines) > 0,
-        "prefix freed with its last holder": sum(e.prefix_drops for e in fd.engines) > 0,
+        "abort landed after a pass mid-batch": sum(e.stats.abort_pass_cuts for e in fd.engines) > 0,
+        "admitted onto a held prefix": sum(e.stats.prefix_hits for e in fd.engines) > 0,
+        "prefix freed with its last holder": sum(e.stats.prefix_drops for e in fd.engines) > 0,
         "group-affinity router": case.router == "group_affinity",
     }
     return fd, reached
 
 
+# An abort that lands after a pass in the middle of a batch (two 300-token prompts in 40-token
+# passes, the abort at 50 ms): rare among the drawn examples (0-29 % across hypothesis seeds), so
+# always run once here.
+ABORT_MID_BATCH = Case(
+    EngineSpec(COST, kv_capacity=3_000, max_running=32, max_prefill_tokens=600,
+               chunked_prefill_size=40),
+    1, "round_robin", [(0.0, 0, 300, 100, 50), (0.0, 1, 300, 100, 50)],
+    [(0.05, "abort_late", 0.3)], [], False)
+
+
 @settings(max_examples=CHUNK_EXAMPLES, deadline=None, derandomize=True)
+@example(ABORT_MID_BATCH)
 @given(cases(chunked=True))
 def _fast_matches_reference_chunked(case: Case) -> None:
     fd, reached = _check(case)
@@ -396,9 +400,9 @@ def _fast_matches_reference_chunked(case: Case) -> None:
         if hit:
             event(name)
             REACHED_CHUNKED[name] += 1
-    target(float(sum(e.joined_open_pass for e in fd.engines)), label="open passes joined")
+    target(float(sum(e.stats.joined_open_pass for e in fd.engines)), label="open passes joined")
     target(float(fd.hits["interrupted a prefill"]), label="interrupted prefills")
-    target(float(sum(e.abort_pass_cuts for e in fd.engines)), label="aborts after a pass")
+    target(float(sum(e.stats.abort_pass_cuts for e in fd.engines)), label="aborts after a pass")
 
 
 SHARED_EXAMPLES = 100
@@ -414,7 +418,7 @@ def _fast_matches_reference_shared(case: Case) -> None:
         if hit:
             event(name)
             REACHED_SHARED[name] += 1
-    target(float(sum(e.prefix_hits for e in fd.engines)), label="prefix hits")
+    target(float(sum(e.stats.prefix_hits for e in fd.engines)), label="prefix hits")
     target(float(sum(e.retractions for e in fd.engines)), label="retractions")
 
 
@@ -506,7 +510,7 @@ def test_decode_time_is_the_closed_form():
     (done,) = e.advance()  # one jump to the finish
     expected = COST.prefill_time(1_000) + COST.decode_span(499, 1, 1_000)
     assert done.tokens == 500 and math.isclose(done.time, expected, rel_tol=1e-12)
-    assert e.iterations == 499 and e.t_event == math.inf
+    assert e.stats.iterations == 499 and e.t_event == math.inf
 
 
 def test_abort_returns_partial_tokens_and_queued_requests():

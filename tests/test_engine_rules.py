@@ -37,7 +37,7 @@ def test_prefill_emits_the_first_token(cls):
     assert (last.rid, last.tokens) == (1, 3)
     # two decode iterations, batch 1, from the 200 prompt tokens (token 1 has no KV entry yet)
     assert math.isclose(last.time, t_prefill + COST.decode_span(2, 1, 200), rel_tol=1e-12)
-    assert e.tokens == 4 and e.iterations == 2
+    assert e.tokens == 4 and e.stats.iterations == 2
 
 
 def test_prefill_attention_is_quadratic_per_request():
@@ -58,7 +58,7 @@ def test_no_prefill_is_followed_by_a_retraction(cls):
     e.submit([Request(0, 300, 100, 100), Request(1, 700, 300, 300)], 0.0)
     done = run_all(e)
     assert e.retractions == 0
-    assert e.prefill_tokens == 1_000
+    assert e.stats.prefill_tokens == 1_000
     assert sorted((c.rid, c.tokens) for c in done) == [(0, 100), (1, 300)]
     assert e.kv_peak <= 1_000
 
@@ -185,7 +185,7 @@ def test_decaying_ratio_admits_a_queued_request_mid_decode(cls):
     const, _ = run(new_token_ratio=0.7)
     assert const[1].time > const[0].time  # refused until request 0 finished
     assert sgl[1].time < sgl[0].time  # admitted mid-decode, after some hundred decode steps
-    assert e.retractions == 0 and e.iterations > 300
+    assert e.retractions == 0 and e.stats.iterations > 300
 
 
 @pytest.mark.parametrize("cls", ENGINES)
@@ -196,7 +196,7 @@ def test_clip_bounds_the_estimate_of_long_requests(cls):
                           clip_max_new_tokens=clip)
         e = cls(spec)
         e.submit([Request(0, 100, 20_000, 50), Request(1, 100, 12_000, 50)], 0.0)
-        return [r.rid for r in e.batch]
+        return [r.rid for r in e.prefilling()]
 
     assert first_batch(0) == [0]  # 100 + 12,000 > 30,000 - 100 - 20,000: the second waits
     assert first_batch(4096) == [0, 1]  # 100 + 4,096 <= 30,000 - 100 - 4,096
@@ -296,7 +296,7 @@ def test_a_long_prompt_takes_one_p0_per_pass(cls, cost):
     on, e = finish(8192)
     assert off == cost.prefill_time(20_000)
     assert math.isclose(on, off + 2 * cost.p0, rel_tol=1e-12)
-    assert e.prefill_passes == 3 and e.multi_pass_batches == 1
+    assert e.stats.prefill_passes == 3 and e.stats.multi_pass_batches == 1
     assert math.isclose(e.busy_time, on, rel_tol=1e-12)
 
 
@@ -315,10 +315,10 @@ def test_a_batch_the_token_budget_ended_leaves_its_pass_open(cls):
     one = COST.prefill_time(10_000)
     assert math.isclose(t[0], one + COST.p0, rel_tol=1e-12)  # passes 8,192 and 1,808 (+ open)
     assert math.isclose(t[1], t[0] + one, rel_tol=1e-12)  # 6,384 in the open pass, 3,616 in one
-    assert (e.prefill_passes, e.joined_open_pass, e.multi_pass_batches) == (3, 1, 2)
+    assert (e.stats.prefill_passes, e.stats.joined_open_pass, e.stats.multi_pass_batches) == (3, 1, 2)
     t, e = run(15_000)  # request 1 fits only once request 0 has finished
     assert math.isclose(t[1], t[0] + one + COST.p0, rel_tol=1e-12)
-    assert (e.prefill_passes, e.joined_open_pass) == (4, 0)
+    assert (e.stats.prefill_passes, e.stats.joined_open_pass) == (4, 0)
 
 
 @pytest.mark.parametrize("cls", ENGINES)
@@ -332,7 +332,7 @@ def test_a_pause_mid_chunked_prefill_redoes_the_batch(cls):
     (c,) = run_all(e)
     assert math.isclose(c.time, 2.0 + full, rel_tol=1e-12)
     assert math.isclose(e.busy_time, 1.5 * full, rel_tol=1e-12)
-    assert e.prefill_passes == 3
+    assert e.stats.prefill_passes == 3
 
 
 def test_cluster_key_sets_chunked_prefill():
@@ -366,14 +366,14 @@ def test_an_abort_lands_after_the_prefill_pass_in_flight(cls):
     t, out = e.abort_after_steps(0.5 * ends[0], 1)
     assert math.isclose(t, ends[0], rel_tol=1e-12) and math.isclose(e.busy_time, t, rel_tol=1e-12)
     assert [(c.rid, c.tokens, c.reason) for c in out] == [(0, 0, "abort")]
-    assert e.abort_pass_cuts == 1 and e.prefill_passes == 0 and e.is_idle()
+    assert e.stats.abort_pass_cuts == 1 and e.stats.prefill_passes == 0 and e.is_idle()
     e = cls(spec)
     e.submit([Request(0, 20_000, 10, 5)], 0.0)
     t, out = e.abort_after_steps(0.5 * (ends[1] + ends[2]), 1)
     full = COST.prefill_time(20_000, passes=3)
     assert math.isclose(t, full + COST.decode_time(1, 20_000), rel_tol=1e-12)
     assert [(c.rid, c.tokens, c.reason) for c in out] == [(0, 2, "abort")]
-    assert e.abort_pass_cuts == 0 and e.prefill_passes == 3
+    assert e.stats.abort_pass_cuts == 0 and e.stats.prefill_passes == 3
 
 
 def _grouped(rid: int, key: int, prompt: int, max_new: int, target: int) -> Request:
@@ -399,12 +399,12 @@ def test_a_group_prefills_and_holds_its_prompt_once(cls):
     # prefix (50 + its 2 own), so decode 2 runs 4 requests over 155 + 5 - 52 = 108 tokens
     decodes = COST.decode_time(5, 155) + COST.decode_time(4, 108)
     assert math.isclose(first.time, COST.prefill_time(155, sq) + decodes, rel_tol=1e-12)
-    assert e.prefill_tokens == 155 and e.prefix_hits == 3
+    assert e.stats.prefill_tokens == 155 and e.stats.prefix_hits == 3
     assert e.kv == 0 and e.is_idle()
     plain = cls(EngineSpec(COST, kv_capacity=10_000))
     plain.submit([Request(i, 101, 10, 3 + i) for i in range(4)], 0.0)
     run_all(plain)
-    assert plain.prefill_tokens == 404
+    assert plain.stats.prefill_tokens == 404
 
 
 @pytest.mark.parametrize("cls", ENGINES)
@@ -418,7 +418,7 @@ def test_a_shared_prefix_stays_while_one_holder_runs(cls):
     assert e.kv == 200 + 1  # the prefix + sample 1's prompt token (its first output has no KV)
     e.submit([_grouped(2, 1, 201, 50, 5)], e.t)
     run_all(e)
-    assert e.prefill_tokens == 200 + 2 + 1 and e.prefix_hits == 2
+    assert e.stats.prefill_tokens == 200 + 2 + 1 and e.stats.prefix_hits == 2
     assert e.kv == 0
 
 
@@ -440,7 +440,7 @@ def test_chunked_prefill_over_a_cached_prefix(cls):
     e = cls(EngineSpec(COST, kv_capacity=10_000, prefix_sharing=True, chunked_prefill_size=100))
     e.submit([_grouped(i, 3, 301, 10, 1) for i in range(3)], 0.0)
     done = e.advance()
-    assert e.prefill_tokens == 303 and e.prefill_passes == 4
+    assert e.stats.prefill_tokens == 303 and e.stats.prefill_passes == 4
     dur, passes, _ = chunked_prefill_time(COST, [301, 1, 1], 100, 0, [0, 300, 300])
     assert passes == 4 and math.isclose(done[0].time, dur, rel_tol=1e-12)
     assert math.isclose(dur, COST.prefill_time(303, 301**2 + 2 * (301**2 - 300**2), 4),

@@ -76,3 +76,15 @@ def test_unresolved_values_of_mapped_keys_are_listed():
 def test_a_one_step_config_keeps_one_summarised_step():
     res = from_verl((DATA / "verl-dapo-e2e.yaml").read_text())  # trainer.total_training_steps: 1
     assert res.data["steps"] == 1 and res.data.get("warmup_steps", 0) == 0
+
+
+def test_verl_import_notes_every_assumed_value():
+    from aprilsim.interop import from_verl
+
+    res = from_verl("actor_rollout_ref.rollout.name=vllm "
+                    "actor_rollout_ref.rollout.tensor_model_parallel_size=4 trainer.n_gpus_per_node=8")
+    notes = " | ".join(res.notes)
+    assert "trainer.nnodes not set: verl's default, 1" in notes
+    assert "TP-2 estimate kept for a TP-4 launch" in notes
+    assert "name=vllm: simulated under the preset's SGLang scheduling rules" in notes
+    assert res.data["cluster"]["engines"] == 2

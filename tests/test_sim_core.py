@@ -65,11 +65,14 @@ def run_ledger(sc, name):
 def test_april_beats_sync_on_the_default_scenario():
     sc = load_scenario(None)
     sync = simulate(sc, "sync", steps=4).summary()
-    april = simulate(sc, "april", steps=4).summary()
+    run = simulate(sc, "april", steps=4)
+    april = run.summary()
     assert april["rollout_throughput_tok_s"] > 1.2 * sync["rollout_throughput_tok_s"]
     assert april["mean_step_time_s"] < sync["mean_step_time_s"]
     assert sync["offpolicy_token_fraction"] == 0.0 and april["offpolicy_token_fraction"] > 0.0
-    assert april["wasted_tokens"] == 0 and april["discarded_samples"] == 0
+    # the only waste: groups completing in the N-th's wake-up, which slime drops (surplus="drop")
+    dropped = sum(s.scheduler_stats["dropped_groups"] for s in run.steps[run.warmup_steps:])
+    assert april["discarded_samples"] == dropped * sc.group_size
 
 
 @settings(max_examples=25, deadline=None)

@@ -95,7 +95,7 @@ def test_aborts_that_land_after_the_step_in_flight_agree_on_both_engines(name, k
     fast = run(sc, name, {}, engine_factory=_recording(FastEngine, made_f))
     ref = run(sc, name, {}, engine_factory=ReferenceEngine)
     f_steps, f_end = _assert_same_run(fast, ref)
-    assert sum(e.abort_steps_run for e in made_f) > 0, "no abort found a step in flight"
+    assert sum(e.stats.abort_steps_run for e in made_f) > 0, "no abort found a step in flight"
     base = run(sc.model_copy(update={"cluster": sc.cluster.model_copy(
         update={"abort_steps": -1})}), name, {})  # -1: the abort lands at once
     # the runs are the same up to the first abort, which lands later; after it they part ways
@@ -129,13 +129,11 @@ def test_whole_runs_agree_with_chunked_prefill(name, settings, cluster):
     ref = run(chunked, name, settings, engine_factory=ReferenceEngine)
     f_steps, f_end = _assert_same_run(fast, ref)
     for fe, re_ in zip(fast.sim.engines, ref.sim.engines, strict=True):
-        assert (fe.prefill_passes, fe.multi_pass_batches, fe.joined_open_pass,
-                fe.abort_pass_cuts) == (re_.prefill_passes, re_.multi_pass_batches,
-                                        re_.joined_open_pass, re_.abort_pass_cuts)
+        assert fe.stats == re_.stats
     if "abort_steps" in cluster:  # an abort found a multi-pass batch mid-way
-        assert sum(e.abort_pass_cuts for e in fast.sim.engines) > 0
-    assert sum(e.multi_pass_batches for e in fast.sim.engines) > 0
-    assert sum(e.joined_open_pass for e in fast.sim.engines) > 0
+        assert sum(e.stats.abort_pass_cuts for e in fast.sim.engines) > 0
+    assert sum(e.stats.multi_pass_batches for e in fast.sim.engines) > 0
+    assert sum(e.stats.joined_open_pass for e in fast.sim.engines) > 0
     assert _fingerprint(run(tight, name, settings)) != (f_steps, f_end)
 
 
@@ -155,13 +153,13 @@ def test_prefix_sharing_runs_agree_on_both_engines(name, router):
     fast = run(shared, name, {}, engine_factory=_recording(FastEngine, made))
     ref = run(shared, name, {}, engine_factory=ReferenceEngine)
     f_steps, f_end = _assert_same_run(fast, ref)
-    assert sum(e.prefix_hits for e in made) > 0
+    assert sum(e.stats.prefix_hits for e in made) > 0
     if name != "sync":  # other schedulers' work changes with the timing (what gets aborted)
         return
     plain: list = []
     run(sc.model_copy(update={"cluster": cl.model_copy(update={"prefix_sharing": False})}),
         name, {}, engine_factory=_recording(FastEngine, plain))
-    assert sum(e.prefill_tokens for e in made) < sum(e.prefill_tokens for e in plain)
+    assert sum(e.stats.prefill_tokens for e in made) < sum(e.stats.prefill_tokens for e in plain)
 
 
 def test_whole_runs_agree_under_the_presets_sglang_rules():

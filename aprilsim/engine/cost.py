@@ -445,3 +445,12 @@ PRESETS: dict[str, EngineSpec] = {
 }
 
 DEFAULT_PRESET = "qwen3-4b-h100-tp2"
+
+
+# ---- the APRIL paper's setups (MI300X and H100 twins): aprilsim/engine/paper_presets.py --------
+from aprilsim.engine.paper_presets import paper_presets as _paper_presets  # noqa: E402
+from aprilsim.engine.paper_presets import sglang_overrides as _overrides  # noqa: E402
+
+for _name, _fields in _paper_presets().items():
+    _spec = EngineSpec(**{**_fields, "cost": CostModel(**_fields["cost"])})
+    PRESETS.setdefault(_name, replace(_spec, **{**SGLANG_RULES, **_overrides(_name)}))

@@ -32,19 +32,33 @@ from collections import deque
 from aprilsim.engine.admission import (
     can_admit_head,
     prefill_pieces,
-    ratio_after_retraction,
-    ratio_at,
     select_prefill_batch,
 )
+from aprilsim.engine.clipped_reserve import ClippedReserve
 from aprilsim.engine.cost import EngineSpec, pass_ends, prefill_passes
+from aprilsim.engine.parts import (
+    DECODE,
+    IDLE,
+    PREFILL,
+    EngineFace,
+    EngineStats,
+    NewTokenRatio,
+    PrefillBatch,
+    PrefixRefs,
+)
 from aprilsim.engine.request import Completion, Request, check_requests
 
 INF = math.inf
-IDLE, PREFILL, DECODE = 0, 1, 2
 
 
-class FastEngine:
-    """One simulated SGLang server. Every public method leaves `t_event` (next event) valid."""
+class FastEngine(EngineFace):
+    """One simulated SGLang server. Every public method leaves `t_event` (next event) valid.
+
+    State: the queue, the running requests (and a heap of their finish iterations), the decode
+    counter `it`, KV held and the unclipped reserve; the features each keep their own component:
+    `pf` (the prefill batch and the open chunked pass), `clipped` (SGLang's clipped reserve),
+    `ratio` (the decaying new-token ratio), `prefixes` (shared prefixes), `stats` (counters).
+    """
 
     def __init__(self, spec: EngineSpec, name: int = 0) -> None:
         self.spec = spec
@@ -58,78 +72,30 @@ class FastEngine:
         self.it = 0  # decode iterations done (global counter)
         self.t = 0.0  # time of the current boundary
         self.kv = 0  # KV tokens held by running + prefilling requests
-        self.reserve = 0  # sum of (max_new - gen) over them
+        self.reserve = 0  # sum of (max_new - gen) over them, unclipped
         self.hold = False  # admission blocked after a retraction until a request finishes
         self.phase = IDLE
         self.n = 0  # planned decode iterations
-        self.batch: list[Request] = []  # the prefill batch in progress
-        self.batch_tokens = 0  # its input tokens
-        self.batch_time = 0.0  # and its duration
-        # chunked prefill: tokens free in the last pass of a batch the token budget ended, which
-        # the next batch fills first (no new p0); `room_in`: what the current plan started from
-        self.chunk = spec.prefill_chunk
-        self.room = self.room_in = self.batch_room = 0
-        self.batch_passes = 1  # forward passes the prefill batch in progress starts
         self.t_event = INF
-        # statistics
         self.busy_time = 0.0
         self.tokens = 0
-        self.prefill_tokens = 0
-        self.prefill_passes = 0  # prefill forward passes (one per batch without chunking)
-        self.multi_pass_batches = 0  # prefill batches over several passes (chunked prefill)
-        self.joined_open_pass = 0  # prefill batches that began in the pass left open before them
-        self.retractions = 0
         self.kv_peak = 0
-        self.iterations = 0
-        # the new-token ratio: `ratio_base` set at iteration `ratio_it0` (see admission.ratio_at)
-        self.ratio_base = spec.new_token_ratio
-        self.ratio_it0 = 0
-        self.decay = spec.new_token_ratio_decay
+        self.stats = EngineStats()
+        self.open_room = 0  # chunked prefill: tokens free in the pass the last batch left open
+        self.chunk = spec.prefill_chunk
+        self.pf = PrefillBatch()
+        self.ratio = NewTokenRatio(spec)
         self.sglang = spec.sglang_ratio
+        self.decay = spec.new_token_ratio_decay
         self.clip = spec.clip_max_new_tokens
-        self.over_clip = False  # may a running request's remaining max_new exceed the clip?
-        # The clipped reserve sum(min(max_new - gen, clip)) over running requests, kept up to date
-        # (`_reserve_after`): a request with E = max_new - base (gen = base + it) counts `clip`
-        # while it < K = E - clip ("far", in a heap by K) and E - it once past ("near").
-        self._far: list[tuple[int, int]] = []  # (K, rid), lazily cleaned
-        self._far_ids: set[int] = set()
-        self._near_ids: set[int] = set()
-        self._sum_e_near = 0  # sum of E over the near ones
-        # prefix sharing: key -> requests holding it (running or prefilling); its length
-        self.refs: dict[int, int] = {}
+        self.clipped = ClippedReserve(self.clip) if self.clip else None
         self.share = spec.prefix_sharing
-        self.prefix_hits = 0  # requests prefilled onto a prefix the engine held (tests)
-        self.batch_hits = 0  # those of the prefill batch in progress
-        self.batch_pieces: tuple[list[int], list[int]] = ([], [])  # its per-request pieces
-        self.prefix_drops = 0  # prefixes freed with their last holder (tests)
-        self.abort_steps_run = 0  # steps run while an abort was on its way, in flight + k (tests)
-        self.abort_finishes = 0  # requests finished while an abort was on its way (tests)
-        self.abort_pass_cuts = 0  # aborts that landed after a pass in flight, mid-batch (tests)
-        self.ratio_cuts = 0  # decode spans cut short where the decaying ratio may admit (tests)
+        self.prefixes = PrefixRefs()
 
     # ---------------------------------------------------------------- public API
-    @property
-    def load(self) -> int:
-        """Requests on this engine (running, prefilling and queued): what a router balances."""
-        return len(self.running) + len(self.batch) + len(self.waiting)
-
-    @property
-    def peak_kv(self) -> int:
-        """Most KV tokens held since the last `reset_peak`."""
-        return self.kv_peak
-
-    @property
-    def n_running(self) -> int:
-        """Requests decoding or prefilling (the running batch; queued requests excluded)."""
-        return len(self.running) + len(self.batch)
-
-    def is_idle(self) -> bool:
-        """True when nothing is queued, prefilling or decoding."""
-        return self.phase == IDLE and self.load == 0
-
-    def reset_peak(self, now: float) -> None:
-        """Start a new peak-KV window at the KV held at `now`."""
-        self.kv_peak = self.progress_at(now)[2]
+    def prefilling(self) -> list[Request]:
+        """The requests of the prefill batch in progress."""
+        return self.pf.reqs
 
     def progress_at(self, now: float) -> tuple[int, float, int]:
         """(tokens, busy seconds, KV tokens) as of `now`, inside a decode span included."""
@@ -141,12 +107,6 @@ class FastEngine:
                 tokens += m * len(self.running)
                 kv += m * len(self.running)
         return tokens, busy, kv
-
-    def block_until(self, t: float) -> None:
-        """Start nothing before `t`; only valid on an idle engine (after `abort_all`)."""
-        if not self.is_idle():
-            raise RuntimeError("block_until on a busy engine")
-        self.t = max(self.t, t)
 
     def submit(self, reqs: list[Request], now: float) -> None:
         """Queue requests arriving at `now`; they are considered at the first boundary >= now."""
@@ -163,14 +123,15 @@ class FastEngine:
 
     def advance(self) -> list[Completion]:
         """Carry out the event due at `t_event`; return the requests that finished there."""
-        done: list[Completion] = []
         phase = self.phase
-        if phase == DECODE:  # _apply_decode(self.n), with the span already known (the common case)
+        if phase == DECODE:  # `_end_decode_span`, inlined: the hot path
             m, b = self.n, len(self.running)
             self.busy_time += self.t_event - self.t
             self.t = self.t_event
             self.it += m
-            self.iterations += m
+            self.stats.iterations += m
+            if self.clipped is not None:
+                self.clipped.it += m  # ClippedReserve.advance(m)
             mb = m * b
             self.kv += mb
             self.reserve -= mb
@@ -179,39 +140,9 @@ class FastEngine:
                 self.kv_peak = self.kv
             done = self._pop_finished()
         elif phase == PREFILL:
-            self.prefill_tokens += self.batch_tokens
-            self.prefix_hits += self.batch_hits
-            self.prefill_passes += self.batch_passes
-            if self.room_in:  # the room this batch started from
-                self.joined_open_pass += 1
-            if self.batch_passes + (self.room_in > 0) > 1:
-                self.multi_pass_batches += 1
-            self.busy_time += self.batch_time
-            self.t = t = self.t + self.batch_time
-            running, finish, it, push = self.running, self._finish, self.it, heapq.heappush
-            n = len(self.batch)
-            self.tokens += n  # the prefill emits each request's next token
-            self.reserve -= n
-            for r in self.batch:
-                gen = r.gen = r.gen + 1
-                if gen == r.target_new:  # done at its prefill: its last token has no KV entry
-                    self.kv -= r.input_len + gen - 1
-                    if r.shared:
-                        self._release(r)
-                    self.reserve -= r.max_new - gen
-                    self.hold = False
-                    done.append(Completion(r.rid, gen, "length" if gen == r.max_new else "stop", t))
-                    continue
-                r.base = base = gen - it  # running: gen == base + it from now on
-                running[r.rid] = r
-                if self.clip:
-                    self._clip_add(r)
-                    if r.max_new - gen > self.clip:
-                        self.over_clip = True
-                push(finish, (r.target_new - base, r.rid))
-            self.batch = []
-            self.batch_tokens = 0
-            self.room = self.batch_room  # the next plan continues the open pass if it prefills
+            done = self._end_prefill()
+        else:
+            done = []
         self.phase = IDLE
         self._plan()
         return done
@@ -222,30 +153,15 @@ class FastEngine:
         while self.t_event <= now:
             out += self.advance()
         if self.phase == DECODE:
-            m = self._iterations_within(now - self.t)
-            self._apply_decode(m)
+            self._apply_decode(self._iterations_within(now - self.t))
         if self.phase != IDLE and now > self.t:
             self.busy_time += now - self.t
         self.t = max(self.t, now)
         for r in self.running.values():
             r.gen = r.base + self.it
-        for r in [*self.running.values(), *self.batch, *self.waiting]:
+        for r in [*self.running.values(), *self.pf.reqs, *self.waiting]:
             out.append(Completion(r.rid, r.gen, "abort", now))
-        self.running.clear()
-        self.batch = []
-        self.batch_tokens = 0
-        self.waiting.clear()
-        self._finish.clear()
-        self.kv = self.reserve = 0
-        self.refs.clear()
-        self._far.clear()
-        self._far_ids.clear()
-        self._near_ids.clear()
-        self._sum_e_near = 0
-        self.hold = False
-        self.room = 0
-        self.ratio_base, self.ratio_it0 = self.spec.new_token_ratio, self.it
-        self.phase, self.n, self.t_event = IDLE, 0, INF
+        self._empty()
         return out
 
     def abort_after_steps(self, now: float, k: int) -> tuple[float, list[Completion]]:
@@ -261,7 +177,8 @@ class FastEngine:
         if self.phase == IDLE or self.t > now:  # nothing in flight (idle, or held until later)
             return now, out + self.abort_all(now)
         n_due = len(out)
-        self.abort_steps_run += 1
+        stats = self.stats
+        stats.abort_steps_run += 1
         if self.phase == PREFILL:
             end = self._pass_in_flight_end(now)
             if end is None:  # one pass, or the last: the batch completes
@@ -270,7 +187,7 @@ class FastEngine:
                 self.busy_time += end - self.t
                 self.t = end
                 self._unplan()  # its requests rejoin the queue, which leaves below
-                self.abort_pass_cuts += 1
+                stats.abort_pass_cuts += 1
         else:
             m = self._iterations_within(now - self.t) + 1
             out += self._decode_one_of(m)
@@ -282,33 +199,10 @@ class FastEngine:
             self._plan()
             out += self._decode_one_of(1)
             self._unplan()
-            self.abort_steps_run += 1
+            stats.abort_steps_run += 1
         self.waiting.extend(queued)
-        self.abort_finishes += len(out) - n_due
+        stats.abort_finishes += len(out) - n_due
         return self.t, out + self.abort_all(self.t)
-
-    def _pass_in_flight_end(self, now: float) -> float | None:
-        """The end of the chunked prefill pass in flight at `now` (one starting at `now`
-        included), or None when it is the batch's last pass or the batch has only one."""
-        if not self.chunk or self.batch_passes + (self.room_in > 0) < 2:
-            return None
-        if self.share:
-            lens, cached = self.batch_pieces
-        else:
-            lens, cached = [r.input_len + r.gen for r in self.batch], []
-        for end in pass_ends(self.cost, lens, self.chunk, self.room_in, cached)[:-1]:
-            if self.t + end > now:
-                return self.t + end
-        return None
-
-    def _decode_one_of(self, m: int) -> list[Completion]:
-        """Run the first m iterations of the decode span planned (m <= its length) and stop at a
-        boundary: the whole span through `advance` (its finishes included), else a part of it."""
-        if m >= self.n:
-            return self.advance()
-        self._apply_decode(m)
-        self.phase, self.n, self.t_event = IDLE, 0, INF
-        return []
 
     def pause(self, now: float, until: float) -> list[Completion]:
         """Stop generating from `now` to `until` (weight update); the iteration in progress is redone."""
@@ -322,26 +216,41 @@ class FastEngine:
         if self.phase == PREFILL:
             self._unplan()  # the whole batch is redone, all its passes (chunked prefill)
         self.phase = IDLE
-        self.room = 0  # after the pause a prefill starts a new pass
+        self.open_room = 0  # after the pause a prefill starts a new pass
         self.t = max(self.t, until)
         self._plan()
         return out
 
-    # ---------------------------------------------------------------- internals
-    def _apply_decode(self, m: int) -> None:
-        if m <= 0:
-            return
-        b = len(self.running)
-        dur = self.cost.decode_span(m, b, self.kv)
-        self.t += dur
-        self.busy_time += dur
-        self.it += m
-        self.iterations += m
-        self.kv += m * b
-        self.reserve -= m * b
-        self.tokens += m * b
-        if self.kv > self.kv_peak:
-            self.kv_peak = self.kv
+    # ---------------------------------------------------------------- events
+    def _end_prefill(self) -> list[Completion]:
+        """The prefill batch ends: each request gets its next token and runs (or finishes, when
+        that was its last)."""
+        pf, done = self.pf, []
+        self.stats.count_batch(pf)
+        self.busy_time += pf.time
+        self.t = t = self.t + pf.time
+        running, finish, it, push = self.running, self._finish, self.it, heapq.heappush
+        clipped = self.clipped
+        self.tokens += len(pf.reqs)  # the prefill emits each request's next token
+        self.reserve -= len(pf.reqs)
+        for r in pf.reqs:
+            gen = r.gen = r.gen + 1
+            if gen == r.target_new:  # done at its prefill: its last token has no KV entry
+                self.kv -= r.input_len + gen - 1
+                if r.shared:
+                    self._release(r)
+                self.reserve -= r.max_new - gen
+                self.hold = False
+                done.append(Completion(r.rid, gen, "length" if gen == r.max_new else "stop", t))
+                continue
+            r.base = base = gen - it  # running: gen == base + it from now on
+            running[r.rid] = r
+            if clipped is not None:
+                clipped.add(r.rid, r.max_new - gen)
+            push(finish, (r.target_new - base, r.rid))
+        pf.clear()
+        self.open_room = pf.room_out  # the next plan continues the open pass if it prefills
+        return done
 
     def _pop_finished(self) -> list[Completion]:
         """Remove the requests whose finish iteration has come (the heap holds exactly the
@@ -350,13 +259,13 @@ class FastEngine:
         if not heap or heap[0][0] > it:
             return []
         done = []
-        running, t, pop = self.running, self.t, heapq.heappop
+        running, t, pop, clipped = self.running, self.t, heapq.heappop, self.clipped
         freed = 0
         while heap and heap[0][0] <= it:
             rid = pop(heap)[1]
             r = running.pop(rid)
-            if self.clip:
-                self._clip_drop(r)
+            if clipped is not None:
+                clipped.drop(rid)
             gen = r.gen = r.target_new
             max_new = r.max_new
             freed += r.input_len + gen - 1
@@ -368,20 +277,68 @@ class FastEngine:
         self.hold = False
         return done
 
-    def _release(self, r) -> None:
-        """A request holding a shared prefix leaves: the prefix goes with the last holder."""
-        if self._unref(r.prefix):
-            self.kv -= r.shared
-            self.prefix_drops += 1
+    def _empty(self) -> None:
+        """After an abort: nothing queued, prefilling or running; every component reset."""
+        self.running.clear()
+        self.waiting.clear()
+        self._finish.clear()
+        self.pf.clear()
+        self.kv = self.reserve = 0
+        self.prefixes.clear()
+        if self.clipped is not None:
+            self.clipped.clear(self.it)
+        self.hold = False
+        self.open_room = 0
+        self.ratio.reset(self.it)
+        self.phase, self.n, self.t_event = IDLE, 0, INF
 
-    def _unref(self, key: int) -> bool:
-        """One holder fewer for prefix `key`; True when that was the last."""
-        c = self.refs[key] - 1
-        if c:
-            self.refs[key] = c
-            return False
-        del self.refs[key]
-        return True
+    def _pass_in_flight_end(self, now: float) -> float | None:
+        """The end of the chunked prefill pass in flight at `now` (one starting at `now`
+        included), or None when it is the batch's last pass or the batch has only one."""
+        pf = self.pf
+        if not self.chunk or pf.passes + (pf.room_in > 0) < 2:
+            return None
+        if self.share:
+            lens, cached = pf.pieces
+        else:
+            lens, cached = [r.input_len + r.gen for r in pf.reqs], []
+        for end in pass_ends(self.cost, lens, self.chunk, pf.room_in, cached)[:-1]:
+            if self.t + end > now:
+                return self.t + end
+        return None
+
+    def _decode_one_of(self, m: int) -> list[Completion]:
+        """Run the first m iterations of the decode span planned (m <= its length) and stop at a
+        boundary: the whole span through `advance` (its finishes included), else a part of it."""
+        if m >= self.n:
+            return self.advance()
+        self._apply_decode(m)
+        self.phase, self.n, self.t_event = IDLE, 0, INF
+        return []
+
+    def _apply_decode(self, m: int) -> None:
+        """m iterations of the current decode plan pass (an outside call cut the span)."""
+        if m <= 0:
+            return
+        b = len(self.running)
+        dur = self.cost.decode_span(m, b, self.kv)
+        self.t += dur
+        self.busy_time += dur
+        self.it += m
+        self.stats.iterations += m
+        if self.clipped is not None:
+            self.clipped.advance(m)
+        self.kv += m * b
+        self.reserve -= m * b
+        self.tokens += m * b
+        if self.kv > self.kv_peak:
+            self.kv_peak = self.kv
+
+    def _release(self, r: Request) -> None:
+        """A request holding a shared prefix leaves: the prefix goes with the last holder."""
+        if self.prefixes.unref(r.prefix):
+            self.kv -= r.shared
+            self.stats.prefix_drops += 1
 
     def _retract_until_fits(self) -> None:
         """Evict the requests with the fewest generated tokens (latest rid on ties) until the
@@ -392,159 +349,117 @@ class FastEngine:
         while running and self.kv + len(running) > cap:
             r = min(running.values(), key=lambda x: (x.base, -x.rid))
             del running[r.rid]
-            if self.clip:
-                self._clip_drop(r)
+            if self.clipped is not None:
+                self.clipped.drop(r.rid)
             r.gen = r.base + self.it
             self.kv -= r.input_len + r.gen - 1
             if r.shared:
                 self._release(r)
             self.reserve -= r.max_new - r.gen
             r.retractions += 1
-            self.retractions += 1
+            self.stats.retractions += 1
             victims.append(r)
         if spec.retract_to == "tail":
             self.waiting.extend(victims)
         else:
             self.waiting.extendleft(victims)
-        if spec.sglang_ratio:  # re-estimated over the requests left; this step does not decay it
+        if spec.sglang_ratio:  # re-estimated over the requests left
             it = self.it
-            self.ratio_base = ratio_after_retraction(
-                spec,
+            self.ratio.re_estimate(
+                it,
                 sum(r.base for r in running.values()) + it * len(running),
                 sum(r.max_new for r in running.values()),
                 len(running),
             )
-            self.ratio_it0 = it + 1
         else:
             self.hold = True
         self._finish = [e for e in self._finish if e[1] in running]
         heapq.heapify(self._finish)
 
     def _reserve_after(self, m: int) -> int:
-        """The running requests' remaining max_new, clipped, after m more decode iterations:
-        closed form unless one of them may be over the clip; then from the far/near split (O(1)
-        amortised; a query past the present moves the far ones that cross by then, and back)."""
-        if not self.over_clip:
+        """The running requests' remaining max_new as admission counts it (clipped), after m
+        more decode iterations."""
+        if self.clipped is None:
             return self.reserve - m * len(self.running)
-        c, it = self.clip, self.it
-        far, ids, pop = self._far, self._far_ids, heapq.heappop
-        while far and far[0][0] < it:  # crossed for good: far -> near
-            k, rid = pop(far)
-            if rid in ids:
-                ids.discard(rid)
-                self._near_ids.add(rid)
-                self._sum_e_near += k + c
-        n_near, sum_e, g = len(self._near_ids), self._sum_e_near, it + m
-        n_far = len(ids)
-        if m > 0 and far and far[0][0] < g:
-            crossed = []
-            while far and far[0][0] < g:
-                k, rid = pop(far)
-                if rid in ids:
-                    crossed.append((k, rid))
-                    n_far -= 1
-                    n_near += 1
-                    sum_e += k + c
-            for item in crossed:
-                heapq.heappush(far, item)
-        return c * n_far + sum_e - g * n_near
-
-    def _clip_add(self, r) -> None:
-        """A request starts running: file it far or near (see `_reserve_after`)."""
-        e = r.max_new - r.base
-        k = e - self.clip
-        if k >= self.it:
-            heapq.heappush(self._far, (k, r.rid))
-            self._far_ids.add(r.rid)
-        else:
-            self._near_ids.add(r.rid)
-            self._sum_e_near += e
-
-    def _clip_drop(self, r) -> None:
-        """A running request leaves (finished or retracted)."""
-        if r.rid in self._far_ids:
-            self._far_ids.discard(r.rid)
-        elif r.rid in self._near_ids:
-            self._near_ids.discard(r.rid)
-            self._sum_e_near -= r.max_new - r.base
-        if not self._far_ids and self._far:
-            self._far.clear()
+        return self.clipped.sum_after(m)
 
     def _ratio_after(self, m: int) -> float:
         """The new-token ratio at the boundary m decode iterations from now."""
-        return ratio_at(self.spec, self.ratio_base, self.it + m - self.ratio_it0)
+        return self.ratio.at(self.it + m)
 
+    # ---------------------------------------------------------------- planning
     def _plan(self) -> None:
         """At a boundary: admit a prefill batch, else decode until the next event, else idle."""
-        running = self.running
-        if not running:
-            self.over_clip = False
-        room = self.room_in = self.room  # consumed by this plan (restored by `_unplan`)
-        self.room = 0
-        if (
-            self.waiting
-            and not self.hold
-            and len(running) < self.max_running  # can_admit_head's first test, inlined: hot path
-        ):
-            # the older rules' common case inlined (hot path)
-            reserve = self._reserve_after(0) if self.over_clip else self.reserve
-            ratio = self._ratio_after(0) if self.sglang else self.ratio_base
-            refs = self.refs
-            if can_admit_head(self.spec, self.waiting, len(running), self.kv, reserve, ratio, 0,
-                              refs):
-                self.batch, tokens, sq, added, capped = select_prefill_batch(
-                    self.spec, self.waiting, len(running), self.kv, reserve, ratio, refs
-                )
-                if self.share:
-                    if self.chunk:  # what an abort in mid-batch walks (`_pass_in_flight_end`)
-                        self.batch_pieces = prefill_pieces(self.batch, refs)
-                    hits = 0
-                    for r in self.batch:
-                        if r.shared:
-                            c = refs.get(r.prefix, 0)
-                            hits += c > 0  # its prefix was held: not recomputed
-                            refs[r.prefix] = c + 1
-                    self.batch_hits = hits
-                self.batch_tokens = tokens
-                kv = self.kv = self.kv + tokens
-                self.reserve += added
-                if kv > self.kv_peak:
-                    self.kv_peak = kv
-                self.phase = PREFILL
-                if self.chunk:
-                    self.batch_passes, left = prefill_passes(tokens, self.chunk, room)
-                    self.batch_room = left if capped else 0
-                    dur = self.cost.prefill_time(tokens, sq, self.batch_passes)
-                else:
-                    dur = self.cost.prefill_time(tokens, sq)
-                self.batch_time = dur
-                self.t_event = self.t + dur
-                return
-        if running:
-            cap = self.kv_capacity
-            b = len(running)
-            retracted = False
-            if self.kv + b > cap:
-                self._retract_until_fits()
-                b = len(running)
-                retracted = self.spec.sglang_ratio
-            n_fin = self._finish[0][0] - self.it
-            n_kv = (cap - self.kv) // b
-            n = n_fin if n_fin < n_kv else n_kv
-            n = n if n > 1 else 1
-            if retracted:
-                n = 1  # nothing holds admission: re-plan after one step (retractions are rare)
-            elif self.decay and self.waiting and n > 1:
-                cut = self._admission_cut(1, n)
-                if cut is not None:
-                    n = cut
-                    self.ratio_cuts += 1
-            self.n = n
-            self.phase = DECODE
-            self.t_event = self.t + self.cost.decode_span(n, b, self.kv)
+        pf = self.pf
+        pf.room_in = self.open_room  # consumed by this plan (restored by `_unplan`)
+        self.open_room = 0
+        if self.waiting and not self.hold and len(self.running) < self.max_running \
+                and self._plan_prefill():
             return
-        self.ratio_base, self.ratio_it0 = self.spec.new_token_ratio, self.it  # idle: reset
+        if self.running:
+            self._plan_decode()
+            return
+        self.ratio.reset(self.it)  # idle: SGLang resets it
         self.phase, self.n, self.t_event = IDLE, 0, INF
+
+    def _plan_prefill(self) -> bool:
+        """Start a prefill batch if the queue head is admitted now; False if it is not."""
+        running, pf = self.running, self.pf
+        clipped = self.clipped
+        reserve = self.reserve if clipped is None else clipped.sum_after(0)
+        ratio = self.ratio.at(self.it) if self.sglang else self.ratio.base
+        refs = self.prefixes
+        if not can_admit_head(self.spec, self.waiting, len(running), self.kv, reserve, ratio, 0,
+                              refs):
+            return False
+        pf.reqs, tokens, sq, added, capped = select_prefill_batch(
+            self.spec, self.waiting, len(running), self.kv, reserve, ratio, refs
+        )
+        if self.share:
+            if self.chunk:  # what an abort in mid-batch walks (`_pass_in_flight_end`)
+                pf.pieces = prefill_pieces(pf.reqs, refs)
+            pf.hits = sum(refs.hold(r.prefix) for r in pf.reqs if r.shared)
+        pf.tokens = tokens
+        kv = self.kv = self.kv + tokens
+        self.reserve += added
+        if kv > self.kv_peak:
+            self.kv_peak = kv
+        self.phase = PREFILL
+        if self.chunk:
+            pf.passes, left = prefill_passes(tokens, self.chunk, pf.room_in)
+            pf.room_out = left if capped else 0
+            dur = self.cost.prefill_time(tokens, sq, pf.passes)
+        else:
+            dur = self.cost.prefill_time(tokens, sq)
+        pf.time = dur
+        self.t_event = self.t + dur
+        return True
+
+    def _plan_decode(self) -> None:
+        """Decode the running batch up to the next event: the first finish, the KV cache full,
+        or (decaying ratio, queue waiting) the first boundary at which the head may be admitted."""
+        running = self.running
+        cap = self.kv_capacity
+        b = len(running)
+        retracted = False
+        if self.kv + b > cap:
+            self._retract_until_fits()
+            b = len(running)
+            retracted = self.sglang
+        n_fin = self._finish[0][0] - self.it
+        n_kv = (cap - self.kv) // b
+        n = n_fin if n_fin < n_kv else n_kv
+        n = n if n > 1 else 1
+        if retracted:
+            n = 1  # nothing holds admission: re-plan after one step (retractions are rare)
+        elif self.decay and self.waiting and n > 1:
+            cut = self._admission_cut(1, n)
+            if cut is not None:
+                n = cut
+                self.stats.ratio_cuts += 1
+        self.n = n
+        self.phase = DECODE
+        self.t_event = self.t + self.cost.decode_span(n, b, self.kv)
 
     def _admission_cut(self, lo: int, hi: int) -> int | None:
         """A boundary m in [lo, hi] (iterations into the current decode plan, lo >= 1) no later
@@ -566,17 +481,17 @@ class FastEngine:
             return None
         r = self.waiting[0]
         need = r.input_len + r.gen
-        if r.shared and r.prefix not in self.refs:
+        if r.shared and r.prefix not in self.prefixes:
             need += r.shared
         cap = self.kv_capacity
         m1 = (cap - self.kv - need - b - 1) // b  # the last m at which the decode after fits
         hi = min(hi, m1)
         if hi < lo:
             return None
-        d, rmin, base = self.decay, spec.min_new_token_ratio, self.ratio_base
+        d, rmin, base = self.decay, spec.min_new_token_ratio, self.ratio.base
         if base <= rmin:
             return None  # the ratio never falls below where it is
-        s0 = self.it - self.ratio_it0
+        s0 = self.it - self.ratio.it0
         hi = min(hi, int((base - rmin) / d) - s0 + 2)  # past the floor: nothing new to admit
         if hi < lo:
             return None
@@ -608,15 +523,15 @@ class FastEngine:
     def _unplan(self) -> None:
         """Undo a plan that has not progressed (it starts at the current boundary)."""
         if self.phase == PREFILL:
-            self.kv -= self.batch_tokens  # the prefixes this batch brought included
-            for r in self.batch:
+            pf = self.pf
+            self.kv -= pf.tokens  # the prefixes this batch brought included
+            for r in pf.reqs:
                 if r.shared:
-                    self._unref(r.prefix)
-            self.reserve -= sum(r.max_new - r.gen for r in self.batch)
-            self.waiting.extendleft(reversed(self.batch))
-            self.batch = []
-            self.batch_tokens = 0
-        self.room = self.room_in
+                    self.prefixes.unref(r.prefix)
+            self.reserve -= sum(r.max_new - r.gen for r in pf.reqs)
+            self.waiting.extendleft(reversed(pf.reqs))
+            pf.clear()
+        self.open_room = self.pf.room_in
         self.phase, self.n, self.t_event = IDLE, 0, INF
 
     def _iterations_within(self, dt: float) -> int:
@@ -634,7 +549,7 @@ class FastEngine:
             return
         if not can_admit_head(
             self.spec, self.waiting, b, self.kv + m * b, self._reserve_after(m),
-            self._ratio_after(m), 0, self.refs,
+            self._ratio_after(m), 0, self.prefixes,
         ):
             if not self.decay or m + 1 >= self.n:
                 return
@@ -642,7 +557,7 @@ class FastEngine:
             if cut is None:
                 return
             m = cut
-            self.ratio_cuts += 1
+            self.stats.ratio_cuts += 1
         self.n = m
         self.t_event = self.t + self.cost.decode_span(m, b, self.kv)
         if m == 0:

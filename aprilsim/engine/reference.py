@@ -23,13 +23,13 @@ from aprilsim.engine.admission import (
     select_prefill_batch,
 )
 from aprilsim.engine.cost import EngineSpec, chunked_prefill_time, pass_ends
+from aprilsim.engine.parts import DECODE, IDLE, PREFILL, EngineFace, EngineStats
 from aprilsim.engine.request import Completion, Request, check_requests
 
 INF = math.inf
-IDLE, PREFILL, DECODE = 0, 1, 2
 
 
-class ReferenceEngine:
+class ReferenceEngine(EngineFace):
     """Same public API as FastEngine; one event per decode iteration."""
 
     def __init__(self, spec: EngineSpec, name: int = 0) -> None:
@@ -41,24 +41,15 @@ class ReferenceEngine:
         self.batch: list[Request] = []
         self.batch_tokens = 0  # tokens the prefill batch computes (shared prefixes it brings too)
         self.batch_pieces: tuple[list[int], list[int]] = ([], [])  # per request (`prefill_pieces`)
-        self.prefix_hits = 0  # requests prefilled onto a prefix the engine held (tests)
-        self.batch_hits = 0
+        self.batch_hits = 0  # requests of the batch prefilled onto a prefix already held
         self.t = 0.0
         self.hold = False
         self.phase = IDLE
         self.t_event = INF
         self.busy_time = 0.0
         self.tokens = 0
-        self.prefill_tokens = 0
-        self.prefill_passes = 0  # prefill forward passes (one per batch without chunking)
-        self.multi_pass_batches = 0  # prefill batches over several passes (chunked prefill)
-        self.joined_open_pass = 0  # prefill batches that began in the pass left open before them
-        self.retractions = 0
         self.kv_peak = 0
-        self.iterations = 0
-        self.abort_steps_run = 0  # steps run while an abort was on its way, in flight + k (tests)
-        self.abort_finishes = 0  # requests finished while an abort was on its way (tests)
-        self.abort_pass_cuts = 0  # aborts that landed after a pass in flight, mid-batch (tests)
+        self.stats = EngineStats()  # the counters, compared with FastEngine's by tests
         self.ratio_base = spec.new_token_ratio  # the new-token ratio when last set
         self.ratio_steps = 0  # decode steps since then (-1 right after a retraction)
         # chunked prefill: tokens free in the open last pass of a batch the token budget ended
@@ -77,27 +68,9 @@ class ReferenceEngine:
         """Remaining max_new of the running requests as admission counts it (clipped)."""
         return sum(clipped(self.spec, r.max_new - r.gen) for r in [*self.running, *self.batch])
 
-    @property
-    def load(self) -> int:
-        return len(self.running) + len(self.batch) + len(self.waiting)
-
-    @property
-    def peak_kv(self) -> int:
-        """Most KV tokens held since the last `reset_peak`."""
-        return self.kv_peak
-
-    @property
-    def n_running(self) -> int:
-        """Requests decoding or prefilling (the running batch; queued requests excluded)."""
-        return len(self.running) + len(self.batch)
-
-    def is_idle(self) -> bool:
-        """True when nothing is queued, prefilling or decoding."""
-        return self.phase == IDLE and self.load == 0
-
-    def reset_peak(self, now: float) -> None:
-        """Start a new peak-KV window at the KV held at `now`."""
-        self.kv_peak = self.progress_at(now)[2]
+    def prefilling(self) -> list[Request]:
+        """The requests of the prefill batch in progress."""
+        return self.batch
 
     def progress_at(self, now: float) -> tuple[int, float, int]:
         """(tokens, busy seconds, KV tokens) as of `now` (iterations are counted when they end)."""
@@ -105,12 +78,6 @@ class ReferenceEngine:
         if self.phase != IDLE and now > self.t:
             busy += min(now, self.t_event) - self.t
         return self.tokens, busy, self.kv
-
-    def block_until(self, t: float) -> None:
-        """Start nothing before `t`; only valid on an idle engine (after `abort_all`)."""
-        if not self.is_idle():
-            raise RuntimeError("block_until on a busy engine")
-        self.t = max(self.t, t)
 
     def submit(self, reqs: list[Request], now: float) -> None:
         check_requests(reqs, self.spec.kv_capacity)
@@ -128,12 +95,14 @@ class ReferenceEngine:
         if self.phase == PREFILL:
             dur = self.t_event - self.t
             self.busy_time += dur
-            self.prefill_tokens += self.batch_tokens
-            self.prefix_hits += self.batch_hits
-            self.prefill_passes += self.batch_passes
-            self.joined_open_pass += int(self.room_in > 0)
-            self.multi_pass_batches += int(self.batch_passes + (self.room_in > 0) > 1)
+            st = self.stats
+            st.prefill_tokens += self.batch_tokens
+            st.prefix_hits += self.batch_hits
+            st.prefill_passes += self.batch_passes
+            st.joined_open_pass += int(self.room_in > 0)
+            st.multi_pass_batches += int(self.batch_passes + (self.room_in > 0) > 1)
             self.t = self.t_event
+            left = []
             for r in self.batch:
                 r.gen += 1
                 self.tokens += 1
@@ -141,28 +110,32 @@ class ReferenceEngine:
                     reason = "length" if r.gen == r.max_new else "stop"
                     done.append(Completion(r.rid, r.gen, reason, self.t))
                     self.hold = False
+                    left.append(r)
                 else:
                     self.running.append(r)
             self.batch = []
+            self._count_freed_prefixes(left)
             self.room = self.batch_room
         elif self.phase == DECODE:
             self.busy_time += self.t_event - self.t
             self.t = self.t_event
-            self.iterations += 1
+            self.stats.iterations += 1
             self.ratio_steps += 1
             self.tokens += len(self.running)
             for r in self.running:
                 r.gen += 1
             self.kv_peak = max(self.kv_peak, self.kv)
-            still = []
+            still, left = [], []
             for r in self.running:
                 if r.gen == r.target_new:
                     reason = "length" if r.gen == r.max_new else "stop"
                     done.append(Completion(r.rid, r.gen, reason, self.t))
                     self.hold = False
+                    left.append(r)
                 else:
                     still.append(r)
             self.running = still
+            self._count_freed_prefixes(left)
         self.phase = IDLE
         self._plan()
         return done
@@ -192,7 +165,7 @@ class ReferenceEngine:
         if self.phase == IDLE or self.t > now:
             return now, out + self.abort_all(now)
         n_due = len(out)
-        self.abort_steps_run += 1
+        self.stats.abort_steps_run += 1
         ends = [] if self.phase != PREFILL or not self.spec.prefill_chunk else pass_ends(
             self.cost, *self.batch_pieces[:1], self.spec.prefill_chunk, self.room_in,
             self.batch_pieces[1])
@@ -202,7 +175,7 @@ class ReferenceEngine:
         else:  # a chunked prefill pass that is not its batch's last: the batch's requests leave
             self.busy_time += cut - self.t
             self.t = cut
-            self.abort_pass_cuts += 1
+            self.stats.abort_pass_cuts += 1
         self._unplan()
         queued, self.waiting = self.waiting, deque()
         for _ in range(k):
@@ -211,9 +184,9 @@ class ReferenceEngine:
             self._plan()
             out += self.advance()
             self._unplan()
-            self.abort_steps_run += 1
+            self.stats.abort_steps_run += 1
         self.waiting.extend(queued)
-        self.abort_finishes += len(out) - n_due
+        self.stats.abort_finishes += len(out) - n_due
         return self.t, out + self.abort_all(self.t)
 
     def pause(self, now: float, until: float) -> list[Completion]:
@@ -231,6 +204,14 @@ class ReferenceEngine:
         return out
 
     # ---------------------------------------------------------------- internals
+    def _count_freed_prefixes(self, left: list[Request]) -> None:
+        """Requests left the engine (finished or retracted): count the shared prefixes that no
+        running or prefilling request holds any more."""
+        gone = {r.prefix for r in left if r.shared}
+        if gone:
+            held = {r.prefix for r in [*self.running, *self.batch] if r.shared}
+            self.stats.prefix_drops += len(gone - held)
+
     def _plan(self) -> None:
         spec = self.spec
         kv, reserve = self.kv, self.reserve
@@ -265,9 +246,10 @@ class ReferenceEngine:
                 victim = min(self.running, key=lambda r: (r.gen, -r.rid))
                 self.running.remove(victim)
                 victim.retractions += 1
-                self.retractions += 1
+                self.stats.retractions += 1
                 victims.append(victim)
             if victims:
+                self._count_freed_prefixes(victims)
                 if spec.retract_to == "tail":
                     self.waiting.extend(victims)
                 else:

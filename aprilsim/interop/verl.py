@@ -124,6 +124,7 @@ def from_verl(text: str) -> ImportResult:
         else:
             res.mapped[key] = value
     _cluster(res)
+    _assumptions(res, settings)
     _scheduler(res)
     fit_warmup(res)
     if _R + "gpu_memory_utilization" in res.mapped:
@@ -150,6 +151,29 @@ def _cluster(res: ImportResult) -> None:
     if gpus % tp:
         res.notes.append(f"cluster.engines: {gpus} rollout GPUs are not a multiple of TP {tp}")
     res.data["cluster"]["engines"] = max(1, gpus // tp)
+
+
+def _assumptions(res: ImportResult, settings: dict[str, Any]) -> None:
+    """Say every value the cluster took from verl's defaults, and where the preset does not fit."""
+    from aprilsim.engine.cost import PRESETS
+
+    m, data = res.mapped, res.data
+    separate = "rollout.n_gpus_per_node" in m or "rollout.nnodes" in m
+    keys = (("rollout.nnodes", 1), ("rollout.n_gpus_per_node", 8)) if separate else (
+        ("trainer.nnodes", 1), ("trainer.n_gpus_per_node", 8))
+    for key, default in (*keys, (_R + "tensor_model_parallel_size", 2)):
+        if key not in m:
+            res.notes.append(f"{key} not set: verl's default, {default}")
+    tp = int(m.get(_R + "tensor_model_parallel_size", 2))
+    preset = data["cluster"].get("preset", "qwen3-4b-h100-tp2")
+    if preset in PRESETS and PRESETS[preset].tp != tp:
+        res.notes.append(f"cluster.preset: {preset} is a TP-{PRESETS[preset].tp} estimate kept "
+                         f"for a TP-{tp} launch (WARNING: another setup's per-engine costs; "
+                         "calibrate, or pick a preset with `aprilsim presets`)")
+    engine = settings.get(_R + "name")
+    if isinstance(engine, str) and engine.lower().startswith("vllm"):
+        res.notes.append(f"{_R}name={engine}: simulated under the preset's SGLang scheduling "
+                         "rules (admission, retraction, chunked prefill), not vLLM's")
 
 
 def _scheduler(res: ImportResult) -> None:

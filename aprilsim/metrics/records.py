@@ -6,6 +6,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from aprilsim.metrics.steady import steady_state
+
 
 @dataclass
 class StepRecord:
@@ -28,7 +30,7 @@ class StepRecord:
     truncated_samples: int = 0
     offpolicy_tokens: int = 0
     staleness: dict[int, int] = field(default_factory=dict)  # staleness -> trained tokens
-    resumed_tokens: int = 0  # slime's count: tokens carried by resubmitted samples
+    resumed_tokens: int = 0  # tokens resubmitted samples carried into their resubmission
     wasted_tokens: int = 0
     discarded_samples: int = 0
     partial_samples: int = 0  # unfinished samples carried to later steps (buffer)
@@ -63,6 +65,22 @@ class RunResult:
 
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
+
+
+def slime_off_policy_ratio(steps: list[StepRecord]) -> float:
+    """slime's `partial_rollout/off_policy_ratio`, averaged over `steps` (0 where none is logged).
+
+    Per step, as the APRIL fork computes it (`slime/backends/megatron_utils/data.py`):
+    off / (generated + off), where off = `scheduler_stats["slime_offpolicy_tokens"]` (the last
+    segment's tokens of each resubmitted sample, added at resubmission) and generated = the tokens
+    generated in the step's rollout (slime's `total_completion_tokens`).
+    """
+    ratios = []
+    for s in steps:
+        off = s.scheduler_stats.get("slime_offpolicy_tokens", 0.0)
+        if s.generated_tokens + off > 0:
+            ratios.append(off / (s.generated_tokens + off))
+    return _mean(ratios)
 
 
 def summarize(run: RunResult, warmup: int = 0) -> dict[str, Any]:
@@ -106,8 +124,13 @@ def summarize(run: RunResult, warmup: int = 0) -> dict[str, Any]:
         "offpolicy_token_fraction": sum(s.offpolicy_tokens for s in st) / trained if trained else 0.0,
         "max_staleness": max((k for k, v in hist.items() if v), default=0),
         "staleness_histogram": {str(k): v for k, v in sorted(hist.items())},
-        "slime_resumed_token_fraction": (
+        "resumed_token_fraction": (
             sum(s.resumed_tokens for s in st) / trained if trained else 0.0
+        ),
+        "slime_off_policy_ratio": slime_off_policy_ratio(st),
+        "masked_token_fraction": (
+            sum(s.scheduler_stats.get("masked_tokens", 0.0) for s in st) / trained
+            if trained else 0.0
         ),
         "mean_trained_length": mean_len,
         "workload_mean_length": workload_mean,
@@ -119,4 +142,5 @@ def summarize(run: RunResult, warmup: int = 0) -> dict[str, Any]:
         "retractions": sum(s.retractions for s in st),
         "kv_peak_tokens": max((s.kv_peak_tokens for s in st), default=0),
         "generation_paused_s": sum(s.generation_paused_s for s in st),
+        **steady_state(st),
     }

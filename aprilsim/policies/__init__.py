@@ -6,6 +6,7 @@ from aprilsim.policies.base import Context, Scheduler, SchedulerError
 from aprilsim.policies.dynamic_sampling import DynamicSamplingScheduler
 from aprilsim.policies.fully_async import FullyAsyncScheduler
 from aprilsim.policies.registry import REGISTRY, make_scheduler, register
+from aprilsim.policies.slime_dapo import SlimeDapoScheduler
 from aprilsim.policies.sync import SyncScheduler
 from aprilsim.policies.tail_batching import TailBatchingScheduler
 
@@ -19,6 +20,7 @@ __all__ = [
     "FullyAsyncScheduler",
     "Scheduler",
     "SchedulerError",
+    "SlimeDapoScheduler",
     "SyncScheduler",
     "TailBatchingScheduler",
     "make_scheduler",

@@ -16,10 +16,25 @@ Options:
   (`stale_action="discard"`). Either way no trained token is more than k versions old.
 - `token_budget` = B (Kimi k1.5's partial rollouts): a sample generates at most B tokens per step;
   past that it is parked until the next step, and a fresh group replaces its group in flight.
+- `surplus`: groups that complete in the same wake-up as the N-th (their GroupFinished arrives
+  after the batch closed, before the abort's SamplesReturned): "drop" (slime: its rollout loop
+  appends them to no batch and they are no longer pending when the abort collects partials, so
+  they are lost; counted as waste) or "recycle" (kept in the buffer, complete).
+- `mask_offpolicy` (slime's --mask-offpolicy-in-partial-rollout): reports, per step, the trained
+  tokens slime's loss mask zeroes (every token a sample carried into this step; a group recycled
+  complete is masked entirely). The schedule is unchanged; see `masked_tokens` in step_stats.
+
+Per step it also counts what slime's `off_policy_ratio` adds up (`slime_offpolicy_tokens`: for
+each resubmitted sample that carries tokens, the tokens of its last segment, as the APRIL fork's
+`generate` adds `sample.completion_tokens` at resubmission); the summary divides by
+(generated tokens + that), slime's formula (docs/metrics.md).
 
 `april_ds` adds DAPO's dynamic-sampling filter (slime with --partial-rollout and
---dynamic-sampling-filter-path): a finished group whose rewards are all equal is dropped (waste)
-and replaced by a fresh group.
+--dynamic-sampling-filter-path): a finished group whose rewards are all equal is dropped (waste).
+With `refill = "chunk"` (slime's loop, the default) a new over-sampling batch of ceil(ratio x N)
+groups (buffer first) is submitted only when the groups in flight plus the accepted ones drop
+below N; `refill = "one_for_one"` replaces each dropped group at once (a steadier, higher
+in-flight level than slime keeps).
 """
 
 from __future__ import annotations
@@ -44,9 +59,23 @@ from aprilsim.policies.base import (
     SamplesReturned,
     Submit,
 )
-from aprilsim.types import Group
+from aprilsim.types import Group, Sample
 
 RESUME_ORDERS = ("fifo", "most_progress", "oldest_version")
+SURPLUS = ("drop", "recycle")
+REFILLS = ("chunk", "one_for_one")
+
+
+def slime_offpolicy_tokens(groups: Sequence[Group]) -> int:
+    """What slime's off-policy counter adds when `groups` are resubmitted: for each unfinished
+    sample that carries tokens, the tokens of its last segment (`sample.completion_tokens`)."""
+    return sum(s.segments[-1].tokens for g in groups for s in g.samples
+               if not s.complete and s.segments)
+
+
+def carried_tokens(sample: Sample, version: int) -> int:
+    """Tokens `sample` generated under versions before `version` (what slime's mask zeroes)."""
+    return sum(seg.tokens for seg in sample.segments if seg.version < version)
 
 
 def oldest_version(group: Group, default: int) -> int:
@@ -68,6 +97,8 @@ class AprilScheduler:
     stale_action: str = "complete"
     token_budget: int | None = None
     max_new_groups: float = 8.0  # with replacements: at most this x N fresh groups per step
+    surplus: str = "drop"  # groups completing in the N-th's wake-up: "drop" (slime) or "recycle"
+    mask_offpolicy: bool = False  # slime --mask-offpolicy-in-partial-rollout (reported only)
     buffer: deque[Group] = field(default_factory=deque, repr=False)
     _active: dict[int, Group] = field(default_factory=dict, repr=False)
     _parked: set[int] = field(default_factory=set, repr=False)
@@ -76,6 +107,8 @@ class AprilScheduler:
     _closed: bool = field(default=False, repr=False)
     _fresh: int = field(default=0, repr=False)
     _stats: dict[str, float] = field(default_factory=dict, repr=False)
+    _surplus: set[int] = field(default_factory=set, repr=False)
+    _in_flight_or_done: int = field(default=0, repr=False)
 
     def __post_init__(self) -> None:
         if self.ratio < 1.0:
@@ -90,6 +123,8 @@ class AprilScheduler:
             raise ValueError(f"{self.name}: token_budget must be >= 1")
         if self.max_new_groups < 1.0:
             raise ValueError(f"{self.name}: max_new_groups must be >= 1")
+        if self.surplus not in SURPLUS:
+            raise ValueError(f"{self.name}: surplus must be one of {SURPLUS}")
 
     # ------------------------------------------------------------------ hooks for subclasses
     def accept(self, group: Group) -> bool:
@@ -110,13 +145,16 @@ class AprilScheduler:
 
     def _start(self, ctx: Context) -> Sequence[Action]:
         self._done, self._closed, self._active = [], False, {}
-        self._parked, self._forced, self._fresh = set(), set(), 0
+        self._parked, self._forced, self._fresh, self._surplus = set(), set(), 0, set()
         self._stats = {
             k: 0.0
-            for k in ("filtered_groups", "capped_samples", "stale_discarded_groups", "short_batch")
+            for k in ("filtered_groups", "capped_samples", "stale_discarded_groups", "short_batch",
+                      "dropped_groups", "slime_offpolicy_tokens", "masked_tokens",
+                      "masked_samples", "chunks")
         }
+        self._stats["chunks"] = 1.0
         actions: list[Action] = []
-        target = math.ceil(self.ratio * ctx.batch_size)
+        target = math.ceil(self.ratio * ctx.batch_size - 1e-9)  # 43/30 x 30 is 43
         buffered = list(self.buffer)
         self.buffer.clear()
         if self.max_staleness is not None:
@@ -148,6 +186,8 @@ class AprilScheduler:
         free += fresh
         for g in (*forced, *free):
             self._active[g.gid] = g
+        self._stats["slime_offpolicy_tokens"] += slime_offpolicy_tokens(groups)
+        self._in_flight_or_done = len(forced) + len(free)  # slime's remaining_batch_size
         if forced:  # force-completed: run to the end, whatever the token budget
             actions.append(Submit(tuple(s for g in forced for s in g.unfinished)))
         actions.append(
@@ -159,15 +199,26 @@ class AprilScheduler:
         return actions
 
     def _group_finished(self, group: Group, ctx: Context) -> Sequence[Action]:
-        if self._closed or group.gid not in self._active:
-            return ()  # finished after the N-th group: stays active, handled at the abort
+        if group.gid not in self._active:
+            return ()
+        if self._closed:  # completed in the N-th's wake-up
+            if self.surplus == "recycle" or group.gid in self._surplus:
+                return ()  # stays active: buffered at the abort, complete
+            del self._active[group.gid]
+            self._stats["dropped_groups"] += 1
+            return [Discard(tuple(group.samples))]
         del self._active[group.gid]
         if not self.accept(group):
             self._forced.discard(group.gid)
             self._stats["filtered_groups"] += 1
-            return [Discard(tuple(group.samples)), *self._replace(ctx)]
+            self._in_flight_or_done -= 1
+            return [Discard(tuple(group.samples)), *self._refill(ctx)]
         self._done.append(group)
         return self._maybe_close(ctx)
+
+    def _refill(self, ctx: Context) -> list[Action]:
+        """After a filtered group: one fresh group (subclasses: slime's chunked refill)."""
+        return self._replace(ctx)
 
     def _capped(self, gid: int, ctx: Context) -> Sequence[Action]:
         """A sample used its token budget: its group cannot finish this step."""
@@ -175,6 +226,7 @@ class AprilScheduler:
         if self._closed or gid not in self._active or gid in self._parked:
             return ()
         self._parked.add(gid)
+        self._in_flight_or_done -= 1  # parked: it cannot finish this step
         return self._replace(ctx)
 
     def _replace(self, ctx: Context) -> list[Action]:
@@ -184,6 +236,7 @@ class AprilScheduler:
             self._fresh += 1
             (g,) = ctx.new_groups(1)
             self._active[g.gid] = g
+            self._in_flight_or_done += 1
             return [Submit(tuple(g.samples), max_new_tokens=self.token_budget)]
         if live == 0:  # nothing left that can finish this step: train on what there is
             return self._close(ctx, fallback=True)
@@ -202,9 +255,16 @@ class AprilScheduler:
         self._closed = True
         done = sorted(self._done, key=lambda g: g.gid not in self._forced)
         batch, surplus = done[: ctx.batch_size], done[ctx.batch_size :]
-        for g in surplus:  # complete, but beyond N: kept for the next step like the partials
+        self._surplus = {g.gid for g in surplus}
+        for g in surplus:  # complete, but beyond N (force-completed ones first): kept for later
             self._active[g.gid] = g
         self._stats["short_batch"] = float(fallback)
+        if self.mask_offpolicy:
+            masked = [s for g in batch for s in g.samples if s.segments and
+                      s.segments[0].version < ctx.version]
+            self._stats["masked_tokens"] = float(sum(carried_tokens(s, ctx.version) for s in masked))
+            self._stats["masked_samples"] = float(sum(
+                all(seg.version < ctx.version for seg in s.segments) for s in masked))
         return [AbortAll(), CloseBatch(tuple(batch))]
 
     def _returned(self) -> Sequence[Action]:
@@ -230,6 +290,45 @@ class AprilDSScheduler(AprilScheduler):
 
     name: ClassVar[str] = "april_ds"
     std_threshold: float = 0.0
+    refill: str = "chunk"  # slime: a whole over-sampling batch when fewer than N remain
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.refill not in REFILLS:
+            raise ValueError(f"{self.name}: refill must be one of {REFILLS}")
 
     def accept(self, group: Group) -> bool:
         return group.reward_std() > self.std_threshold
+
+    def _refill(self, ctx: Context) -> list[Action]:
+        if self.refill == "one_for_one":
+            return self._replace(ctx)
+        if self._in_flight_or_done >= ctx.batch_size:
+            return []  # slime's `while remaining_batch_size < target_data_size` is false
+        return self._chunk(ctx)
+
+    def _chunk(self, ctx: Context) -> list[Action]:
+        """slime's `data_source(over_sampling_batch_size)`: buffered groups first, then fresh."""
+        size = math.ceil(self.ratio * ctx.batch_size - 1e-9)
+        cap = self.max_new_groups * ctx.batch_size
+        taken = [self.buffer.popleft() for _ in range(min(size, len(self.buffer)))]
+        n_fresh = min(size - len(taken), max(0, int(cap - self._fresh)))
+        fresh = ctx.new_groups(n_fresh) if n_fresh else []
+        groups = [*taken, *fresh]
+        if not groups:  # the cap on fresh groups is hit
+            if len(self._active) == len(self._parked):
+                return self._close(ctx, fallback=True)
+            return []
+        self._fresh += len(fresh)
+        self._stats["chunks"] += 1
+        self._stats["slime_offpolicy_tokens"] += slime_offpolicy_tokens(taken)
+        self._in_flight_or_done += len(groups)
+        for g in groups:
+            self._active[g.gid] = g
+        actions: list[Action] = [
+            Submit(tuple(s for g in groups for s in g.unfinished), max_new_tokens=self.token_budget)
+        ]
+        for g in taken:
+            if g.finished:
+                actions += self._group_finished(g, ctx)
+        return actions

@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from aprilsim.policies.april import AprilDSScheduler, AprilScheduler
+from aprilsim.policies.async_april import AsyncAprilScheduler
 from aprilsim.policies.async_one_step import AsyncOneStepScheduler
 from aprilsim.policies.base import Scheduler
 from aprilsim.policies.dynamic_sampling import DynamicSamplingScheduler
 from aprilsim.policies.fully_async import FullyAsyncScheduler
+from aprilsim.policies.slime_dapo import SlimeDapoScheduler
 from aprilsim.policies.sync import SyncScheduler
 from aprilsim.policies.tail_batching import TailBatchingScheduler
 
@@ -36,8 +38,10 @@ for _cls in (
     AprilScheduler,
     AprilDSScheduler,
     AsyncOneStepScheduler,
+    AsyncAprilScheduler,
     FullyAsyncScheduler,
     DynamicSamplingScheduler,
+    SlimeDapoScheduler,
     TailBatchingScheduler,
 ):
     register(_cls)

@@ -6,7 +6,9 @@ like every aprilsim command; Ctrl-C during a sweep keeps every finished run (exi
 
 from __future__ import annotations
 
+import contextlib
 import math
+import signal
 import sys
 import time
 from pathlib import Path
@@ -107,11 +109,12 @@ def sweep_command(scenario, grids, ranges, schedulers, seeds, steps, warmup, job
         sc = as_scenario(scenario)
         base = scenario_dict(sc)
         axes = [parse_grid(g) for g in grids] + [parse_range(r, base) for r in ranges]
-        df, stats, plan = run_sweep(
-            sc, axes, schedulers=schedulers, seeds=seeds, steps=steps, warmup=warmup,
-            jobs=jobs, ray=ray_address, out=out, baseline=baseline,
-            progress=progress_bar("sweep"),
-        )
+        with sigterm_as_interrupt():  # kill PID: tables written, pool shut down, as Ctrl-C
+            df, stats, plan = run_sweep(
+                sc, axes, schedulers=schedulers, seeds=seeds, steps=steps, warmup=warmup,
+                jobs=jobs, ray=ray_address, out=out, baseline=baseline,
+                progress=progress_bar("sweep"),
+            )
     except KeyboardInterrupt:
         click.echo(f"\naprilsim: interrupted; finished runs are in {out} (rerun the same command "
                    "to resume)", err=True)
@@ -127,6 +130,20 @@ def sweep_command(scenario, grids, ranges, schedulers, seeds, steps, warmup, job
             click.echo(line)
     stem = out.with_suffix("")
     click.echo(f"wrote {out}, {stem}.csv, {stem}.agg.parquet, {stem}.agg.csv")
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM raises KeyboardInterrupt in this process while the block runs (pool workers
+    reset it: see worker.init), so it ends like Ctrl-C instead of at once."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 @click.command("sweep", short_help="Figures of a sweep: throughput, gain, costs, Pareto front.")

@@ -146,10 +146,20 @@ class TuneResult:
         return dumps(self.scenario, header)
 
 
-def _grid_values(knob: Knob, lo: float, hi: float, n: int) -> list[Any]:
+GROUP_RATIOS = {f"schedulers.{s}.ratio" for s in ("april", "april_ds", "slime_dapo")}
+
+
+def _grid_values(knob: Knob, lo: float, hi: float, n: int, batch: int | None = None) -> list[Any]:
+    """The grid of one knob; an over-sampling ratio only at whole numbers of groups (k / N),
+    so every value tried is one slime's --over-sampling-batch-size can launch."""
     if knob.integer:
         return linspace(math.floor(lo), math.ceil(hi), n, integer=True)
-    return linspace(lo, hi, n)
+    values = linspace(lo, hi, n)
+    if batch and any(k in GROUP_RATIOS for k in knob.keys):
+        snapped = {math.ceil(v * batch - 1e-9) / batch for v in values}
+        values = sorted(v for v in snapped if knob.lo - 1e-12 <= v <= knob.hi + 1e-12) or [
+            max(knob.lo, math.floor(hi * batch + 1e-9) / batch)]
+    return values
 
 
 def tune(
@@ -203,7 +213,7 @@ def tune(
                 raise ScenarioError(f"{m}: not a metric; known: {', '.join(sorted(_metrics(df)))}")
 
     for r in range(rounds):
-        axes = [_grid_values(k, lo, hi, n) for k, (lo, hi) in zip(knobs, box)]
+        axes = [_grid_values(k, lo, hi, n, scenario.batch_size) for k, (lo, hi) in zip(knobs, box)]
         new = []
         for combo in itertools.product(*axes):
             values = {k.name: v for k, v in zip(knobs, combo)}

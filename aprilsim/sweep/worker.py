@@ -23,6 +23,7 @@ def init(base: dict[str, Any], base_dir: str, fingerprint: str, *, ignore_sigint
     """Receive the base scenario (once per worker). Workers leave Ctrl-C to the parent."""
     if ignore_sigint:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's "act like Ctrl-C"
     _state.update(fingerprint=fingerprint, base=base, base_dir=base_dir, points={})
 
 

@@ -2,8 +2,14 @@
 
 The command is registered by ``aprilsim.cli`` and imported only when it runs (torch and aiohttp
 stay out of ``aprilsim``'s import). Exit codes: 0 done, 1 every engine gone (after writing the
-steps that finished), 2 bad input, 130 interrupted (Ctrl-C / SIGTERM: in-flight work aborted on
-every engine, finished steps written, engines the command started stopped).
+steps that finished), 2 bad input (an ``--engines`` / ``--router`` URL that does not answer
+``/health`` within 1.5 s, asked of every engine before the first step), 130 interrupted (Ctrl-C
+/ SIGTERM, also before the run loop starts: in-flight work aborted on every engine, finished
+steps written, engines the command started stopped).
+
+``--progress-deadline S`` (default 60): an engine that holds requests and streams no token for
+S seconds is health-checked, and declared dead when it does not answer (its requests are
+resubmitted to the others and the fault is reported); 0 turns it off.
 """
 
 from __future__ import annotations
@@ -56,8 +62,11 @@ async def _vocab_of(url: str) -> int | None:
 
 
 async def build_cluster(opts: dict[str, Any], max_context: int):
-    """The cluster of the run and the vocabulary size its prompts must use."""
-    from real.runner.cluster import Cluster
+    """The cluster of the run and the vocabulary size its prompts must use; raises
+    EnginesUnreachable (exit 2) when a URL does not answer before the first step."""
+    from real.runner.cluster import DEFAULT_PROGRESS_DEADLINE_S, Cluster, check_reachable
+
+    deadline = opts.get("progress_deadline", DEFAULT_PROGRESS_DEADLINE_S)
 
     if opts["local"]:
         import torch
@@ -66,14 +75,21 @@ async def build_cluster(opts: dict[str, Any], max_context: int):
 
         torch.set_num_threads(1)  # one intra-op thread per engine: tiny models, shared CPUs
         spec = LocalSpec(max_context=max_context, min_step_seconds=opts.get("local_step_s") or 0.0)
-        return Cluster(await start_local(opts["local"], spec)), spec.vocab_size, "bundled engines in-process"
+        cluster = Cluster(await start_local(opts["local"], spec), progress_deadline_s=deadline)
+        return cluster, spec.vocab_size, "bundled engines in-process"
     from real.engines import connect, split_engine_url
 
     urls = [u.strip() for u in (opts["engines"] or "").split(",") if u.strip()] or [opts["router"]]
     engines = [connect(u) for u in urls]  # vllm+http://... -> VLLMEngine, else SGLangClient
+    cluster = Cluster(engines, names=urls, progress_deadline_s=deadline)
+    try:
+        await check_reachable(cluster)
+    except BaseException:
+        await cluster.close()
+        raise
     vocab = opts["vocab_size"] or await _vocab_of(split_engine_url(urls[0])[1]) or 32000
     what = "router" if opts["router"] else f"{len(urls)} engines"
-    return Cluster(engines, names=urls), vocab, what
+    return cluster, vocab, what
 
 
 def _free_source(opts: dict[str, Any], sc, vocab: int, name: str, log):
@@ -138,7 +154,7 @@ async def run_all(sc, names: list[str], opts: dict[str, Any], out: Outcome,
                 f"{gen / wall:.0f} tokens/s, {rt.requests} requests, runner overhead "
                 f"{per_req:.3f} ms/request, {len(rt.faults)} faults ({what})")
     except AllEnginesDown as e:
-        out.error, out.code = f"all engines are gone ({e}); finished steps were written", EXIT_ENGINES_GONE
+        out.error, out.code = f"all engines are gone: {e}; finished steps were written", EXIT_ENGINES_GONE
     finally:
         if rt is not None:
             with contextlib.suppress(Exception):
@@ -206,11 +222,49 @@ def main_async(sc, names: list[str], opts: dict[str, Any], progress_for) -> Outc
 @click.option("--lengths-out", type=click.Path(dir_okay=False, path_type=Path), help="Free mode: log observed lengths as JSONL for `aprilsim fit`.")
 @click.option("--trainer", help="Training callable module:function(groups, step) instead of the modelled sleep.")
 @click.option("--checkpoint", help="Weights to load on every update (/update_weights_from_disk).")
+@click.option("--progress-deadline", type=click.FloatRange(min=0), default=60.0, show_default=True, help="Seconds an engine holding requests may stream no token before it is health-checked and, if it does not answer, treated as dead (0: never).")
 @click.option("--local-step-s", type=float, default=0.0, hidden=True, help="Pad each step of the --local engines (tests).")
 def run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trace, timeline, local, engines,
                 router, scale, vocab_size, temperature, prompts, reward, eos_id, lengths_out, trainer,
-                checkpoint, local_step_s) -> None:
+                checkpoint, progress_deadline, local_step_s) -> None:
     """Run SCENARIO's schedulers, unchanged, on live engines (one of --local, --engines, --router)."""
+    with _early_signals_interrupt():
+        _run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trace,
+                     timeline, local, engines, router, scale, vocab_size, temperature, prompts,
+                     reward, eos_id, lengths_out, trainer, checkpoint, progress_deadline,
+                     local_step_s)
+
+
+class _Interrupted(BaseException):
+    """SIGTERM before the asyncio loop took the signals over (like KeyboardInterrupt)."""
+
+
+@contextlib.contextmanager
+def _early_signals_interrupt():
+    """Until the run loop installs its own handlers, SIGINT/SIGTERM end the command with one
+    line and exit 130 (not a silent 143 or a traceback while torch imports)."""
+    def on_term(signum, frame):
+        raise _Interrupted
+
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # signals are the main's
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    except (KeyboardInterrupt, _Interrupted):
+        click.echo("aprilsim: error: interrupted before the run started; nothing was sent to "
+                   "the engines", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trace, timeline,
+                 local, engines, router, scale, vocab_size, temperature, prompts, reward, eos_id,
+                 lengths_out, trainer, checkpoint, progress_deadline, local_step_s) -> None:
     from aprilsim.cli import _per_scheduler_paths, fail, with_overrides
     from aprilsim.config import ScenarioError, load_scenario
     from aprilsim.policies.base import SchedulerError
@@ -235,7 +289,7 @@ def run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, t
                 scale=scale if scale is not None else (local_scale(sc.max_response_len) if local else 1.0),
                 temperature=temperature, prompts=prompts, reward=reward, eos_id=eos_id,
                 lengths_out=lengths_out, trainer=trainer, checkpoint=checkpoint, outputs=outputs,
-                local_step_s=local_step_s)
+                local_step_s=local_step_s, progress_deadline=progress_deadline)
     live = sys.stderr.isatty()
 
     def progress_for(name: str, done: int, total: int) -> None:

@@ -6,22 +6,39 @@ results carried and the time it had at least one request outstanding (its busy t
 simulator's routers (``aprilsim.engine.router``: the scenario's ``cluster.router``, round robin by
 default) over the live slots, with each slot's outstanding requests as its load. A slot whose
 engine failed a request and then a health check is marked dead and gets no more work.
+
+A hung engine (a stopped process, a wedged scheduler behind an open socket) fails nothing: its
+streams just go silent. So each slot has a *progress deadline*: when it holds requests and no
+token came from any of its streams for ``progress_deadline_s`` (default
+:data:`DEFAULT_PROGRESS_DEADLINE_S`), the cluster health-checks it; an engine that does not
+answer healthy within ``health_timeout_s`` is marked dead, its requests come back failed with
+the tokens they had streamed (the runtime resubmits them elsewhere, as for a dead engine) and
+control calls waiting on it (abort, pause, weight sync) stop waiting. An engine that answers
+healthy gets another deadline. :func:`check_reachable` asks every engine once before a run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 
 from aprilsim.engine.router import RoundRobin, Router
 from real.protocol import Engine, GenerateRequest, GenerateResult, WeightSync
 
+DEFAULT_PROGRESS_DEADLINE_S = 60.0  # no token for this long while holding requests: health check
+DEFAULT_HEALTH_TIMEOUT_S = 5.0
+
 
 class AllEnginesDown(RuntimeError):
     """No engine is left to send work to."""
+
+
+class EnginesUnreachable(ValueError):
+    """An engine did not answer before the run started (bad input: exit 2)."""
 
 
 @dataclass
@@ -48,6 +65,28 @@ class Slot:
     _since: float | None = None
     kv_peak: int = 0
     faults: list[Fault] = field(default_factory=list)
+    last_progress: float = 0.0  # monotonic time of its last token (or of its first request)
+    hung: str | None = None  # why the progress deadline declared it dead
+    _dead: asyncio.Event | None = None
+    _dead_loop: object = None
+    _probing: bool = False
+
+    @property
+    def dead(self) -> asyncio.Event:
+        """Set once the slot is declared dead (one per event loop: a cluster may outlive one)."""
+        loop = asyncio.get_running_loop()
+        if self._dead is None or self._dead_loop is not loop:
+            self._dead, self._dead_loop = asyncio.Event(), loop
+            if not self.alive:
+                self._dead.set()
+        return self._dead
+
+    def mark_dead(self, why: str | None = None) -> None:
+        self.alive = False
+        if why is not None and self.hung is None:
+            self.hung = why
+        if self._dead is not None:
+            self._dead.set()
 
     def busy_time(self, now: float | None = None) -> float:
         """Seconds with at least one request outstanding (up to ``now``)."""
@@ -58,6 +97,7 @@ class Slot:
     def started(self) -> None:
         if self.outstanding == 0:
             self._since = time.monotonic()
+            self.last_progress = self._since
         self.outstanding += 1
 
     def ended(self, result: GenerateResult) -> None:
@@ -74,14 +114,26 @@ class Slot:
 
 
 class Cluster:
-    """The slots of a run, with routing and cluster-wide control (abort, pause, weight sync)."""
+    """The slots of a run, with routing and cluster-wide control (abort, pause, weight sync).
 
-    def __init__(self, engines: Sequence[Engine], names: Sequence[str] | None = None) -> None:
+    ``progress_deadline_s``: seconds without a token from a slot that holds requests before it
+    is health-checked (and, failing that, declared dead); None or 0 turns the watchdog off.
+    """
+
+    def __init__(self, engines: Sequence[Engine], names: Sequence[str] | None = None, *,
+                 progress_deadline_s: float | None = DEFAULT_PROGRESS_DEADLINE_S,
+                 health_timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S) -> None:
         if not engines:
             raise ValueError("a cluster needs at least one engine")
+        if progress_deadline_s is not None and progress_deadline_s < 0:
+            raise ValueError("progress_deadline_s must be >= 0")
         names = list(names or [getattr(e, "name", f"engine-{i}") for i, e in enumerate(engines)])
         self.slots = [Slot(e, n, i) for i, (e, n) in enumerate(zip(engines, names, strict=True))]
         self.router: Router = RoundRobin()
+        self.progress_deadline_s = progress_deadline_s or None
+        self.health_timeout_s = health_timeout_s
+        self._watchdog: asyncio.Task | None = None
+        self._probes: set[asyncio.Task] = set()
 
     def __len__(self) -> int:
         return len(self.slots)
@@ -99,30 +151,107 @@ class Cluster:
         group, for the group-affinity router); raises AllEnginesDown."""
         live = self.alive
         if not live:
-            raise AllEnginesDown("every engine is gone")
+            dead = "; ".join(f"{s.name}: {s.hung or 'failed a health check'}" for s in self.slots)
+            raise AllEnginesDown(f"{len(self.slots)} of {len(self.slots)} dead ({dead})"[:600])
         return live[self.router.pick([s.outstanding for s in live], key)]
 
+    # ---- the progress deadline -------------------------------------------------------------
+    def _ensure_watchdog(self) -> None:
+        if self.progress_deadline_s is None:
+            return
+        loop = asyncio.get_running_loop()
+        if self._watchdog is None or self._watchdog.done() or self._watchdog.get_loop() is not loop:
+            for s in self.slots:
+                s._probing = False  # a probe of a finished loop will never report
+            self._watchdog = loop.create_task(self._watch(), name="progress-deadline")
+
+    async def _watch(self) -> None:
+        """Every fraction of the deadline, health-check the slots that hold requests and have
+        streamed nothing for ``progress_deadline_s``."""
+        deadline = self.progress_deadline_s
+        assert deadline is not None
+        every = min(1.0, deadline / 4)
+        while True:
+            await asyncio.sleep(every)
+            now = time.monotonic()
+            for s in self.slots:
+                if s.alive and s.outstanding and not s._probing \
+                        and now - s.last_progress > deadline:
+                    s._probing = True
+                    t = asyncio.get_running_loop().create_task(self._probe(s, now - s.last_progress))
+                    self._probes.add(t)
+                    t.add_done_callback(self._probes.discard)
+
+    async def _probe(self, slot: Slot, silent_s: float) -> None:
+        try:
+            ok = False
+            with contextlib.suppress(Exception):
+                ok = bool(await asyncio.wait_for(slot.engine.health(), self.health_timeout_s))
+            if ok:  # busy (a long prefill, a paused engine) but alive: another deadline
+                slot.last_progress = time.monotonic()
+            elif slot.alive:
+                slot.mark_dead(f"hung: no token for {silent_s:.1f}s from its {slot.outstanding} "
+                               f"requests and /health did not answer within "
+                               f"{self.health_timeout_s:g}s")
+        finally:
+            slot._probing = False
+
+    async def _unless_dead(self, slot: Slot, work: Awaitable, timeout: float | None = None):
+        """Await ``work`` unless ``slot`` is declared dead first (then cancel it, return None)."""
+        task = asyncio.ensure_future(work)
+        dead = asyncio.ensure_future(slot.dead.wait())
+        try:
+            done, _ = await asyncio.wait({task, dead}, timeout=timeout,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # cancelled from outside: the work goes too
+            task.cancel()
+            raise
+        finally:
+            dead.cancel()
+        if task in done:
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        if not done:
+            raise asyncio.TimeoutError
+        return None
+
+    # ---- requests --------------------------------------------------------------------------
     async def generate(self, slot: Slot, request: GenerateRequest) -> GenerateResult:
         slot.started()
-        try:
-            res = await slot.engine.generate(request)
-        except Exception as exc:  # an engine must not raise, but a dead in-process one may
-            from aprilsim.types import FinishReason
-            from real.protocol import Timings
+        self._ensure_watchdog()
+        streamed: list[int] = []
 
-            now = time.monotonic()
-            res = GenerateResult("", request, [], FinishReason.ABORT, Timings(now, None, now),
-                                 error=f"{type(exc).__name__}: {exc}", worker=slot.name)
+        def progressed(p) -> None:
+            slot.last_progress = time.monotonic()
+            streamed.extend(p.new_ids)
+
+        try:
+            if _takes_progress(slot.engine):
+                work = slot.engine.generate(request, on_progress=progressed)
+            else:
+                work = slot.engine.generate(request)
+            res = await self._unless_dead(slot, work)
+            if res is None:  # declared dead while the request ran: keep what it streamed
+                res = _failed(request, slot, f"engine {slot.hung or 'declared dead'}",
+                              list(streamed))
+        except Exception as exc:  # an engine must not raise, but a dead in-process one may
+            res = _failed(request, slot, f"{type(exc).__name__}: {exc}", [])
         slot.ended(res)
         return res
 
-    async def check(self, slot: Slot, timeout: float = 5.0) -> bool:
-        """Health-check ``slot``; mark it dead when it does not answer healthy."""
+    async def check(self, slot: Slot, timeout: float | None = None) -> bool:
+        """Health-check ``slot``; mark it dead when it does not answer healthy. A slot already
+        declared dead stays dead (and is not asked again)."""
+        if not slot.alive:
+            return False
         ok = False
         with contextlib.suppress(Exception):
-            ok = bool(await asyncio.wait_for(slot.engine.health(), timeout))
+            ok = bool(await self._unless_dead(slot, slot.engine.health(),
+                                              timeout or self.health_timeout_s))
         if not ok:
-            slot.alive = False
+            slot.mark_dead()
         return ok
 
     async def abort(self, slots: Sequence[Slot] | None = None, timeout: float = 60.0) -> None:
@@ -131,24 +260,33 @@ class Cluster:
 
         async def one(s: Slot) -> None:
             try:
-                await asyncio.wait_for(s.engine.abort_all(), timeout)
+                await self._unless_dead(s, s.engine.abort_all(), timeout)
             except Exception:  # noqa: BLE001 - a dead engine has nothing left to abort
                 s.alive = s.alive and await self.check(s)
 
         await asyncio.gather(*(one(s) for s in targets))
 
     async def pause(self) -> None:
-        await asyncio.gather(*(s.engine.pause() for s in self.alive if isinstance(s.engine, WeightSync)))
+        await asyncio.gather(*(self._unless_dead(s, s.engine.pause()) for s in self.alive
+                               if isinstance(s.engine, WeightSync)))
 
     async def resume(self) -> None:
-        await asyncio.gather(*(s.engine.resume() for s in self.alive if isinstance(s.engine, WeightSync)))
+        await asyncio.gather(*(self._unless_dead(s, s.engine.resume()) for s in self.alive
+                               if isinstance(s.engine, WeightSync)))
 
     async def update_weights(self, version: int, path: str | None = None) -> None:
         """Every live engine serves ``version`` (loads ``path`` first when given)."""
-        await asyncio.gather(*(s.engine.update_weights(str(version), path)
+        await asyncio.gather(*(self._unless_dead(s, s.engine.update_weights(str(version), path))
                                for s in self.alive if isinstance(s.engine, WeightSync)))
 
     async def close(self) -> None:
+        loop = asyncio.get_running_loop()
+        for t in (self._watchdog, *self._probes):
+            if t is not None and t.get_loop() is loop:
+                t.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+        self._watchdog = None
         for s in self.slots:
             with contextlib.suppress(Exception):
                 await s.engine.close()
@@ -156,3 +294,41 @@ class Cluster:
     @property
     def faults(self) -> list[Fault]:
         return sorted((f for s in self.slots for f in s.faults), key=lambda f: f.t)
+
+
+def _takes_progress(engine: Engine) -> bool:
+    """Whether ``engine.generate`` accepts ``on_progress`` (the protocol's; test doubles may not)."""
+    try:
+        params = inspect.signature(engine.generate).parameters
+    except (TypeError, ValueError):
+        return False
+    return "on_progress" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def _failed(request: GenerateRequest, slot: Slot, error: str, output: list[int]) -> GenerateResult:
+    from aprilsim.types import FinishReason
+    from real.protocol import Timings
+
+    now = time.monotonic()
+    return GenerateResult("", request, output, FinishReason.ABORT, Timings(now, None, now),
+                          error=error, worker=slot.name)
+
+
+async def check_reachable(cluster: Cluster, timeout_s: float = 1.5) -> None:
+    """Ask every engine's health at once before a run; EnginesUnreachable names the first that
+    does not answer healthy within ``timeout_s`` (one line, so the CLI exits 2 at once)."""
+    async def one(s: Slot) -> str | None:
+        try:
+            ok = await asyncio.wait_for(s.engine.health(), timeout_s)
+        except asyncio.TimeoutError:
+            return f"no answer within {timeout_s:g}s"
+        except Exception as exc:  # noqa: BLE001 - any failure is the answer
+            return f"{type(exc).__name__}: {exc}"
+        return None if ok else "not healthy (connection refused, or /health not 200)"
+
+    answers = await asyncio.gather(*(one(s) for s in cluster.slots))
+    bad = [(s, a) for s, a in zip(cluster.slots, answers, strict=True) if a is not None]
+    if bad:
+        s, why = bad[0]
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise EnginesUnreachable(f"engine {s.name} is not reachable: {why}{more}")

@@ -2,10 +2,11 @@
 
 :func:`parse_generate` turns a request body into an :class:`EngineRequest`, validating it as SGLang
 0.5.23 does (``sglang/api/v1/api_types.py`` for the shape, ``sampling_params.py`` for the values,
-``tokenizer_manager.py`` for lengths). Everything it does not implement is refused with a
-:class:`ParamError` naming the field, never silently ignored: batches, multimodal inputs, LoRA,
-hidden states, ``token_ids_logprob``, and unknown fields (SGLang ignores unknown top-level fields;
-this server refuses them, so a typo cannot go unnoticed).
+``tokenizer_manager.py`` for lengths). Every SGLang field that would change the output and is not
+implemented is refused with a :class:`ParamError` naming it, never silently ignored: batches,
+multimodal inputs, LoRA, hidden states, ``token_ids_logprob``. Unknown top-level fields are
+ignored, as SGLang ignores them (``bench_serving --extra-request-body`` adds its own keys); they
+are listed in :attr:`GenerateOptions.ignored` and logged once per name by the server.
 
 :class:`ResponseBuilder` renders ``text``, ``output_ids`` and ``meta_info`` (log-probs in SGLang's
 ``[logprob, token_id, text]`` triples) for one request, cumulative or incremental.
@@ -58,6 +59,7 @@ class GenerateOptions:
     return_logprob: bool = False
     top_logprobs_num: int = 0
     return_text_in_logprobs: bool = False
+    ignored: tuple[str, ...] = ()  # unknown top-level fields (SGLang ignores them too)
 
 
 def _off(v: object) -> bool:
@@ -107,6 +109,7 @@ def parse_generate(body: object, vocab_size: int,
     """Validate a /generate body; :class:`ParamError` (HTTP 400) names what is wrong."""
     if not isinstance(body, dict):
         raise ParamError("body", "request body must be a JSON object")
+    ignored: list[str] = []
     for key, v in body.items():
         if key in SUPPORTED or key in HARMLESS:
             continue
@@ -114,7 +117,7 @@ def parse_generate(body: object, vocab_size: int,
             if not _off(v):
                 raise ParamError(key, f"{key} is not supported by this engine")
             continue
-        raise ParamError(key, f"unknown field `{key}`")
+        ignored.append(key)
     if body.get("token_ids_logprob") is not None:
         raise ParamError("token_ids_logprob", "token_ids_logprob is not supported by this engine")
     rid = body.get("rid")
@@ -127,6 +130,7 @@ def parse_generate(body: object, vocab_size: int,
         return_logprob=_typed(body, "return_logprob", bool, False),
         top_logprobs_num=_typed(body, "top_logprobs_num", int, 0),
         return_text_in_logprobs=_typed(body, "return_text_in_logprobs", bool, False),
+        ignored=tuple(ignored),
     )
     start = _typed(body, "logprob_start_len", int, -1)
     if start < -1:

@@ -19,7 +19,12 @@ end to end in CI against a live engine, without a GPU. Shapes follow SGLang 0.5.
 - OpenAI: ``/v1/completions``, ``/v1/chat/completions`` (:mod:`.openai_api`).
 
 No handler can take the server down: a middleware turns any unexpected exception into a 500 with
-a message (and logs its traceback).
+a message (and logs its traceback); what a client can send is answered with a 4xx instead
+(:func:`read_json`: bodies nested past :data:`MAX_JSON_DEPTH`, lone surrogates, a
+``Content-Encoding`` other than gzip/deflate/identity gets 415, a body slower than
+``read_timeout_s`` gets 408). :meth:`EngineHTTPServer.reap_idle` closes connections that hold no
+request for ``read_timeout_s`` (a half-open socket, a request head that never completes), and
+every JSON the server writes is strict (no bare ``NaN``: non-finite numbers become ``null``).
 """
 
 from __future__ import annotations
@@ -28,11 +33,15 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
+import re
 import time
 import traceback
+import zlib
 from dataclasses import asdict, dataclass
 
+import aiohttp
 from aiohttp import web
 
 from .engine import Finished
@@ -52,13 +61,55 @@ class ServerConfig:
     incremental_streaming_output: bool = False
     model_path: str = "aprilsim/tiny-random"
     tokenizer_path: str | None = None  # a directory with tokenizer.json; None = no tokenizer
+    # SGLang's --enable-memory-saver: /release_memory_occupation works only with it (as there)
+    enable_memory_saver: bool = False
+    # seconds a connection may hold no request (head not complete) or take to send a body
+    read_timeout_s: float = 60.0
+
+
+READ_TIMEOUT_KEY = web.AppKey("read_timeout_s", float)
+KEEPALIVE_S = 75.0  # an idle kept-alive connection is closed after this (aiohttp's run_app's)
+MAX_JSON_DEPTH = 64  # deeper bodies get a 400 (no SGLang request nests past 5)
+MAX_BODY_BYTES = 64 * 1024 * 1024  # also the most a compressed body may inflate to
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+class BodyError(Exception):
+    """A request body the server cannot read: ``status`` (400, 408, 413, 415) and a message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _finite(obj: object) -> object:
+    """``obj`` with every non-finite float replaced by None (strict JSON has no NaN)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def dumps(obj: object) -> str:
+    """Strict JSON: a non-finite number anywhere is written as ``null``, never as bare NaN."""
+    try:
+        return json.dumps(obj, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(obj), allow_nan=False)
+
+
+def json_response(body: object, status: int = 200) -> web.Response:
+    return web.json_response(body, status=status, dumps=dumps)
 
 
 def error_response(status: int, message: str, param: str | None = None) -> web.Response:
     """SGLang's legacy ErrorResponse shape (``object/message/type/param/code``)."""
     body = {"object": "error", "message": message, "type": _phrase(status), "param": param,
             "code": status}
-    return web.json_response(body, status=status)
+    return json_response(body, status=status)
 
 
 def _phrase(status: int) -> str:
@@ -75,6 +126,10 @@ async def _never_crash(request: web.Request, handler) -> web.StreamResponse:
     """Any unexpected exception becomes a 500 with a message, logged with its traceback."""
     try:
         return await handler(request)
+    except BodyError as exc:  # the body may be half read: the connection cannot be reused
+        resp = error_response(exc.status, str(exc), "body")
+        resp.force_close()
+        return resp
     except web.HTTPException as exc:
         if exc.status >= 400 and exc.content_type != "application/json":
             return error_response(exc.status, exc.reason or exc.text or _phrase(exc.status))
@@ -87,17 +142,115 @@ async def _never_crash(request: web.Request, handler) -> web.StreamResponse:
         return error_response(500, f"Internal server error: {type(exc).__name__}: {exc}")
 
 
+def _depth_ok(raw: bytes, limit: int) -> bool:
+    """True when brackets in ``raw`` nest at most ``limit`` deep (strings skipped)."""
+    depth = 0
+    in_str = esc = False
+    for b in raw:
+        if in_str:
+            if esc:
+                esc = False
+            elif b == 0x5C:  # backslash
+                esc = True
+            elif b == 0x22:
+                in_str = False
+        elif b == 0x22:
+            in_str = True
+        elif b in (0x5B, 0x7B):
+            depth += 1
+            if depth > limit:
+                return False
+        elif b in (0x5D, 0x7D):
+            depth -= 1
+    return True
+
+
+def _lone_surrogate(obj: object) -> str | None:
+    """The first string (key or value) of ``obj`` that is not valid Unicode, else None."""
+    stack = [obj]
+    while stack:
+        o = stack.pop()
+        if isinstance(o, str):
+            try:
+                o.encode("utf-8")
+            except UnicodeEncodeError:
+                return o
+        elif isinstance(o, dict):
+            stack.extend(o.keys())
+            stack.extend(o.values())
+        elif isinstance(o, list):
+            stack.extend(x for x in o if isinstance(x, (str, list, dict)))
+    return None
+
+
+def decode_body(raw: bytes, encoding: str) -> bytes:
+    """Undo ``Content-Encoding`` (gzip, deflate, identity; listed order); BodyError otherwise."""
+    codings = [c.strip().lower() for c in encoding.split(",") if c.strip()]
+    for coding in reversed(codings):
+        if coding == "identity":
+            continue
+        if coding not in ("gzip", "x-gzip", "deflate"):
+            raise BodyError(415, f"Content-Encoding {coding!r} is not supported (use gzip, "
+                                 "deflate or identity)")
+        wbits = 16 + zlib.MAX_WBITS if coding != "deflate" else zlib.MAX_WBITS
+        try:
+            d = zlib.decompressobj(wbits)
+            out = d.decompress(raw, MAX_BODY_BYTES + 1)
+            if len(out) > MAX_BODY_BYTES or d.unconsumed_tail:
+                raise BodyError(413, f"request body inflates past {MAX_BODY_BYTES} bytes")
+            if not d.eof:
+                raise zlib.error("truncated stream")
+        except zlib.error as exc:
+            if coding == "deflate":  # raw deflate without the zlib header, as some clients send
+                try:
+                    out = zlib.decompress(raw, -zlib.MAX_WBITS)
+                except zlib.error:
+                    raise BodyError(400, f"request body is not valid {coding}: {exc}") from None
+            else:
+                raise BodyError(400, f"request body is not valid {coding}: {exc}") from None
+        raw = out
+    return raw
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The request's body, decoded; BodyError (408) when it does not arrive in time. The app
+    must be served with ``auto_decompress=False`` (``real.serve`` does), or aiohttp decodes first."""
+    timeout = request.app.get(READ_TIMEOUT_KEY) or 0.0
+    timeout = timeout if timeout > 0 else None
+    try:
+        raw = await asyncio.wait_for(request.read(), timeout)
+    except asyncio.TimeoutError:
+        raise BodyError(408, f"request body not received within {timeout:g} s") from None
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise BodyError(413, exc.text or "request body too large") from None
+    except aiohttp.ClientPayloadError as exc:
+        raise BodyError(400, f"request body could not be read: {exc}") from None
+    encoding = request.headers.get("Content-Encoding", "")
+    return decode_body(raw, encoding) if encoding else raw
+
+
 async def read_json(request: web.Request, required: bool = True) -> object:
-    """The request's JSON body; ParamError (400) when it is not JSON."""
-    raw = await request.read()
+    """The request's JSON body; ParamError (400) when it is not JSON, BodyError (4xx) when it
+    cannot be read (timeout, encoding, nesting past MAX_JSON_DEPTH, lone surrogates)."""
+    raw = await read_body(request)
     if not raw.strip():
         if required:
             raise ParamError("body", "request body must be JSON")
         return {}
+    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and not _depth_ok(raw, MAX_JSON_DEPTH):
+        raise ParamError("body", f"request body nests deeper than {MAX_JSON_DEPTH} levels")
     try:
-        return json.loads(raw)
+        body = json.loads(raw)
+    except RecursionError:
+        raise ParamError("body", "request body nests too deep") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise ParamError("body", f"request body is not valid JSON: {exc}") from None
+    if _SURROGATE_ESCAPE.search(raw):  # only then can a string be invalid Unicode
+        bad = _lone_surrogate(body)
+        if bad is not None:
+            raise ParamError("body", f"request body has a string with a lone surrogate: "
+                                     f"{bad!r}"[:200])
+    return body
 
 
 class EngineHTTPServer:
@@ -123,7 +276,13 @@ class EngineHTTPServer:
         self.started = time.time()
         self.total_requests = 0
         self._updating = asyncio.Event()  # set while a weight update waits for the engine
-        self.app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[_never_crash])
+        self.app = web.Application(client_max_size=MAX_BODY_BYTES,
+                                   middlewares=[self._track, _never_crash])
+        self.app[READ_TIMEOUT_KEY] = cfg.read_timeout_s
+        self._ignored_seen: set[tuple[str, str]] = set()
+        self._busy: dict[object, int] = {}  # connection -> requests it is serving now
+        self._served: set[object] = set()  # connections that completed a request
+        self._idle_since: dict[object, float] = {}  # connection -> when it last had none
         self.app.on_startup.append(self._on_startup)
         self.app.on_cleanup.append(self._on_cleanup)
         r = self.app.router
@@ -151,6 +310,59 @@ class EngineHTTPServer:
 
         OpenAIRoutes(self).register(r)
 
+    @web.middleware
+    async def _track(self, request: web.Request, handler) -> web.StreamResponse:
+        """Mark the connection busy while it is served (:meth:`reap_idle` spares it)."""
+        conn = request.protocol
+        self._busy[conn] = self._busy.get(conn, 0) + 1
+        try:
+            return await handler(request)
+        finally:
+            n = self._busy.pop(conn, 1) - 1
+            if n > 0:
+                self._busy[conn] = n
+            self._idle_since[conn] = time.monotonic()
+            self._served.add(conn)
+
+    def reap_idle(self, server: web.Server, now: float | None = None) -> int:
+        """Close connections that hold no request: one that never completed a request head
+        within ``read_timeout_s`` of opening (a half-open socket, a stalled head; aiohttp itself
+        has no header timeout), or a kept-alive one idle for :data:`KEEPALIVE_S` (at least
+        ``read_timeout_s``; clients' pools close theirs sooner: aiohttp's after 15 s). Returns
+        how many were closed."""
+        now = time.monotonic() if now is None else now
+        live = set(server.connections)
+        for gone in [c for c in self._idle_since if c not in live]:
+            del self._idle_since[gone]
+        self._served &= live
+        closed = 0
+        keepalive = max(KEEPALIVE_S, self.cfg.read_timeout_s)
+        for conn in live:
+            if conn in self._busy:
+                continue
+            since = self._idle_since.setdefault(conn, now)
+            limit = keepalive if conn in self._served else self.cfg.read_timeout_s
+            if now - since > limit:
+                conn.force_close()
+                if conn.transport is not None:
+                    conn.transport.close()
+                del self._idle_since[conn]
+                closed += 1
+        return closed
+
+    async def watch_connections(self, server: web.Server, every_s: float | None = None) -> None:
+        """Run :meth:`reap_idle` forever (started by ``real.serve``); ``read_timeout_s`` <= 0
+        turns it off."""
+        if self.cfg.read_timeout_s <= 0:
+            return
+        every = every_s or max(0.05, min(1.0, self.cfg.read_timeout_s / 4))
+        while True:
+            await asyncio.sleep(every)
+            n = self.reap_idle(server)
+            if n:
+                log.info("closed %d idle connection(s) (no request for %.0f s)", n,
+                         self.cfg.read_timeout_s)
+
     async def _on_startup(self, app: web.Application) -> None:
         self.runner.start()
 
@@ -161,11 +373,19 @@ class EngineHTTPServer:
     async def submit(self, body: object) -> tuple[RequestHandle, GenerateOptions]:
         """Parse and queue one /generate body (also used by the OpenAI routes)."""
         req, opts = parse_generate(body, self.runner.engine.vocab_size, self.codec)
+        self.note_ignored(opts.ignored, "/generate")
         while self._updating.is_set():  # a weight update holds new requests back (SGLang's lock)
             await asyncio.sleep(0.005)
         handle = self.runner.submit(req)
         self.total_requests += 1
         return handle, opts
+
+    def note_ignored(self, keys: tuple[str, ...] | list[str], where: str) -> None:
+        """Log, once per name, the unknown fields a request carried (SGLang ignores them)."""
+        for k in keys:
+            if (where, k) not in self._ignored_seen and len(self._ignored_seen) < 1000:
+                self._ignored_seen.add((where, k))
+                log.warning("%s: ignoring unknown field %r (as SGLang does)", where, k[:80])
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -226,7 +446,7 @@ class EngineHTTPServer:
         code = fin.reason.get("status_code")
         if fin.reason.get("type") == "abort" and isinstance(code, int) and 400 <= code < 600:
             return error_response(code, str(fin.reason.get("message", "")))
-        return web.json_response(builder.render(fin.output_ids, fin, self.runner.weight_version,
+        return json_response(builder.render(fin.output_ids, fin, self.runner.weight_version,
                                                 self._elapsed(handle)))
 
     async def _generate_stream(self, request: web.Request, handle: RequestHandle,
@@ -244,7 +464,7 @@ class EngineHTTPServer:
                 ids = fin.output_ids if fin is not None else list(out)
                 chunk = builder.render(ids, fin, self.runner.weight_version,
                                        None if fin is None else self._elapsed(handle))
-                await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                await resp.write(b"data: " + dumps(chunk).encode() + b"\n\n")
                 if fin is not None:
                     break
             await resp.write(b"data: [DONE]\n\n")
@@ -296,7 +516,7 @@ class EngineHTTPServer:
             "schedule_policy": "fcfs",
             "schedule_conservativeness": 1.0,
             "disable_radix_cache": True,
-            "enable_memory_saver": True,
+            "enable_memory_saver": self.cfg.enable_memory_saver,
             "weight_version": self.runner.weight_version,
             "load_format": "aprilsim",
             "dtype": e.cfg.dtype,
@@ -331,10 +551,10 @@ class EngineHTTPServer:
         }
 
     async def server_info(self, request: web.Request) -> web.Response:
-        return web.json_response(self._info())
+        return json_response(self._info())
 
     async def model_info(self, request: web.Request) -> web.Response:
-        return web.json_response({
+        return json_response({
             "model_path": self.cfg.model_path,
             "served_model_name": self.cfg.model_path,
             "tokenizer_path": self.cfg.tokenizer_path or "",
@@ -364,7 +584,7 @@ class EngineHTTPServer:
             "gen_throughput": self.runner.gen_throughput(),
             "utilization": self.runner.num_running / e.cfg.max_running_requests,
         }
-        return web.json_response({
+        return json_response({
             "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "version": SERVER_VERSION,
             "accelerator": None,
@@ -380,7 +600,7 @@ class EngineHTTPServer:
             return error_response(400, "since: expected an integer", "since")
         recs = [r.to_dict() for r in list(self.runner.engine.iterations) if r.seq > since]
         last = recs[-1]["seq"] if recs else since
-        return web.json_response({"records": recs, "last_seq": last})
+        return json_response({"records": recs, "last_seq": last})
 
     async def update_weight_version(self, request: web.Request) -> web.Response:
         try:
@@ -393,11 +613,11 @@ class EngineHTTPServer:
         if body.get("abort_all_requests"):
             await self.runner.abort(abort_all=True)
         self.runner.weight_version = new
-        return web.json_response({"success": True, "new_version": new,
+        return json_response({"success": True, "new_version": new,
                                   "message": f"Weight version updated to {new}"})
 
     async def get_weight_version(self, request: web.Request) -> web.Response:
-        return web.json_response({"weight_version": self.runner.weight_version})
+        return json_response({"weight_version": self.runner.weight_version})
 
     async def update_weights_from_disk(self, request: web.Request) -> web.Response:
         """Load a checkpoint directory (``TinyDecoder.save``) into the served model.
@@ -423,7 +643,7 @@ class EngineHTTPServer:
             return error_response(400, f"load_format {body['load_format']!r} is not supported",
                                   "load_format")
         if not os.path.isdir(path):
-            return web.json_response({"success": False, "num_paused_requests": 0,
+            return json_response({"success": False, "num_paused_requests": 0,
                                       "message": f"Failed to update weights: no checkpoint "
                                                  f"directory at {path}"}, status=400)
         if body.get("abort_all_requests"):
@@ -435,7 +655,7 @@ class EngineHTTPServer:
             await self.runner.load_weights(path)
         except Exception as exc:  # a bad checkpoint: the old weights stay, the server serves
             log.warning("update_weights_from_disk failed: %s", exc)
-            return web.json_response({"success": False, "num_paused_requests": 0,
+            return json_response({"success": False, "num_paused_requests": 0,
                                       "message": f"Failed to update weights: {exc}"}, status=400)
         finally:
             self._updating.clear()
@@ -443,7 +663,7 @@ class EngineHTTPServer:
         if version is not None:
             self.runner.weight_version = version
             msg += f" Weight version updated to {version}."
-        return web.json_response({"success": True, "message": msg, "num_paused_requests": 0})
+        return json_response({"success": True, "message": msg, "num_paused_requests": 0})
 
     async def pause_generation(self, request: web.Request) -> web.Response:
         try:
@@ -454,7 +674,7 @@ class EngineHTTPServer:
             return error_response(400, str(exc), exc.param)
         except ValueError as exc:
             return error_response(400, str(exc), "mode")
-        return web.json_response({"message": "Generation paused successfully.", "status": "ok"})
+        return json_response({"message": "Generation paused successfully.", "status": "ok"})
 
     async def continue_generation(self, request: web.Request) -> web.Response:
         try:
@@ -462,10 +682,14 @@ class EngineHTTPServer:
         except ParamError as exc:
             return error_response(400, str(exc), exc.param)
         self.runner.resume()
-        return web.json_response({"message": "Generation continued successfully.",
+        return json_response({"message": "Generation continued successfully.",
                                   "status": "ok"})
 
     async def memory_occupation(self, request: web.Request) -> web.Response:
+        if not self.cfg.enable_memory_saver:
+            name = request.path.strip("/")
+            return json_response({"error": {"message": f"{name} needs the memory saver: start "
+                                            "the server with --enable-memory-saver"}}, status=400)
         try:
             body = await self._body(request)
             tags = body.get("tags")
@@ -477,8 +701,8 @@ class EngineHTTPServer:
             else:
                 await self.runner.resume_memory(tags)
         except ValueError as exc:
-            return web.json_response({"error": {"message": str(exc)}}, status=400)
-        return web.json_response(None)
+            return json_response({"error": {"message": str(exc)}}, status=400)
+        return json_response(None)
 
     async def flush_cache(self, request: web.Request) -> web.Response:
         return web.Response(status=200)  # no prefix cache: nothing to flush

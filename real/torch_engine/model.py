@@ -171,7 +171,13 @@ class TinyDecoder(nn.Module):
         path = Path(path)
         cfg = ModelConfig(**json.loads((path / "config.json").read_text()))
         model = cls(cfg)
-        model.load_state_dict(torch.load(path / "model.pt", map_location="cpu", weights_only=True))
+        state = torch.load(path / "model.pt", map_location="cpu", weights_only=True)
+        bad = next((k for k, v in state.items()
+                    if torch.is_tensor(v) and v.is_floating_point() and not torch.isfinite(v).all()),
+                   None)
+        if bad is not None:  # it would serve NaN log-probs and garbage tokens
+            raise ValueError(f"checkpoint {path} has non-finite weights in {bad!r} (NaN or inf)")
+        model.load_state_dict(state)
         return model.eval()
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:

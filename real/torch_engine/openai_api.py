@@ -2,23 +2,29 @@
 
 ``/v1/models``, ``/v1/completions`` and ``/v1/chat/completions`` (streaming too, with
 ``stream_options.include_usage``). Requests are translated into a ``/generate`` body and go
-through the same validation; OpenAI fields this engine does not implement (``logprobs``, ``echo``,
-``n`` > 1, ``tools``, ``response_format`` other than text, ...) are refused with a 400 naming
-them. The chat template is a plain ``<|role|>\\ncontent\\n`` concatenation ending in
-``<|assistant|>\\n`` (the bundled model has no trained template).
+through the same validation. Every field of SGLang 0.5.23's ``CompletionRequest`` and
+``ChatCompletionRequest`` (``sglang/srt/entrypoints/openai/protocol.py``) is accepted, as
+sglang-router adds SGLang's extension fields at their defaults to every call: fields with no
+effect here (routing, cache keys, reasoning switches of a model without reasoning, multimodal
+options without media) whatever their value, and fields this engine does not implement
+(``logprobs``, ``echo``, ``n`` > 1, ``tools``, grammars, ``return_hidden_states``, ...) only at
+their default, else a 400 naming them. Unknown fields are ignored, as SGLang's pydantic models
+ignore them (logged once per name). The chat template is a plain ``<|role|>\\ncontent\\n``
+concatenation ending in ``<|assistant|>\\n`` (the bundled model has no trained template);
+``continue_final_message`` continues the last assistant message instead, and ``input_ids``
+bypasses the template, as in SGLang.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from .generate_api import ResponseBuilder
-from .sampling import ParamError
+from .sampling import ParamError, _is_int
 
 if TYPE_CHECKING:
     from .http_server import EngineHTTPServer
@@ -29,7 +35,34 @@ _COMMON = {"model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "sto
            "stop_token_ids", "skip_special_tokens", "no_stop_trim", "logprobs", "rid"}
 COMPLETION_KEYS = _COMMON | {"prompt", "echo", "suffix", "best_of"}
 CHAT_KEYS = _COMMON | {"messages", "max_completion_tokens", "top_logprobs", "tools",
-                       "tool_choice", "response_format", "parallel_tool_calls"}
+                       "tool_choice", "response_format", "parallel_tool_calls",
+                       "continue_final_message", "input_ids"}
+# SGLang extension fields with no effect on this engine's output, whatever their value: routing
+# and disaggregation hints of a single non-PD worker, cache/metrics keys, scheduling priority,
+# reasoning switches (the bundled model has no reasoning parser), multimodal options (no media
+# is accepted), and custom_params (only read by a custom logit processor, refused below).
+NO_EFFECT = frozenset({
+    "routed_dp_rank", "disagg_prefill_dp_rank", "data_parallel_rank", "extra_key", "cache_salt",
+    "priority", "custom_labels", "session_id", "custom_params", "separate_reasoning",
+    "stream_reasoning", "reasoning_effort", "reasoning", "thinking", "task",
+    "chat_template_kwargs", "max_dynamic_patch", "min_dynamic_patch", "use_audio_in_video",
+    "images_config", "video_config", "mm_processor_kwargs", "return_flat_raw_top_logprobs_b64",
+    "parallel_tool_calls",
+})
+# SGLang fields that would change the output and are not implemented here: accepted at their
+# default only (the value sglang-router sends), else refused by name.
+_OFF = (None, False, 0, "", [], {})
+DEFAULT_ONLY: dict[str, tuple] = {k: _OFF for k in (
+    "return_hidden_states", "return_routed_experts", "routed_experts_start_len",
+    "return_cached_tokens_details", "return_spec_tokens_details", "return_prompt_token_ids",
+    "return_token_ids", "return_meta_info", "return_input_ids_in_sglext",
+    "return_output_ids_in_sglext", "return_sampling_mask", "sampling_logprobs_mode",
+    "return_flat_raw_output_top_logprobs", "json_schema", "regex", "ebnf", "stop_regex",
+    "lora_path", "session_params", "custom_logit_processor", "watermark", "bootstrap_host",
+    "bootstrap_port", "bootstrap_room", "logprobs", "echo", "suffix", "tools", "top_logprobs")}
+DEFAULT_ONLY.update({"n": (None, 1), "best_of": (None, 1),
+                     "tool_choice": (None, "none", "auto"),
+                     "response_format": (None, {"type": "text"})})
 # OpenAI name -> SGLang sampling param
 _SAMPLING_MAP = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
                  "min_p": "min_p", "stop": "stop", "seed": "sampling_seed",
@@ -41,14 +74,22 @@ _SAMPLING_MAP = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 
 
+def json_response(body: object, status: int = 200) -> web.Response:
+    from .http_server import json_response as strict
+
+    return strict(body, status)
+
+
 def openai_error(status: int, message: str, param: str | None = None) -> web.Response:
-    return web.json_response({"object": "error", "message": message, "type": "BadRequestError"
+    return json_response({"object": "error", "message": message, "type": "BadRequestError"
                               if status == 400 else "InternalServerError", "param": param,
                               "code": status}, status=status)
 
 
-def chat_prompt(messages: object) -> str:
-    """The bundled chat template; ParamError on a malformed ``messages``."""
+def chat_prompt(messages: object, continue_final: bool = False) -> str:
+    """The bundled chat template; ParamError on a malformed ``messages``. ``continue_final``
+    (SGLang's ``continue_final_message``): the last message, an assistant's, is continued
+    instead of a new assistant turn being opened."""
     if not isinstance(messages, list) or not messages:
         raise ParamError("messages", "messages: expected a non-empty list")
     parts = []
@@ -64,6 +105,11 @@ def chat_prompt(messages: object) -> str:
         if not isinstance(content, str):
             raise ParamError("messages", "messages: content must be a string")
         parts.append(f"<|{m['role']}|>\n{content}\n")
+    if continue_final:
+        if messages[-1].get("role") != "assistant":
+            raise ParamError("continue_final_message", "continue_final_message needs the last "
+                                                       "message to be the assistant's")
+        return "".join(parts)[:-1]  # no closing newline: the model continues the message
     return "".join(parts) + "<|assistant|>\n"
 
 
@@ -89,30 +135,27 @@ class OpenAIRoutes:
                 "max_model_len": self.server.runner.engine.max_context}
 
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [self._card()]})
+        return json_response({"object": "list", "data": [self._card()]})
 
     async def model(self, request: web.Request) -> web.Response:
         if request.match_info["model"] != self.name:
-            return web.json_response({"error": {
+            return json_response({"error": {
                 "message": f"The model '{request.match_info['model']}' does not exist",
                 "type": "invalid_request_error", "param": "model",
                 "code": "model_not_found"}}, status=404)
-        return web.json_response(self._card())
+        return json_response(self._card())
 
     def _generate_body(self, body: dict, keys: set[str], prompt: object,
                        max_tokens_keys: tuple[str, ...]) -> dict:
-        for k in body:
-            if k not in keys:
-                raise ParamError(k, f"unknown field `{k}`")
-        refuse = {"logprobs": not body.get("logprobs"), "echo": not body.get("echo"),
-                  "suffix": not body.get("suffix"), "n": body.get("n") in (None, 1),
-                  "best_of": body.get("best_of") in (None, 1), "tools": not body.get("tools"),
-                  "tool_choice": body.get("tool_choice") in (None, "none", "auto"),
-                  "top_logprobs": not body.get("top_logprobs"),
-                  "response_format": body.get("response_format") in (None, {"type": "text"})}
-        for k, ok in refuse.items():
-            if k in body and not ok:
-                raise ParamError(k, f"{k} is not supported by this engine")
+        ignored = []
+        for k, v in body.items():
+            if k in DEFAULT_ONLY:
+                if not any(type(v) is type(d) and v == d for d in DEFAULT_ONLY[k]):
+                    raise ParamError(k, f"{k} is not supported by this engine (only its "
+                                        f"default is accepted), got {v!r}"[:300])
+            elif k not in keys and k not in NO_EFFECT:
+                ignored.append(k)
+        self.server.note_ignored(ignored, "/v1")
         model = body.get("model")
         if model is not None and not isinstance(model, str):
             raise ParamError("model", "model: expected a string")
@@ -150,7 +193,17 @@ class OpenAIRoutes:
             if not isinstance(body, dict):
                 raise ParamError("body", "request body must be a JSON object")
             if chat:
-                gen = self._generate_body(body, CHAT_KEYS, chat_prompt(body.get("messages")),
+                cont = body.get("continue_final_message", False)
+                if not isinstance(cont, bool):
+                    raise ParamError("continue_final_message",
+                                     "continue_final_message: expected a boolean")
+                ids = body.get("input_ids")
+                if ids is not None and not (isinstance(ids, list) and ids
+                                            and all(_is_int(t) for t in ids)):
+                    raise ParamError("input_ids", "input_ids: expected a non-empty list of "
+                                                  "token ids")
+                text = chat_prompt(body.get("messages"), cont)  # validated even with input_ids
+                gen = self._generate_body(body, CHAT_KEYS, ids if ids is not None else text,
                                           ("max_tokens", "max_completion_tokens"))
             else:
                 prompt = body.get("prompt")
@@ -186,7 +239,7 @@ class OpenAIRoutes:
                 choice["message"] = {"role": "assistant", "content": text}
             else:
                 choice["text"] = text
-            return web.json_response({
+            return json_response({
                 "id": ident, "object": "chat.completion" if chat else "text_completion",
                 "created": created, "model": self.name, "choices": [choice],
                 "usage": self._usage(handle.request, len(fin.output_ids))})
@@ -199,6 +252,8 @@ class OpenAIRoutes:
 
     async def _stream(self, request: web.Request, handle, builder: ResponseBuilder, chat: bool,
                       ident: str, created: int, include_usage: bool) -> web.StreamResponse:
+        from .http_server import dumps
+
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-cache"})
         obj = "chat.completion.chunk" if chat else "text_completion"
@@ -208,7 +263,7 @@ class OpenAIRoutes:
                      "choices": [choice] if choice else []}
             if usage is not None:
                 chunk["usage"] = usage
-            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            await resp.write(b"data: " + dumps(chunk).encode() + b"\n\n")
 
         out: list[int] = []
         try:

@@ -4,8 +4,9 @@
 ``sglang/api/v1/api_types.py``; its value rules: ``SamplingParams.__post_init__`` / ``verify`` /
 ``normalize`` in ``sglang/srt/sampling/sampling_params.py``) and raises :class:`ParamError`, a
 ``ValueError`` naming the parameter, for anything else. Parameters this engine does not implement
-(grammars, beam search, watermarks, custom params, ``n`` > 1, ...) are refused with a 400 that
-names them instead of being silently ignored.
+(grammars, beam search, watermarks, ``n`` > 1, ...) are refused with a 400 that names them
+instead of being silently ignored; ``custom_params`` and ``spaces_between_special_tokens``
+(slime sends both) are accepted because they change nothing here.
 
 :func:`sample_next` applies penalties, logit bias, temperature, top-k, top-p and min-p, and
 returns the token and its log-prob as SGLang reports it (``log_softmax(logits / temperature)``,
@@ -42,11 +43,9 @@ UNSUPPORTED_UNLESS_OFF: dict[str, Callable[[object], bool]] = {
     "regex": lambda v: not v,
     "ebnf": lambda v: not v,
     "structural_tag": lambda v: not v,
-    "custom_params": lambda v: v is None or v == {},
     "beam_width": lambda v: v is None or v == 1,
     "watermark": lambda v: v is None,
     "choice": lambda v: v is None or v == [],
-    "spaces_between_special_tokens": lambda v: v is None or v is True,
     "n": lambda v: v is None or v == 1,
 }
 
@@ -126,6 +125,13 @@ def parse_sampling_params(sp: object, vocab_size: int, has_tokenizer: bool) -> S
     for key, is_off in UNSUPPORTED_UNLESS_OFF.items():
         if key in sp and not is_off(sp[key]):
             raise ParamError(key, f"sampling_params.{key} is not supported by this engine")
+    # Accepted with no effect here, as in SGLang: custom_params feed a custom logit processor
+    # (refused above when one is named), and the bundled byte-level tokenizer never puts
+    # spaces between special tokens, whatever spaces_between_special_tokens says.
+    cp = sp.get("custom_params")
+    if cp is not None and not isinstance(cp, dict):
+        raise ParamError("custom_params", "sampling_params.custom_params: expected an object")
+    _get(sp, "spaces_between_special_tokens", "bool", True)
     s = SamplingSpec(
         max_new_tokens=_get(sp, "max_new_tokens", "int", 128),
         temperature=_get(sp, "temperature", "float", 1.0),

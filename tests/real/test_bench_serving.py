@@ -45,7 +45,9 @@ def test_bench_serving_reports_ttft_and_itl(servers, tmp_path):
            "--random-input-len", str(IN_LEN), "--random-output-len", str(OUT_LEN),
            "--random-range-ratio", "1.0", "--num-prompts", str(NUM_PROMPTS),
            "--tokenizer", str(tokenizer_dir()), "--model", "aprilsim/tiny-random",
-           "--output-file", str(out), "--output-details", "--seed", "1", "--disable-tqdm"]
+           "--output-file", str(out), "--output-details", "--seed", "1", "--disable-tqdm",
+           # unknown top-level fields go into every /generate body: ignored, as SGLang does
+           "--extra-request-body", '{"foo": 1, "bench_tag": {"run": "ci"}}']
     env = {**os.environ, "PYTHONPATH": str(VENDORED), "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)

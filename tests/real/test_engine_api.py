@@ -61,13 +61,13 @@ UNSUPPORTED = [  # never silently ignored: refused with a 400 naming the paramet
     ({"sampling_params": {"ebnf": "root ::= 'a'"}}, "ebnf"),
     ({"sampling_params": {"stop_regex": "x"}}, "stop_regex"),
     ({"sampling_params": {"structural_tag": "t"}}, "structural_tag"),
-    ({"sampling_params": {"custom_params": {"a": 1}}}, "custom_params"),
+    ({"sampling_params": {"custom_params": 3}}, "custom_params"),  # a dict is accepted
     ({"token_ids_logprob": [1, 2]}, "token_ids_logprob"),
     ({"lora_path": "x"}, "lora_path"),
     ({"return_hidden_states": True}, "return_hidden_states"),
     ({"image_data": "http://x/y.png"}, "image_data"),
     ({"input_ids": [[1, 2], [3]]}, "input_ids"),
-    ({"no_such_field": 1}, "no_such_field"),
+    ({"sampling_params": {"no_such_param": 1}}, "no_such_param"),  # top-level: ignored
 ]
 
 

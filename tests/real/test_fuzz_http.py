@@ -4,11 +4,19 @@ Hypothesis draws request bodies (valid-ish and hostile: wrong types, NaN/inf, hu
 unknown fields, batches, raw garbage), headers and sampling parameters. Every response must be
 a 2xx, or a 4xx carrying a message; never a 5xx, never a dead engine. ``hypothesis.event`` labels
 what each example reached (run with ``--hypothesis-show-statistics`` to see them).
+
+:func:`test_hostile_shapes_get_4xx_never_5xx` adds the shapes of issue 22 (derandomized, its
+reach counted and asserted): bodies nested up to 3,000 deep (bare or inside a valid request),
+strings with lone surrogates anywhere a string goes, every ``Content-Encoding`` (right, wrong,
+unsupported, stacked, truncated), and SGLang's OpenAI extension fields with hostile values.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
@@ -148,3 +156,152 @@ def test_after_fuzzing_the_engine_is_whole(server):
     assert state["step_errors"] == 0 and state["free_slots"] == 8 and state["kv_used_tokens"] == 0
     assert not state["paused"] and state["memory_released"] == []
     assert call(server.url, "/health")[0] == 200
+
+
+# ---- issue 22's shapes: deep nesting, lone surrogates, content encodings, SGLang's fields ------
+
+REACH: Counter = Counter()
+surrogate = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)
+dirty_text = st.builds(lambda a, s, b: a + s + b, st.text(max_size=5), surrogate,
+                       st.text(max_size=5))
+
+
+def _nest(depth: int, kind: str, leaf: object) -> object:
+    for _ in range(depth):
+        leaf = [leaf] if kind == "list" else {"k": leaf}
+    return leaf
+
+
+@st.composite
+def deep_body(draw) -> bytes:
+    depth = draw(st.integers(1, 3000) | st.sampled_from([63, 64, 65, 999, 1000, 1001, 2000]))
+    kind = draw(st.sampled_from(["list", "dict"]))
+    where = draw(st.sampled_from(["bare", "input_ids", "sampling_params", "stop", "messages"]))
+    REACH["deep: >64" if depth > 64 else "deep: <=64"] += 1
+    REACH[f"deep in {where}"] += 1
+    if where == "bare":  # written by hand: json.dumps itself recurses
+        return (b"[" * depth + b"]" * depth) if kind == "list" else \
+            (b'{"k":' * depth + b"1" + b"}" * depth)
+    open_, close = (b"[", b"]") if kind == "list" else (b'{"k":', b"}")
+    inner = open_ * depth + (b"" if kind == "list" else b"1") + close * depth
+    if where == "input_ids":
+        return b'{"input_ids": ' + inner + b"}"
+    if where == "sampling_params":
+        return b'{"input_ids": [1], "sampling_params": {"max_new_tokens": 2, "x": ' + inner + b"}}"
+    if where == "stop":
+        return b'{"input_ids": [1], "sampling_params": {"max_new_tokens": 2, "stop": ' + inner \
+            + b"}}"
+    return b'{"messages": [{"role": "user", "content": ' + inner + b'}], "max_tokens": 2}'
+
+
+@st.composite
+def surrogate_body(draw) -> bytes:
+    where = draw(st.sampled_from(["text", "stop", "rid", "key", "prompt", "message", "model"]))
+    REACH[f"surrogate in {where}"] += 1
+    bad = draw(dirty_text)
+    body: dict = {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 2}}
+    if where == "text":
+        body = {"text": bad, "sampling_params": {"max_new_tokens": 2}}
+    elif where == "stop":
+        body["sampling_params"]["stop"] = [bad]
+    elif where == "rid":
+        body["rid"] = bad
+    elif where == "key":
+        body["sampling_params"][bad] = 1
+    elif where == "prompt":
+        body = {"prompt": bad, "max_tokens": 2}
+    elif where == "message":
+        body = {"messages": [{"role": "user", "content": bad}], "max_tokens": 2}
+    else:
+        body = {"model": bad, "prompt": "hi", "max_tokens": 2}
+    return json.dumps(body).encode()  # ensure_ascii: a lone surrogate becomes a \uDXXX escape
+
+
+ENCODINGS = ["gzip", "x-gzip", "deflate", "identity", "gzip, gzip", "deflate, gzip", "br",
+             "zstd", "compress", "x-nonsense", "", " gzip ", "GZIP"]
+
+
+def _encode(data: bytes, encoding: str) -> bytes:
+    for coding in [c.strip().lower() for c in encoding.split(",") if c.strip()]:
+        if coding in ("gzip", "x-gzip"):
+            data = gzip.compress(data)
+        elif coding == "deflate":
+            data = zlib.compress(data)
+    return data
+
+
+@st.composite
+def encoded(draw, data: bytes) -> tuple[bytes, dict]:
+    enc = draw(st.sampled_from(ENCODINGS))
+    how = draw(st.sampled_from(["right", "right", "plain", "truncated", "garbage"]))
+    REACH[f"encoding {enc.strip().lower() or '(empty)'}: {how}"] += 1
+    REACH["encoding: any"] += 1
+    if how == "right":
+        data = _encode(data, enc)
+    elif how == "truncated":
+        data = _encode(data, enc)[: max(1, len(data) // 2)]
+    elif how == "garbage":
+        data = draw(st.binary(min_size=1, max_size=40))
+    return data, {"Content-Encoding": enc}
+
+
+sglang_fields = st.sampled_from([
+    "return_hidden_states", "continue_final_message", "separate_reasoning", "stream_reasoning",
+    "return_routed_experts", "routed_experts_start_len", "chat_template_kwargs", "custom_params",
+    "custom_logit_processor", "lora_path", "regex", "ebnf", "json_schema", "stop_regex",
+    "session_params", "bootstrap_host", "bootstrap_port", "routed_dp_rank", "reasoning_effort",
+    "input_ids", "return_token_ids", "sampling_logprobs_mode", "priority", "extra_key",
+    "tool_choice", "response_format", "n", "best_of", "logprobs", "top_logprobs", "echo"])
+
+
+@st.composite
+def openai_body(draw) -> bytes:
+    chat = draw(st.booleans())
+    body: dict = ({"messages": [{"role": "user", "content": "hi"}]} if chat
+                  else {"prompt": "hi"})
+    body["max_tokens"] = 2
+    for _ in range(draw(st.integers(1, 4))):
+        key = draw(sglang_fields)
+        body[key] = draw(weird | st.sampled_from(["last", "support", {"type": "text"}, True]))
+        REACH["openai field " + ("chat" if chat else "completion")] += 1
+    return json.dumps(body, allow_nan=True).encode()
+
+
+hostile = st.one_of(deep_body(), surrogate_body(), openai_body())
+
+
+@settings(max_examples=300, deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(data=st.data(), raw=hostile, encode=st.booleans())
+def test_hostile_shapes_get_4xx_never_5xx(server, data, raw, encode):
+    headers: dict = {}
+    if encode:
+        raw, headers = data.draw(encoded(raw))
+    text = raw.decode("latin-1")
+    path = ("/v1/chat/completions" if '"messages"' in text else "/v1/completions"
+            if '"prompt"' in text or '"max_tokens"' in text else "/generate")
+    status, payload = call(server.url, path, raw=raw, headers=headers, timeout=60)
+    REACH[f"{path}: HTTP {status // 100}xx"] += 1
+    REACH[f"HTTP {status}"] += 1
+    _check(status, payload, path)
+
+
+def test_hostile_shapes_reached_every_category():
+    """The counts behind the fuzz above (it runs first): every shape was tried, and answered."""
+    if not REACH:
+        pytest.skip("run together with test_hostile_shapes_get_4xx_never_5xx")
+    print(sorted(REACH.items()))
+    deep = ("bare", "input_ids", "sampling_params", "stop", "messages")
+    places = ("text", "stop", "rid", "key", "prompt", "message", "model")
+    assert REACH["deep: >64"] >= 25 and REACH["deep: <=64"] >= 5
+    assert all(REACH[f"deep in {w}"] >= 2 for w in deep)
+    assert sum(REACH[f"surrogate in {w}"] for w in places) >= 40
+    assert all(REACH[f"surrogate in {w}"] >= 1 for w in places)
+    assert REACH["encoding: any"] >= 80
+    assert sum(v for k, v in REACH.items() if k.startswith("encoding gzip: right")) >= 3
+    assert sum(v for k, v in REACH.items() if k.startswith("encoding br")) >= 3
+    assert REACH["openai field chat"] + REACH["openai field completion"] >= 50
+    assert REACH["HTTP 400"] >= 150 and REACH["HTTP 415"] >= 10
+    assert REACH["/generate: HTTP 2xx"] + REACH["/v1/completions: HTTP 2xx"] \
+        + REACH["/v1/chat/completions: HTTP 2xx"] >= 10
+    assert not any(k.startswith("HTTP 5") for k in REACH)

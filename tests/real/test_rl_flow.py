@@ -124,7 +124,7 @@ def test_rollout_abort_update_weights_resume(cluster, checkpoint):
 
 @pytest.fixture(scope="module")
 def control_server(tmp_logs) -> Iterator[Proc]:
-    p = start_server(tmp_logs)
+    p = start_server(tmp_logs, "--enable-memory-saver")
     try:
         yield p
     finally:
