@@ -50,7 +50,7 @@ class ClippedReserve:
 
     def add(self, rid: int, remaining: int) -> None:
         """File request `rid` with `remaining` max_new tokens left now."""
-        if rid in self:
+        if rid in self._far_k or rid in self._near_e:
             raise ValueError(f"request {rid} is already in the reserve")
         e = remaining + self.it
         k = e - self.clip  # the last iteration at which it still counts `clip`

@@ -124,7 +124,7 @@ class FastEngine(EngineFace):
     def advance(self) -> list[Completion]:
         """Carry out the event due at `t_event`; return the requests that finished there."""
         phase = self.phase
-        if phase == DECODE:  # `_end_decode_span`, inlined: the hot path
+        if phase == DECODE:  # a decode span ends (inline: the hot path)
             m, b = self.n, len(self.running)
             self.busy_time += self.t_event - self.t
             self.t = self.t_event
@@ -389,18 +389,42 @@ class FastEngine(EngineFace):
 
     # ---------------------------------------------------------------- planning
     def _plan(self) -> None:
-        """At a boundary: admit a prefill batch, else decode until the next event, else idle."""
+        """At a boundary: start a prefill batch (`_plan_prefill`) if the queue head is admitted,
+        else decode the running batch up to the next event (the first finish, the KV cache full,
+        or, under the decaying ratio with a queue, the first boundary at which the head may be
+        admitted: `_admission_cut`), else go idle. The decode plan is inline: the hot path."""
         pf = self.pf
         pf.room_in = self.open_room  # consumed by this plan (restored by `_unplan`)
         self.open_room = 0
         if self.waiting and not self.hold and len(self.running) < self.max_running \
                 and self._plan_prefill():
             return
-        if self.running:
-            self._plan_decode()
+        running = self.running
+        if not running:
+            self.ratio.reset(self.it)  # idle: SGLang resets it
+            self.phase, self.n, self.t_event = IDLE, 0, INF
             return
-        self.ratio.reset(self.it)  # idle: SGLang resets it
-        self.phase, self.n, self.t_event = IDLE, 0, INF
+        cap = self.kv_capacity
+        b = len(running)
+        retracted = False
+        if self.kv + b > cap:
+            self._retract_until_fits()
+            b = len(running)
+            retracted = self.sglang
+        n_fin = self._finish[0][0] - self.it
+        n_kv = (cap - self.kv) // b
+        n = n_fin if n_fin < n_kv else n_kv
+        n = n if n > 1 else 1
+        if retracted:
+            n = 1  # nothing holds admission: re-plan after one step (retractions are rare)
+        elif self.decay and self.waiting and n > 1:
+            cut = self._admission_cut(1, n)
+            if cut is not None:
+                n = cut
+                self.stats.ratio_cuts += 1
+        self.n = n
+        self.phase = DECODE
+        self.t_event = self.t + self.cost.decode_span(n, b, self.kv)
 
     def _plan_prefill(self) -> bool:
         """Start a prefill batch if the queue head is admitted now; False if it is not."""
@@ -434,32 +458,6 @@ class FastEngine(EngineFace):
         pf.time = dur
         self.t_event = self.t + dur
         return True
-
-    def _plan_decode(self) -> None:
-        """Decode the running batch up to the next event: the first finish, the KV cache full,
-        or (decaying ratio, queue waiting) the first boundary at which the head may be admitted."""
-        running = self.running
-        cap = self.kv_capacity
-        b = len(running)
-        retracted = False
-        if self.kv + b > cap:
-            self._retract_until_fits()
-            b = len(running)
-            retracted = self.sglang
-        n_fin = self._finish[0][0] - self.it
-        n_kv = (cap - self.kv) // b
-        n = n_fin if n_fin < n_kv else n_kv
-        n = n if n > 1 else 1
-        if retracted:
-            n = 1  # nothing holds admission: re-plan after one step (retractions are rare)
-        elif self.decay and self.waiting and n > 1:
-            cut = self._admission_cut(1, n)
-            if cut is not None:
-                n = cut
-                self.stats.ratio_cuts += 1
-        self.n = n
-        self.phase = DECODE
-        self.t_event = self.t + self.cost.decode_span(n, b, self.kv)
 
     def _admission_cut(self, lo: int, hi: int) -> int | None:
         """A boundary m in [lo, hi] (iterations into the current decode plan, lo >= 1) no later
