@@ -49,6 +49,7 @@ class CostSection(_Strict):
     p0: float = Field(ge=0)
     p1: float = Field(ge=0)
     p2: float = Field(default=0.0, ge=0)
+    pr: float = Field(default=0.0, ge=0)  # seconds per request of a prefill batch
 
     @model_validator(mode="after")
     def _one_form(self) -> CostSection:
@@ -64,8 +65,8 @@ class CostSection(_Strict):
         """The cost model this section describes (validated by its own constructor)."""
         if self.table_b is not None:
             return TabulatedCost(tuple(self.table_b), tuple(self.table_f or ()),
-                                 tuple(self.table_g or ()), self.p0, self.p1, self.p2)
-        return CostModel(a=self.a, b=self.b, c=self.c, p0=self.p0, p1=self.p1, p2=self.p2)
+                                 tuple(self.table_g or ()), self.p0, self.p1, self.p2, self.pr)
+        return CostModel(a=self.a, b=self.b, c=self.c, p0=self.p0, p1=self.p1, p2=self.p2, pr=self.pr)
 
 
 class ClusterSection(_Strict):

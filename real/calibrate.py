@@ -1,17 +1,27 @@
 """Live calibration: drive engines through the Engine protocol with controlled batches and time
 their steps (``aprilsim calibrate --local N | --engines URL,...``).
 
-The sweep, per engine: for every prompt length L (the KV load) and batch size B, submit B requests
-of L prompt tokens at once in replay mode (EOS ignored, exactly ``gen_tokens`` each). The engine
-prefills them together, then runs ``gen_tokens`` decode iterations at batch B with K growing from
-B*L: decode records over (B, K) and prefill records of B*L tokens. A few single-request prefills
-of other sizes follow. Batches run one after the other, so nothing else shares the engine.
+Every engine family the runner reaches is measured through the same :func:`real.engines.connect`
+(``vllm+http://...``: vLLM; ``http://...``: SGLang, an sglang-router or a bundled
+``python -m real.serve``). Before the sweep: the vocabulary (``--vocab-size``, else what the
+server states, else probed: :func:`real.engines.engine_vocab`) and the concurrency (the server's
+``max_running_requests``, else probed: as many requests as the sweep needs sent at once, the most
+seen running together).
 
-Timings come from the bundled engine's per-iteration records (`BatchEngine.iterations` in
-process, ``GET /iteration_log?since=N`` over HTTP): compute time per step, exact batch and KV.
-An engine without that endpoint (SGLang) is timed from the token stream instead: the gap between
-consecutive tokens of a request is one decode iteration (includes HTTP and detokenisation
-latency, so coarser), and the first token's latency after submission is the prefill.
+The sweep, per engine: for every prompt length L (the KV load) and batch size B up to the
+concurrency (default 1, 2, 4, ... up to ``max_batch``, 64 or what a scenario's rollouts reach),
+submit B requests of L prompt tokens at once in replay mode (exactly ``gen_tokens`` each): a
+prefill of B*L tokens, then decode iterations at batch B with K growing from B*L. A few
+single-request prefills of other sizes follow. Batches run one after the other.
+
+Timing, by what the engine offers (best first):
+
+- its iteration log (the bundled engine: ``BatchEngine.iterations`` in process,
+  ``GET /iteration_log`` over HTTP): every step's compute time, exact batch and KV;
+- vLLM's ``/metrics``: per run, the engine core's inter-token latency (one decode iteration at
+  batch B, KV from B*L to B*(L+gen)) and prefill time, from the histograms' sums and counts;
+- the token stream (SGLang and any other): the iterations rebuilt from the arrivals of all the
+  batch's tokens (:mod:`aprilsim.validate.reconstruct`; includes HTTP delivery, so coarser).
 """
 
 from __future__ import annotations
@@ -23,96 +33,255 @@ from typing import Any
 
 from aprilsim.engine.calibration import Record, records_from_iterations
 
-from .protocol import Engine, GenerateRequest, Progress
+from .protocol import Engine, GenerateRequest
 
-DEFAULT_BATCH_SIZES = (1, 2, 4, 8)
-DEFAULT_KV_LOADS = (16, 256)
+DEFAULT_MAX_BATCH = 64
+LOCAL_MAX_BATCH = 16  # --local: the small default sweep (a CPU toy engine; about 20 s)
+DEFAULT_KV_LOADS = (16, 128, 512)
 DEFAULT_GEN_TOKENS = 24
 PREFILL_SIZES = (32, 128, 512)
 PREFILL_REPEATS = 3  # prefill steps are few and noisy on a shared CPU: fit their medians
+PROBE_GEN = 48  # tokens per request of the concurrency probe: long enough that all overlap
 
 Progress_ = Callable[[str], None] | None
 
 
-def _sweep(max_running: int, max_context: int, batch_sizes: Sequence[int] | None,
-           kv_loads: Sequence[int] | None, gen_tokens: int) -> list[tuple[int, int, int]]:
-    """(batch, prompt length, tokens to generate) per run, clipped to the engine's limits."""
-    bs = sorted({min(b, max_running) for b in (batch_sizes or DEFAULT_BATCH_SIZES)})
+def batch_grid(cap: int, given: Sequence[int] | None = None) -> list[int]:
+    """Decode batch sizes of the sweep: ``given`` clipped to ``cap``, else 1, 2, 4, ... and
+    ``cap`` itself (the largest batch the rollouts reach)."""
+    if given:
+        return sorted({max(1, min(b, cap)) for b in given})
+    out = {cap}
+    b = 1
+    while b < cap:
+        out.add(b)
+        b *= 2
+    return sorted(out)
+
+
+def plan_sweep(cap: int, max_context: int, kv_capacity: int | None,
+               batch_sizes: Sequence[int] | None, kv_loads: Sequence[int] | None,
+               gen_tokens: int) -> list[tuple[int, int, int]]:
+    """(batch, prompt length, tokens to generate) per run, within the engine's context and KV:
+    a batch whose KV would not fit is left out (it would be preempted, not timed)."""
     room = max_context - gen_tokens - 8
     ls = sorted({max(1, min(x, room)) for x in (kv_loads or DEFAULT_KV_LOADS)})
-    runs = [(b, L, gen_tokens) for L in ls for b in bs]
+    runs = []
+    for L in ls:
+        for b in batch_grid(cap, batch_sizes):
+            if kv_capacity is None or b * (L + gen_tokens) <= 0.9 * kv_capacity:
+                runs.append((b, L, gen_tokens))
     runs += [(1, max(1, min(n, room)), 1) for n in PREFILL_SIZES
              for _ in range(PREFILL_REPEATS)]  # prefill-only runs
     return runs
 
 
+def _ids(vocab: int, seed: int, i: int, n: int) -> tuple[int, ...]:
+    """Prompt ids below the vocabulary (3 and up: ids 0-2 are pad/bos/eos in most)."""
+    span = max(vocab - 3, 1)
+    return tuple(3 + (seed * 7919 + i * 131 + j * 17) % span for j in range(n))
+
+
 async def _run_batch(engine: Engine, batch: int, prompt_len: int, gen: int, vocab: int,
-                     seed: int, stamps: list[list[float]] | None = None) -> float:
-    """Submit `batch` replay requests together and wait for all; returns the submission time."""
-    t0 = time.monotonic()
-
-    def request(i: int) -> GenerateRequest:
-        ids = tuple(3 + (seed * 7919 + i * 131 + j) % max(vocab - 3, 1) for j in range(prompt_len))
-        return GenerateRequest(prompt_ids=ids, max_new_tokens=gen, replay_len=gen)
-
-    def recorder(i: int):
-        if stamps is None:
-            return None
-        stamps.append([])
-        mine = stamps[-1]
-
-        def on_progress(p: Progress) -> None:
-            mine.extend([time.monotonic()] * max(len(p.new_ids), 1))
-        return on_progress
-
-    results = await asyncio.gather(*(engine.generate(request(i), recorder(i)) for i in range(batch)))
+                     seed: int) -> None:
+    """Submit `batch` replay requests together and wait for all."""
+    reqs = [GenerateRequest(prompt_ids=_ids(vocab, seed, i, prompt_len), max_new_tokens=gen,
+                            replay_len=gen) for i in range(batch)]
+    results = await asyncio.gather(*(engine.generate(r) for r in reqs))
     bad = [r.error for r in results if r.error]
     if bad:
         raise ValueError(f"calibration request failed: {bad[0]}")
-    return t0
 
 
-def _stream_records(batch: int, prompt_len: int, t0: float, stamps: list[list[float]]) -> list[Record]:
-    """Records from token timestamps (engines with no iteration log)."""
-    out: list[Record] = []
-    firsts = [s[0] for s in stamps if s]
-    if len(firsts) == batch:
-        out.append(Record("prefill", batch, 0.0, batch * prompt_len, max(max(firsts) - t0, 1e-6),
-                          float(batch * prompt_len**2)))
-    s = stamps[0]
-    for i in range(1, len(s)):
-        dt = s[i] - s[i - 1]
-        if dt > 0:
-            out.append(Record("decode", batch, float(batch * (prompt_len + i)), 0, dt))
-    return out
+class _Timing:
+    """How one engine's steps are timed (iteration log, vLLM metrics, or token stream)."""
+
+    name = "token stream"
+
+    def __init__(self, engine, label: str) -> None:
+        from .engines import stamped
+
+        self.engine = stamped(engine)
+        self.label = label
+
+    async def begin(self) -> None:
+        self.engine.take()
+
+    async def run(self, batch: int, prompt_len: int, gen: int, vocab: int, seed: int) -> list[Record]:
+        await self.begin_run()
+        await _run_batch(self.engine, batch, prompt_len, gen, vocab, seed)
+        return await self.end_run(batch, prompt_len, gen)
+
+    async def begin_run(self) -> None:
+        self.engine.take()
+
+    async def end_run(self, batch: int, prompt_len: int, gen: int) -> list[Record]:
+        from aprilsim.validate.reconstruct import reconstruct
+
+        rows = reconstruct(self.engine.take())
+        return records_from_iterations(rows, f"{self.label} token stream")
+
+    async def finish(self) -> list[Record]:
+        return []
 
 
-async def _measure_engine(engine: Engine, fetch_log: Callable[[int], Any] | None, vocab: int,
+class _LogTiming(_Timing):
+    """The bundled engine's own iteration log, read once at the end."""
+
+    name = "iteration log"
+
+    def __init__(self, engine, label: str, fetch: Callable[[int], Any]) -> None:
+        super().__init__(engine, label)
+        self.fetch, self.since = fetch, 0
+
+    async def begin(self) -> None:
+        self.since = max((int(r["seq"]) for r in await self.fetch(0)), default=0)
+
+    async def end_run(self, batch: int, prompt_len: int, gen: int) -> list[Record]:
+        self.engine.take()  # the log has it
+        return []
+
+    async def finish(self) -> list[Record]:
+        rows = [r for r in await self.fetch(self.since) if int(r["seq"]) > self.since]
+        rows.sort(key=lambda r: int(r["seq"]))
+        return records_from_iterations(rows, f"{self.label} iteration log")
+
+
+class _MetricsTiming(_Timing):
+    """vLLM: per run, the deltas of the engine core's latency histograms."""
+
+    name = "vLLM /metrics"
+
+    async def begin_run(self) -> None:
+        self.before = await self.engine.inner.counters() or {}
+
+    async def end_run(self, batch: int, prompt_len: int, gen: int) -> list[Record]:
+        from .vllm_wire import counter_delta
+
+        want = batch * (gen - 1)  # inter-token gaps the run makes
+        for _ in range(20):  # the server records a step's stats just after sending its tokens
+            d = counter_delta(self.before, await self.engine.inner.counters() or {})
+            if d.get("itl_count", 0) >= want and d.get("prefill_count", 0) >= batch:
+                break
+            await asyncio.sleep(0.05)
+        out = []
+        if d.get("prefill_count", 0) > 0 and d.get("prefill_sum_s", 0) > 0:
+            out.append(Record("prefill", batch, 0.0, batch * prompt_len,
+                              d["prefill_sum_s"] / d["prefill_count"], float(batch * prompt_len ** 2)))
+        if gen > 1 and d.get("itl_count", 0) > 0 and d.get("itl_sum_s", 0) > 0:
+            kv = batch * (prompt_len + gen / 2)  # the run's mean KV load
+            out.append(Record("decode", batch, kv, 0, d["itl_sum_s"] / d["itl_count"]))
+        return out
+
+
+async def _timing_for(engine, label: str, url: str | None) -> _Timing:
+    """The best timing the engine offers."""
+    from .engines import unwrap
+
+    inner = getattr(engine, "engine", None)
+    if inner is not None and hasattr(inner, "iterations"):  # an in-process bundled engine
+        async def fetch_local(since: int) -> list[dict]:
+            return [r.to_dict() for r in list(inner.iterations) if r.seq > since]
+        return _LogTiming(engine, label, fetch_local)
+    if url is not None:
+        import aiohttp
+
+        async def fetch(since: int) -> list[dict]:
+            async with aiohttp.ClientSession() as s, s.get(
+                    f"{url}/iteration_log", params={"since": since},
+                    timeout=aiohttp.ClientTimeout(total=30)) as r:
+                r.raise_for_status()
+                return list((await r.json())["records"])
+        try:
+            await fetch(0)
+            return _LogTiming(engine, label, fetch)
+        except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, ValueError, TypeError):
+            pass
+    base = unwrap(engine)
+    if hasattr(base, "counters") and (await base.counters() or {}).get("itl_count") is not None:
+        return _MetricsTiming(engine, label)
+    return _Timing(engine, label)
+
+
+async def probe_concurrency(engine: Engine, need: int, vocab: int) -> int:
+    """The most requests the engine runs at once, up to ``need``: ``need`` short requests sent
+    together, the largest decode batch rebuilt from their token streams (and, on vLLM, the
+    most ``/metrics`` reports running while they run)."""
+    from aprilsim.validate.reconstruct import reconstruct
+
+    from .engines import stamped, unwrap
+
+    s = stamped(engine)
+    base = unwrap(engine)
+    seen = 0
+    done = asyncio.Event()
+
+    async def poll() -> None:
+        nonlocal seen
+        while not done.is_set():
+            m = await base.metrics() if hasattr(base, "metrics") else None
+            if m is not None:
+                seen = max(seen, int(m.running))
+            await asyncio.sleep(0.02)
+
+    poller = asyncio.ensure_future(poll())
+    try:
+        await _run_batch(s, need, 8, PROBE_GEN, vocab, seed=99)
+    finally:
+        done.set()
+        await poller
+    rows = reconstruct(s.take())
+    from_stream = max((r["batch_size"] + r.get("mixed_decode", 0) for r in rows), default=0)
+    return max(1, min(need, max(seen, from_stream)))
+
+
+async def _measure_engine(engine: Engine, timing: _Timing, vocab: tuple[int, str], max_batch: int,
                           batch_sizes: Sequence[int] | None, kv_loads: Sequence[int] | None,
                           gen_tokens: int, progress: Progress_, label: str) -> tuple[list[Record], dict]:
     info = await engine.server_info()
-    max_running = info.max_running_requests or 8
+    measured, assumed = [f"vocabulary {vocab[0]} ({vocab[1]})"], []
+    if info.max_running_requests:
+        conc = int(info.max_running_requests)
+        measured.append(f"max_running {conc} (reported by the server)")
+    else:
+        need = max(max_batch, max(batch_sizes or (1,)))
+        conc = await probe_concurrency(engine, need, vocab[0])
+        if conc >= need:
+            assumed.append(f"max_running >= {conc}: the server does not report it and ran all "
+                           f"{need} probe requests at once (not written to the preset)")
+        else:
+            measured.append(f"max_running {conc} (probed: {need} requests sent at once)")
     max_context = info.max_context_length or 2048
-    runs = _sweep(max_running, max_context, batch_sizes, kv_loads, gen_tokens)
-    await _run_batch(engine, 1, 8, 4, vocab, seed=0)  # warm-up, not recorded
-    since = 0
-    if fetch_log is not None:
-        since = max((r["seq"] for r in await fetch_log(0)), default=0)
+    if not info.max_context_length:
+        assumed.append("context length 2048 (not reported)")
+    cap = min(conc, max_batch)
+    runs = plan_sweep(cap, max_context, info.kv_capacity_tokens, batch_sizes, kv_loads, gen_tokens)
+    await _run_batch(engine, 1, 8, 4, vocab[0], seed=0)  # warm-up, not recorded
+    await timing.begin()
     records: list[Record] = []
     for i, (b, L, g) in enumerate(runs):
         if progress is not None:
             progress(f"calibrating {label}: run {i + 1}/{len(runs)} (batch {b}, prompt {L})")
-        stamps: list[list[float]] | None = None if fetch_log is not None else []
-        t0 = await _run_batch(engine, b, L, g, vocab, seed=i + 1, stamps=stamps)
-        if stamps is not None:
-            records += _stream_records(b, L, t0, stamps)
-    if fetch_log is not None:
-        rows = [r for r in await fetch_log(since) if r["seq"] > since]
-        records += records_from_iterations(rows, f"{label} iteration log")
-    return records, {"max_running": max_running, "kv_capacity": info.kv_capacity_tokens}
+        records += await timing.run(b, L, g, vocab[0], seed=i + 1)
+    records += await timing.finish()
+    decode_b = sorted({r.batch_size for r in records if r.phase == "decode"})
+    measured.append(f"decode batch sizes {decode_b[0] if decode_b else '-'}-"
+                    f"{decode_b[-1] if decode_b else '-'} (sweep up to {cap}), prompt lengths "
+                    f"{', '.join(str(x) for x in sorted({L for _, L, g in runs if g > 1}))}, "
+                    f"timed by {timing.name}")
+    if info.kv_capacity_tokens:
+        measured.append(f"kv_capacity {info.kv_capacity_tokens} (reported by the server)")
+    else:
+        assumed.append("kv_capacity: not reported (not written: the scenario's preset holds)")
+    known = bool(info.max_running_requests) or any(m.startswith("max_running") for m in measured)
+    out = {"max_running": conc if known else None, "kv_capacity": info.kv_capacity_tokens, "vocab_size": vocab[0],
+           "measured": measured, "assumed": assumed, "timing": timing.name,
+           "batch_sizes": decode_b}
+    return records, out
 
 
-async def _measure_local(n: int, batch_sizes, kv_loads, gen_tokens, progress) -> tuple[list[Record], dict]:
+async def _measure_local(n: int, batch_sizes, kv_loads, gen_tokens, progress, max_batch: int,
+                         ) -> tuple[list[Record], dict]:
     import torch
 
     from .runner.local import LocalSpec, start_local
@@ -124,13 +293,10 @@ async def _measure_local(n: int, batch_sizes, kv_loads, gen_tokens, progress) ->
     info: dict = {}
     try:
         for w in workers:
-            eng = w.engine
-
-            async def fetch(since: int, eng=eng) -> list[dict]:
-                return [r.to_dict() for r in list(eng.iterations) if r.seq > since]
-
-            recs, info = await _measure_engine(w, fetch, spec.vocab_size, batch_sizes, kv_loads,
-                                               gen_tokens, progress, w.name)
+            timing = await _timing_for(w, w.name, None)
+            recs, info = await _measure_engine(w, timing, (spec.vocab_size, "the bundled model"),
+                                               max_batch, batch_sizes, kv_loads, gen_tokens,
+                                               progress, w.name)
             records += recs
     finally:
         for w in workers:
@@ -141,55 +307,64 @@ async def _measure_local(n: int, batch_sizes, kv_loads, gen_tokens, progress) ->
     return records, info
 
 
-async def _measure_http(urls: Sequence[str], batch_sizes, kv_loads, gen_tokens, progress,
-                        vocab: int = 512) -> tuple[list[Record], dict]:
-    import aiohttp
-
-    from .sglang_http import SGLangClient
+async def _measure_http(specs: Sequence[str], batch_sizes, kv_loads, gen_tokens, progress,
+                        max_batch: int, vocab_size: int | None) -> tuple[list[Record], dict]:
+    from .engines import connect, engine_vocab, split_engine_url
 
     records: list[Record] = []
     info: dict = {}
-    timing = []
-    async with aiohttp.ClientSession() as session:
-        for url in urls:
-            base = url.rstrip("/")
-            client = SGLangClient(base)
-            try:
-                async def fetch(since: int, base=base) -> list[dict]:
-                    async with session.get(f"{base}/iteration_log", params={"since": since}) as r:
-                        r.raise_for_status()
-                        return list((await r.json())["records"])
-
-                try:
-                    await fetch(0)
-                    fetch_log: Callable | None = fetch
-                except (aiohttp.ClientError, KeyError, ValueError):
-                    fetch_log = None  # SGLang: time from the token stream
-                timing.append("iteration log" if fetch_log else "token stream")
-                recs, info = await _measure_engine(client, fetch_log, vocab, batch_sizes,
-                                                   kv_loads, gen_tokens, progress, base)
-                records += recs
-            except aiohttp.ClientError as e:
-                raise ValueError(f"{base}: {e}") from None
-            finally:
-                await client.close()
-    info["source"] = f"engines {', '.join(urls)} ({', '.join(sorted(set(timing)))}), live sweep"
-    info["label"] = "calibrated-live"
+    timing_names, measured, assumed = [], [], []
+    for spec in specs:
+        kind, url = split_engine_url(spec)
+        engine = connect(spec)
+        try:
+            if not await engine.health():
+                raise ValueError(f"{spec}: the engine does not answer /health")
+            vocab = await engine_vocab(engine, vocab_size)
+            timing = await _timing_for(engine, url, url if kind != "vllm" else None)
+            timing_names.append(timing.name)
+            recs, info = await _measure_engine(engine, timing, vocab, max_batch, batch_sizes,
+                                               kv_loads, gen_tokens, progress, spec)
+            records += recs
+            measured += [f"{spec}: {m}" for m in info["measured"]]
+            assumed += [f"{spec}: {a}" for a in info["assumed"]]
+        finally:
+            await engine.close()
+    info.update(measured=measured, assumed=assumed,
+                source=f"engines {', '.join(specs)} ({', '.join(sorted(set(timing_names)))}), live sweep",
+                label="calibrated-live")
     return records, info
 
 
 def measure(local: int | None = None, engines: Sequence[str] | None = None,
             batch_sizes: Sequence[int] | None = None, kv_loads: Sequence[int] | None = None,
             gen_tokens: int = DEFAULT_GEN_TOKENS, progress: Progress_ = None,
+            max_batch: int | None = None, vocab_size: int | None = None,
+            scenario: str | None = None, scale: float | None = None,
             ) -> tuple[list[Record], dict]:
     """Run the sweep on `local` in-process engines or on the servers at `engines`; returns the
-    timing records and what is known of the engine (max_running, kv_capacity, source, wall_s)."""
+    timing records and what is known of the engine (max_running, kv_capacity, source, wall_s,
+    and the lists of what was measured and what was assumed). ``scenario`` (a file) sets the
+    largest batch and the KV loads to what its rollouts reach at ``scale``."""
     t = time.monotonic()
+    if scenario is not None:  # the batch sizes and KV loads its rollouts reach on these engines
+        from aprilsim.config import ScenarioError, load_scenario
+        from aprilsim.engine.calibration.reach import scenario_reach
+
+        try:
+            sc = load_scenario(scenario)
+        except ScenarioError as e:
+            raise ValueError(str(e)) from None
+        n = local if local is not None else len(list(engines or ()))
+        peak, loads = scenario_reach(sc, max(1, n), 1.0 if scale is None else scale)
+        max_batch, kv_loads = max_batch or peak, kv_loads or loads
+    mb = max_batch or (LOCAL_MAX_BATCH if local is not None else DEFAULT_MAX_BATCH)
     if local is not None:
-        records, info = asyncio.run(_measure_local(local, batch_sizes, kv_loads, gen_tokens, progress))
+        records, info = asyncio.run(_measure_local(local, batch_sizes, kv_loads, gen_tokens,
+                                                   progress, mb))
     else:
         records, info = asyncio.run(_measure_http(list(engines or ()), batch_sizes, kv_loads,
-                                                  gen_tokens, progress))
+                                                  gen_tokens, progress, mb, vocab_size))
     info["wall_s"] = round(time.monotonic() - t, 2)
     if progress is not None:
         progress(f"calibration sweep done ({len(records)} records, {info['wall_s']} s)")

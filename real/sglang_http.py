@@ -408,6 +408,21 @@ class SGLangClient:
         except (aiohttp.ClientError, asyncio.TimeoutError):
             return False  # a dead worker has nothing left to abort
 
+    async def counters(self) -> dict[str, float] | None:
+        """SGLang's engine-side counters from ``/metrics`` (``--enable-metrics``):
+        :func:`parse_sglang_counters` of the one worker behind this client; None for several
+        workers (a router: its counts are not one engine's), without metrics, or unreachable."""
+        workers = await self.workers()
+        if len(workers) != 1:
+            return None
+        try:
+            async with self.session.get(f"{workers[0]}/metrics", timeout=self._control_timeout()) as r:
+                text = await r.text()
+        except (aiohttp.ClientError, asyncio.TimeoutError, UnicodeDecodeError):
+            return None
+        got = parse_sglang_counters(text) if r.status == 200 else {}
+        return got or None
+
     async def loads(self, worker: str) -> dict | None:
         """A worker's ``/v1/loads`` summed over DP ranks, or None if it does not answer."""
         try:
@@ -536,3 +551,20 @@ def summarize_server_info(infos: Sequence[dict], workers: Sequence[str]) -> Serv
         workers=tuple(workers),
         raw={"workers": list(infos)},
     )
+
+
+def parse_sglang_counters(text: str) -> dict[str, float]:
+    """SGLang 0.5.23's engine-side counters in a ``/metrics`` body, summed over labels:
+    ``iterations`` (``sglang:cuda_graph_passes_total``: every forward pass, by CUDA-graph mode)
+    and ``busy_s`` (``sglang:forward_execution_seconds_total``: the GPU executing forward
+    passes); names it lacks are left out (the bundled server exposes neither)."""
+    from .vllm_wire import iter_samples
+
+    names = {"sglang:cuda_graph_passes_total": "iterations",
+             "sglang:forward_execution_seconds_total": "busy_s"}
+    out: dict[str, float] = {}
+    for name, _labels, value in iter_samples(text):
+        key = names.get(name)
+        if key is not None:
+            out[key] = out.get(key, 0.0) + value
+    return out

@@ -55,6 +55,7 @@ from .vllm_wire import (
     StreamError,
     completion_payload,
     is_retryable_status,
+    parse_counters,
     parse_error_body,
     parse_metrics,
     parse_sse_line,
@@ -389,6 +390,17 @@ class VLLMEngine:
             async with self.session.get(f"{self.url}/metrics", timeout=self._control_timeout()) as r:
                 text = await r.text()
                 return parse_metrics(text) if r.status == 200 else None
+        except (aiohttp.ClientError, asyncio.TimeoutError, UnicodeDecodeError):
+            return None
+
+    async def counters(self) -> dict[str, float] | None:
+        """vLLM's engine-side counters from ``/metrics`` (:func:`real.vllm_wire.parse_counters`);
+        None when unreachable or without them."""
+        try:
+            async with self.session.get(f"{self.url}/metrics", timeout=self._control_timeout()) as r:
+                text = await r.text()
+                got = parse_counters(text) if r.status == 200 else {}
+                return got or None
         except (aiohttp.ClientError, asyncio.TimeoutError, UnicodeDecodeError):
             return None
 

@@ -283,3 +283,37 @@ def parse_metrics(text: str) -> MetricsLoad | None:
         kv_cache_usage=sum(usage.values()) / len(usage) if usage else None,
         kv_capacity_tokens=cap, kv_used_tokens=used, engines=len(running),
     )
+
+
+# vLLM's engine-side counters (V1 /metrics; the histograms' _sum/_count), as summed over engines
+COUNTERS = {
+    "vllm:iteration_tokens_total_count": "iterations",
+    "vllm:iteration_tokens_total_sum": "iteration_tokens",
+    "vllm:inter_token_latency_seconds_sum": "itl_sum_s",
+    "vllm:inter_token_latency_seconds_count": "itl_count",
+    "vllm:request_prefill_time_seconds_sum": "prefill_sum_s",
+    "vllm:request_prefill_time_seconds_count": "prefill_count",
+    "vllm:request_decode_time_seconds_sum": "decode_sum_s",
+    "vllm:prompt_tokens_total": "prompt_tokens",
+    "vllm:generation_tokens_total": "generation_tokens",
+    "vllm:prefix_cache_queries_total": "prefix_queries",
+    "vllm:prefix_cache_hits_total": "prefix_hits",
+    "vllm:num_preemptions_total": "preemptions",
+}
+
+
+def parse_counters(text: str) -> dict[str, float]:
+    """vLLM's engine-side counters in a ``/metrics`` body (:data:`COUNTERS`, by short name),
+    summed over engines; names it lacks are left out. The histograms' times are the engine
+    core's own timestamps: they do not include the API server's delivery delays."""
+    out: dict[str, float] = {}
+    for name, _labels, value in iter_samples(text):
+        key = COUNTERS.get(name)
+        if key is not None:
+            out[key] = out.get(key, 0.0) + value
+    return out
+
+
+def counter_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """``after - before`` for the counters both hold."""
+    return {k: after[k] - before[k] for k in after if k in before}

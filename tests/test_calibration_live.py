@@ -99,14 +99,15 @@ def test_engines_url_calibration_and_the_servers_iteration_log(server, tmp_path)
 
 
 def test_token_stream_timing_for_engines_without_an_iteration_log():
-    """SGLang has no /iteration_log: consecutive tokens of a request time the decode iterations,
-    the slowest first token the prefill."""
-    from real.calibrate import _stream_records
+    """SGLang and routers have no /iteration_log: the iterations are rebuilt from the arrivals of
+    the batch's tokens (aprilsim.validate.reconstruct) and become calibration records."""
+    from aprilsim.engine.calibration import records_from_iterations
+    from aprilsim.validate.reconstruct import StreamLog, reconstruct
 
-    stamps = [[10.5, 10.6, 10.8], [10.4, 10.6, 10.8]]
-    recs = _stream_records(batch=2, prompt_len=100, t0=10.0, stamps=stamps)
-    pre, *dec = recs
-    assert (pre.phase, pre.prefill_tokens, pre.tokens_sq) == ("prefill", 200, 20000.0)
+    logs = [StreamLog(10.0, 100, [(10.5, 1), (10.6, 1), (10.8, 1)]),
+            StreamLog(10.0, 100, [(10.5004, 1), (10.6003, 1), (10.8002, 1)])]
+    pre, *dec = records_from_iterations(reconstruct(logs))
+    assert (pre.phase, pre.batch_size, pre.prefill_tokens) == ("prefill", 2, 200)
     assert pre.duration_s == pytest.approx(0.5)
     assert [(r.batch_size, r.kv_tokens) for r in dec] == [(2, 202.0), (2, 204.0)]
     assert [r.duration_s for r in dec] == pytest.approx([0.1, 0.2])

@@ -13,6 +13,7 @@ Reach is read from a probed reference engine (the oracle with counters, nothing 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
@@ -76,9 +77,11 @@ class CheckedFast(FastEngine):
 def scale_cases(draw) -> Case:
     """One or two engines of 100k-400k KV tokens under the preset's SGLang rules; requests
     with prompts of 100-4,000 tokens and 16k caps (remainders when they stand for resumed
-    samples) and enough of them to fill the cache, lengths long-tailed, arriving in two waves; a few aborts and pauses."""
+    samples) and enough of them to fill the cache, lengths long-tailed; a per-request prefill
+    cost (`pr`, what `calibrate` fits on CPU engines) or none, arriving in two waves; a few aborts and pauses."""
     kv = draw(st.one_of(st.integers(100_000, 160_000), st.integers(100_000, 400_000)))
-    spec = EngineSpec(PRESET.cost, kv_capacity=kv, max_running=256, max_prefill_tokens=16_384,
+    cost = draw(st.sampled_from([PRESET.cost, replace(PRESET.cost, pr=2e-3)]))  # pr: per request
+    spec = EngineSpec(cost, kv_capacity=kv, max_running=256, max_prefill_tokens=16_384,
                       **{k: v for k, v in SGLANG_RULES.items() if k != "abort_steps"})
     reqs = []
     for rid in range(draw(st.integers(kv // 3_500, kv // 2_500))):  # more than the cache admits

@@ -342,7 +342,8 @@ def test_cluster_key_sets_chunked_prefill():
 
     sc = default_scenario()
     assert sc.engine_spec().prefill_chunk == 8192  # the presets run SGLang's rules
-    assert all(p.prefill_chunk == 8192 for p in PRESETS.values())
+    # SGLang's default by GPU (arg_groups/memory_hook.py): 8192 on H100/H200, 16384 on MI300
+    assert all(p.prefill_chunk == (16384 if "mi300" in k else 8192) for k, p in PRESETS.items())
     for value, chunk in ((8192, 8192), (-1, 0), (0, 0)):
         c = sc.cluster.model_copy(update={"chunked_prefill_size": value})
         assert sc.model_copy(update={"cluster": c}).engine_spec().prefill_chunk == chunk
@@ -445,3 +446,27 @@ def test_chunked_prefill_over_a_cached_prefix(cls):
     assert passes == 4 and math.isclose(done[0].time, dur, rel_tol=1e-12)
     assert math.isclose(dur, COST.prefill_time(303, 301**2 + 2 * (301**2 - 300**2), 4),
                         rel_tol=1e-12)
+
+
+@pytest.mark.parametrize(("chunk", "share"), [(0, False), (40, False), (40, True), (0, True)])
+def test_a_per_request_prefill_cost_is_charged_alike_by_both_engines(chunk, share):
+    """`pr` (seconds per request of a prefill batch, fitted by calibrate): both engines charge it
+    once per request, with chunked prefill and prefix sharing too, and it delays completions by
+    about pr x the requests prefilled before them."""
+    from dataclasses import replace
+
+    def completions(cost, cls):
+        e = cls(EngineSpec(cost, kv_capacity=20_000, max_prefill_tokens=300,
+                           chunked_prefill_size=chunk, prefix_sharing=share))
+        reqs = [_grouped(i, i % 2, 120, 30, 5 + i) if share else Request(i, 120, 30, 5 + i)
+                for i in range(6)]
+        e.submit(reqs, 0.0)
+        return sorted((c.rid, c.tokens, c.time) for c in run_all(e))
+
+    with_pr = replace(COST, pr=0.05)
+    fast, ref = completions(with_pr, FastEngine), completions(with_pr, ReferenceEngine)
+    assert [c[:2] for c in fast] == [c[:2] for c in ref]
+    assert all(math.isclose(a[2], b[2], rel_tol=1e-9) for a, b in zip(fast, ref))
+    plain = completions(COST, FastEngine)
+    delays = [a[2] - b[2] for a, b in zip(fast, plain)]
+    assert min(delays) >= 0.05 and max(delays) <= 6 * 0.05 + 1e-9

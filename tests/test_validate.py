@@ -208,3 +208,72 @@ def test_cli_refuses_bad_input_in_one_line(tmp_path):
     assert r.exit_code == 2 and "nosuch" in r.output
     r = CliRunner().invoke(main, ["validate", "--local", "1", "-s", "april@ratio", "--out", str(tmp_path)])
     assert r.exit_code == 2 and "knob=value" in r.output
+
+
+def test_a_figure_that_was_not_measured_reads_n_a_never_met():
+    """No priced engine time and no second scheduler: those targets are None (n/a), not 0 met."""
+    sc = small_scenario()
+    eng = matched_engine(TRUE, max_running=64, kv_capacity=5120)
+    run = simulate_matched(sc, "sync", eng, n_engines=2, scale=1 / 256, seed=1, steps=3)
+    t = targets([compare_runs("sync", run, run)])
+    assert t["step_priced_error"]["worst"] is None and t["step_priced_error"]["met"] is None
+    assert t["gain_vs_sync_pp"]["met"] is None and t["gain_priced_pp"]["met"] is None
+    assert t["ranking"]["met"] is None and t["ranking_priced"]["met"] is None
+    assert t["step_rollout_error"]["met"] is True  # this one was measured (and is exact)
+    from aprilsim.validate.report import report_markdown
+
+    md = report_markdown(report_dict([compare_runs("sync", run, run)], {}, _fit_dict()))
+    priced_line = next(x for x in md.splitlines() if x.startswith("| engine-time error"))
+    assert priced_line.endswith("| n/a | n/a |")
+    assert "| ranking, live priced | preserved | n/a | n/a |" in md
+
+
+def _fit_dict() -> dict:
+    from aprilsim.validate.costfit import CostFit
+
+    return CostFit(cost=TRUE, wall=TRUE, overhead_s=0.0, decode_median_err=0.0,
+                   prefill_median_err=0.0, n_decode=0, n_prefill=0, decode_share=1.0).to_dict()
+
+
+def test_rounds_give_the_noise_floor_and_paired_gain_intervals():
+    """Three rounds of the same steps, measured times scaled by known factors: the noise floor is
+    their spread, the gain's interval is the t-interval of the paired per-round gains."""
+    from statistics import mean, stdev
+
+    from aprilsim.validate.rounds import noise_floor, pooled, t95
+
+    sc = small_scenario()
+    eng = matched_engine(TRUE, max_running=64, kv_capacity=5120)
+    sim_s = simulate_matched(sc, "sync", eng, n_engines=2, scale=1 / 256, seed=1, steps=4)
+    sim_a = simulate_matched(sc, "april", eng, n_engines=2, scale=1 / 256, seed=1, steps=4)
+    factors = [1.0, 1.1, 0.9]
+    rounds = []
+    for f in factors:
+        live_s = simulate_matched(sc, "sync", eng, n_engines=2, scale=1 / 256, seed=1, steps=4)
+        for s in live_s.steps:
+            s.rollout_time_s *= f
+        rounds.append([compare_runs("sync", sim_s, live_s), compare_runs("april", sim_a, sim_a)])
+    nf = noise_floor([r[0] for r in rounds])
+    assert nf == pytest.approx(stdev(factors) / mean(factors), rel=1e-6)
+    p = pooled(rounds)
+    assert p["schedulers"]["sync"]["noise_floor"] == pytest.approx(nf)
+    assert p["schedulers"]["april"]["noise_floor"] == 0.0
+    g = p["gains"]["april"]
+    per_round = [gains(r)["april"]["diff_pp"] for r in rounds]
+    assert g["diff_pp"]["mean"] == pytest.approx(mean(per_round))
+    assert g["diff_pp"]["half_width"] == pytest.approx(t95(2) * stdev(per_round) / 3 ** 0.5)
+    assert p["ranking"]["rounds"] == 3
+    t = targets(rounds[0], p)
+    assert t["step_rollout_error"]["noise_floor"]["sync"] == pytest.approx(nf)
+    assert t["gain_vs_sync_pp"]["by_scheduler"]["april"]["rounds"] == 3
+
+
+def test_one_scheduler_has_no_ranking_even_when_pooled():
+    from aprilsim.validate.rounds import pooled
+
+    sc = small_scenario()
+    run = simulate_matched(sc, "sync", matched_engine(TRUE, max_running=64, kv_capacity=5120),
+                           n_engines=2, scale=1 / 256, seed=1, steps=3)
+    rows = [compare_runs("sync", run, run)]
+    t = targets(rows, pooled([rows]))
+    assert t["ranking"]["met"] is None and t["gain_vs_sync_pp"]["met"] is None

@@ -10,8 +10,10 @@ t(B, K) = f(B) + g(B)*K: linear in K while B is fixed. Two forms of f and g exis
 Because K grows by B per iteration while B is fixed, n iterations from K0 take
 n*(f + g*K0) + g*B*n*(n-1)/2 whatever f and g are: closed form and invertible, which is all the
 event-jumping engine needs (`decode_span`, `iterations_within`). A prefill batch of requests with
-n_i input tokens takes p0 + p1*sum(n_i) + p2*sum(n_i^2): attention is quadratic in each sequence,
-not in the batch's token total. With chunked prefill (SGLang's `chunked_prefill_size`) a batch runs
+n_i input tokens takes p0 + p1*sum(n_i) + p2*sum(n_i^2) + pr*(requests): attention is quadratic
+in each sequence, not in the batch's token total, and a CPU engine (or a GPU one's Python
+scheduler) spends a fixed time per sequence that no token count expresses (`pr`, fitted by
+`aprilsim calibrate`; 0 in the presets). With chunked prefill (SGLang's `chunked_prefill_size`) a batch runs
 as forward passes of at most `chunk` tokens; each pass pays p0 once and the quadratic terms
 telescope, so the batch takes passes*p0 + p1*sum(n_i) + p2*sum(n_i^2) (`prefill_passes`,
 `chunked_prefill_time`). Presets are roofline *estimates*, each with the arithmetic behind it, to
@@ -51,7 +53,8 @@ class DecodeCost(Protocol):
         """Largest m <= n_max whose m iterations end no later than `dt` after they start."""
         ...
 
-    def prefill_time(self, tokens: int, tokens_sq: int | None = None, passes: int = 1) -> float:
+    def prefill_time(self, tokens: int, tokens_sq: int | None = None, passes: int = 1,
+                     requests: int = 0) -> float:
         """Seconds of a prefill batch of `tokens` input tokens whose squares sum to `tokens_sq`,
         run as `passes` forward passes (each pays the fixed cost p0 once)."""
         ...
@@ -99,24 +102,28 @@ class _LinearInK:
             m -= 1
         return m
 
-    def prefill_time(self, tokens: int, tokens_sq: int | None = None, passes: int = 1) -> float:
-        """passes*p0 + p1*sum(n_i) + p2*sum(n_i^2); `tokens_sq` defaults to one request's
-        tokens^2, `passes` to one forward pass (no chunking)."""
+    def prefill_time(self, tokens: int, tokens_sq: int | None = None, passes: int = 1,
+                     requests: int = 0) -> float:
+        """passes*p0 + p1*sum(n_i) + p2*sum(n_i^2) + pr*requests; `tokens_sq` defaults to one
+        request's tokens^2, `passes` to one forward pass (no chunking), `requests` to 0 (callers
+        that do not count the batch's requests get no per-request term)."""
         if tokens_sq is None:
             tokens_sq = tokens * tokens  # one request
         p0 = self.p0 if passes == 1 else passes * self.p0
-        return p0 + self.p1 * tokens + self.p2 * tokens_sq
+        t = p0 + self.p1 * tokens + self.p2 * tokens_sq
+        return t + self.pr * requests if requests else t
 
 
-def _check_prefill(p0: float, p1: float, p2: float) -> None:
-    for k, v in (("p0", p0), ("p1", p1), ("p2", p2)):
+def _check_prefill(p0: float, p1: float, p2: float, pr: float = 0.0) -> None:
+    for k, v in (("p0", p0), ("p1", p1), ("p2", p2), ("pr", pr)):
         if v < 0:
             raise ValueError(f"cost coefficient {k} must be >= 0")
 
 
 @dataclass(frozen=True)
 class CostModel(_LinearInK):
-    """t(B, K) = a + b*B + c*K per decode iteration; prefill p0 + p1*sum(n_i) + p2*sum(n_i^2)."""
+    """t(B, K) = a + b*B + c*K per decode iteration; prefill p0 + p1*sum(n_i) + p2*sum(n_i^2)
+    + pr*(requests)."""
 
     a: float
     b: float
@@ -124,12 +131,13 @@ class CostModel(_LinearInK):
     p0: float
     p1: float
     p2: float = 0.0
+    pr: float = 0.0  # seconds per request of a prefill batch
 
     def __post_init__(self) -> None:
         for k in ("a", "b", "c"):
             if getattr(self, k) < 0:
                 raise ValueError(f"cost coefficient {k} must be >= 0")
-        _check_prefill(self.p0, self.p1, self.p2)
+        _check_prefill(self.p0, self.p1, self.p2, self.pr)
         if self.a <= 0 and self.b <= 0:
             raise ValueError("cost coefficients a and b cannot both be zero (iterations take time)")
 
@@ -159,6 +167,7 @@ class TabulatedCost(_LinearInK):
     p0: float
     p1: float
     p2: float = 0.0
+    pr: float = 0.0  # seconds per request of a prefill batch
     _fg: tuple[tuple[float, float], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -169,7 +178,7 @@ class TabulatedCost(_LinearInK):
             raise ValueError("table_b must be strictly increasing batch sizes >= 1")
         if any(v <= 0 for v in fs) or any(v < 0 for v in gs):
             raise ValueError("table_f must be > 0 (iterations take time) and table_g >= 0")
-        _check_prefill(self.p0, self.p1, self.p2)
+        _check_prefill(self.p0, self.p1, self.p2, self.pr)
         # f and g at every B up to the last tabulated one, computed once (the engine's hot path)
         fg = tuple((self._interp(fs, b), self._interp(gs, b)) for b in range(bs[-1] + 1))
         object.__setattr__(self, "_fg", fg)
@@ -223,7 +232,7 @@ def chunked_prefill_time(
     pre = list(cached) or [0] * len(input_lens)
     if chunk <= 0:
         sq = sum((s + n) * (s + n) - s * s for n, s in zip(input_lens, pre))
-        return cost.prefill_time(sum(input_lens), sq), 1, 0
+        return cost.prefill_time(sum(input_lens), sq, requests=len(input_lens)), 1, 0
     ends, passes, left = _walk_passes(cost, input_lens, chunk, room, pre)
     return (ends[-1] if ends else 0.0), passes, left
 
@@ -246,24 +255,27 @@ def _walk_passes(
     passes = 0
     left = room  # tokens still free in the current pass
     opened = False  # the current pass started in this batch (it pays p0)
-    tok = sq = 0  # the current pass's tokens and quadratic term
+    tok = sq = reqs = 0  # the current pass's tokens, quadratic term, requests starting in it
     for n, held in zip(input_lens, cached):
+        first = True  # a request's per-request prefill cost lands in the pass of its first piece
         done = held  # tokens of this request already in the cache (its shared prefix)
         n += held
         while done < n:
             if left == 0:
                 if tok:
-                    total += cost.prefill_time(tok, sq, 1 if opened else 0)
+                    total += cost.prefill_time(tok, sq, 1 if opened else 0, reqs)
                     ends.append(total)
-                left, opened, tok, sq = chunk, True, 0, 0
+                left, opened, tok, sq, reqs = chunk, True, 0, 0, 0
                 passes += 1
             piece = min(left, n - done)
+            reqs += first
+            first = False
             tok += piece
             sq += (done + piece) ** 2 - done**2
             done += piece
             left -= piece
     if tok:
-        total += cost.prefill_time(tok, sq, 1 if opened else 0)
+        total += cost.prefill_time(tok, sq, 1 if opened else 0, reqs)
         ends.append(total)
     return ends, passes, left
 

@@ -452,9 +452,9 @@ class FastEngine(EngineFace):
         if self.chunk:
             pf.passes, left = prefill_passes(tokens, self.chunk, pf.room_in)
             pf.room_out = left if capped else 0
-            dur = self.cost.prefill_time(tokens, sq, pf.passes)
+            dur = self.cost.prefill_time(tokens, sq, pf.passes, len(pf.reqs))
         else:
-            dur = self.cost.prefill_time(tokens, sq)
+            dur = self.cost.prefill_time(tokens, sq, 1, len(pf.reqs))
         pf.time = dur
         self.t_event = self.t + dur
         return True

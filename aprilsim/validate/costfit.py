@@ -197,8 +197,11 @@ def fit_iterations(logs: Sequence[Sequence[dict[str, Any]]]) -> CostFit:
         pass
     else:
         recs = [r for rows in logs for r in records_from_iterations(list(rows))]
-        cal = CostCalibrator(form="linear").fit(recs)
-        if isinstance(cal.cost_, CostModel):
+        try:
+            cal = CostCalibrator(form="linear").fit(recs)
+        except ValueError:  # too few distinct shapes for calibrate's checks: the in-house fit
+            cal = None
+        if cal is not None and isinstance(cal.cost_, CostModel):
             cost, source = cal.cost_, "aprilsim.engine.calibration.CostCalibrator"
     wall_cost, *_ = fit_in_house(logs, wall=True)
     by_req, by_tok = prefill_form_errors(logs)
@@ -226,6 +229,17 @@ def load_calibration(path: str) -> CostModel:
     try:
         return CostModel(a=float(cost["a"]), b=float(cost["b"]), c=float(cost["c"]),
                          p0=float(cost.get("p0", 0.0)), p1=float(cost.get("p1", 0.0)),
-                         p2=float(cost.get("p2", 0.0)))
+                         p2=float(cost.get("p2", 0.0)), pr=float(cost.get("pr", 0.0)))
     except KeyError as e:
         raise ValueError(f"{path}: [cost] lacks {e.args[0]} (need a, b, c, p0, p1)") from None
+
+
+def cost_errors(cost: CostModel, logs: Sequence[Sequence[dict[str, Any]]]) -> tuple[float, float, int, int]:
+    """(decode, prefill median |relative error|, decode and prefill steps) of a given cost (a
+    calibration file) against the live runs' step intervals: how well the cost the simulation
+    runs fits what the engines did this time."""
+    dec = [p for rows in logs for p in decode_points(rows, wall=True)]
+    pre = [p for rows in logs for p in prefill_points(rows, wall=True)]
+    de = float(np.median([abs(cost.decode_time(b, k) / t - 1) for b, k, t in dec])) if dec else 0.0
+    pe = float(np.median([abs(cost.prefill_time(n) / t - 1) for n, t in pre])) if pre else 0.0
+    return de, pe, len(dec), len(pre)

@@ -25,8 +25,8 @@ def price(cost: CostModel | TabulatedCost, prev: dict[str, Any] | None, r: dict[
     """Seconds the cost model gives one logged step."""
     if r["phase"] == "decode":
         return cost.decode_time(int(r["batch_size"]), kv_at_start(prev, r))
-    n = int(r["prefill_tokens"])
-    return cost.prefill_time(n, n * n // max(1, int(r["batch_size"])))
+    n, b = int(r["prefill_tokens"]), max(1, int(r["batch_size"]))
+    return cost.prefill_time(n, n * n // b, requests=b)
 
 
 def per_step(result: RunResult, engines: Sequence[Rows],

@@ -1,7 +1,9 @@
 """The validation report: ``report.json``, ``report.md`` and figures, from paired comparisons.
 
-Targets (issue 11): median per-step rollout-time error <= 5 %, every gain over sync within 3
-percentage points, scheduler ranking preserved. Where one is missed the report names the term
+Targets (issue 19): median per-step rollout-time error <= 10 % (wall clock; the engine time of
+the logged iterations priced by the same cost, which no machine load moves, <= 5 %), every gain
+over sync within 3 percentage points, scheduler ranking preserved. A figure that was not
+measured is reported as n/a, never as met. Where one is missed the report names the term
 that explains the gap, from what was measured: the fit error of the per-iteration cost (decode
 vs prefill), the runner overhead between engine steps, and the share of the rollout that the
 engines were not computing (idle waiting for the runner, client-side work, other processes).
@@ -16,33 +18,68 @@ from typing import Any
 
 from .compare import METRICS, SchedulerComparison, gains, ranking, ranking_preserved
 
-TARGET_STEP_ERR = 0.05
+TARGET_STEP_ERR = 0.10  # wall-clock per-step rollout time
+TARGET_PRICED_ERR = 0.05  # engine time of the logged iterations, priced
 TARGET_GAIN_PP = 3.0
 RANK_TIE = 0.02  # measured throughputs within 2 % of each other may swap places
 
 
-def targets(rows: Sequence[SchedulerComparison]) -> dict[str, Any]:
-    """Each target, the figure measured against it, and whether it is met."""
-    def worst(xs) -> float:
-        return max((x for x in xs if x is not None), default=0.0)
+def _worst(xs) -> float | None:
+    """The largest of the measured values; None when nothing was measured (never 0: a figure
+    that was not measured is not met)."""
+    vals = [x for x in xs if x is not None]
+    return max(vals) if vals else None
 
-    errs = {r.label: r.errors().get("step_rollout_median_abs") for r in rows}
-    priced = {r.label: r.errors().get("step_priced_median_abs") for r in rows}
-    g = gains(rows)
-    wg = worst(abs(x["diff_pp"]) for x in g.values())
-    wgp = worst(abs(x.get("diff_priced_pp", 0.0)) for x in g.values())
+
+def _met(worst: float | None, bound: float) -> bool | None:
+    return None if worst is None else worst <= bound
+
+
+def targets(rows: Sequence[SchedulerComparison], pool: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Each target, the figure measured against it, and whether it is met (None: not measured,
+    shown as n/a). With ``pool`` (:func:`aprilsim.validate.rounds.pooled` over repeated rounds)
+    the step errors are pooled over the rounds, the gains are the paired means, the ranking must
+    hold in every round, and each scheduler's noise floor stands beside its error."""
+    if pool is not None and pool.get("rounds", 0) >= 1:
+        ps = pool["schedulers"]
+        errs = {lab: v["step_rollout_median_abs"] for lab, v in ps.items()}
+        priced = {lab: v["step_priced_median_abs"] for lab, v in ps.items()}
+        noise = {lab: v["noise_floor"] for lab, v in ps.items()}
+        g = {lab: {"predicted": v["predicted"], "measured": v["measured"]["mean"],
+                   "diff_pp": v["diff_pp"]["mean"], "diff_pp_half_width": v["diff_pp"]["half_width"],
+                   "measured_half_width": v["measured"]["half_width"], "rounds": v["diff_pp"]["n"]}
+             for lab, v in pool["gains"].items()}
+        rk = pool["ranking"]
+        rank_met = None if not rk["rounds"] or len(rows) < 2 else rk["preserved_rounds"] == rk["rounds"]
+        ranking_measured = rk["measured_by_round"][0] if rk["measured_by_round"] else []
+    else:
+        errs = {r.label: r.errors().get("step_rollout_median_abs") for r in rows}
+        priced = {r.label: r.errors().get("step_priced_median_abs") for r in rows}
+        noise = {r.label: None for r in rows}
+        g = gains(rows)
+        rank_met = ranking_preserved(rows, RANK_TIE) if len(rows) > 1 else None
+        ranking_measured = ranking(rows, "measured")
+        rk = {"preserved_rounds": int(bool(rank_met)), "rounds": 1}
+    wg = _worst(abs(x["diff_pp"]) for x in g.values() if x.get("diff_pp") is not None)
+    gr = gains(rows)
+    wgp = _worst(abs(x["diff_priced_pp"]) for x in gr.values() if "diff_priced_pp" in x)
+    we, wp = _worst(errs.values()), _worst(priced.values())
+    priced_rank = None
+    if len(rows) > 1 and all(r.meas_priced_s for r in rows):
+        priced_rank = ranking_preserved(rows, RANK_TIE, side="priced")
     return {
-        "step_rollout_error": {"bound": TARGET_STEP_ERR, "worst": worst(errs.values()),
-                               "by_scheduler": errs, "met": worst(errs.values()) <= TARGET_STEP_ERR},
-        "step_priced_error": {"bound": TARGET_STEP_ERR, "worst": worst(priced.values()),
-                              "by_scheduler": priced, "met": worst(priced.values()) <= TARGET_STEP_ERR},
+        "step_rollout_error": {"bound": TARGET_STEP_ERR, "worst": we, "by_scheduler": errs,
+                               "noise_floor": noise, "met": _met(we, TARGET_STEP_ERR)},
+        "step_priced_error": {"bound": TARGET_PRICED_ERR, "worst": wp, "by_scheduler": priced,
+                              "met": _met(wp, TARGET_PRICED_ERR)},
         "gain_vs_sync_pp": {"bound": TARGET_GAIN_PP, "worst": wg, "by_scheduler": g,
-                            "met": wg <= TARGET_GAIN_PP},
-        "gain_priced_pp": {"bound": TARGET_GAIN_PP, "worst": wgp, "met": wgp <= TARGET_GAIN_PP},
-        "ranking": {"predicted": ranking(rows, "predicted"), "measured": ranking(rows, "measured"),
-                    "tie": RANK_TIE, "met": ranking_preserved(rows, RANK_TIE)},
-        "ranking_priced": {"priced": ranking(rows, "priced"), "tie": RANK_TIE,
-                           "met": ranking_preserved(rows, RANK_TIE, side="priced")},
+                            "met": _met(wg, TARGET_GAIN_PP)},
+        "gain_priced_pp": {"bound": TARGET_GAIN_PP, "worst": wgp, "met": _met(wgp, TARGET_GAIN_PP)},
+        "ranking": {"predicted": ranking(rows, "predicted"), "measured": ranking_measured,
+                    "tie": RANK_TIE, "preserved_rounds": rk["preserved_rounds"],
+                    "rounds": rk["rounds"], "met": rank_met},
+        "ranking_priced": {"priced": ranking(rows, "priced") if priced_rank is not None else [],
+                           "tie": RANK_TIE, "met": priced_rank},
     }
 
 
@@ -61,7 +98,7 @@ def explain(rows: Sequence[SchedulerComparison], fit: dict[str, Any]) -> list[st
         if pe is not None:
             why.append(f"Engine rules and scheduler (simulated busiest-engine time vs the logged "
                        f"iterations priced by the same cost): {100 * pe:.1f}% median"
-                       f" ({'explains little' if pe <= TARGET_STEP_ERR else 'a term of the gap'}).")
+                       f" ({'explains little' if pe <= TARGET_PRICED_ERR else 'a term of the gap'}).")
         if le is not None:
             why.append(f"Cost per iteration (simulated vs logged step intervals of the busiest "
                        f"engine): {100 * le:.1f}% median, bias {100 * e.get('step_logged_median', 0):+.1f}%"
@@ -95,14 +132,37 @@ def explain(rows: Sequence[SchedulerComparison], fit: dict[str, Any]) -> list[st
     return out
 
 
-def report_dict(rows: Sequence[SchedulerComparison], meta: dict[str, Any], fit: dict[str, Any]) -> dict[str, Any]:
-    """The JSON report."""
-    return {"meta": meta, "calibration": fit, "targets": targets(rows),
+def report_dict(rows: Sequence[SchedulerComparison], meta: dict[str, Any], fit: dict[str, Any],
+                pool: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON report (``pool``: the rounds' pooled figures, when the runs were repeated)."""
+    return {"meta": meta, "calibration": fit, "targets": targets(rows, pool), "rounds": pool,
             "schedulers": [r.to_dict() for r in rows], "explanations": explain(rows, fit)}
 
 
 def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:+.1f}%"
+
+
+def _abs_pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def _pp(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1f} pp"
+
+
+def _yes(met: bool | None) -> str:
+    return "n/a" if met is None else ("yes" if met else "NO")
+
+
+def _rounds(rk: dict[str, Any]) -> str:
+    n = rk.get("rounds", 1)
+    return f" (preserved in {rk.get('preserved_rounds', 0)}/{n} rounds)" if n > 1 else ""
+
+
+def _noise(t: dict[str, Any]) -> str:
+    nf = [x for x in t["step_rollout_error"].get("noise_floor", {}).values() if x is not None]
+    return f" (noise floor {100 * max(nf):.1f}%)" if nf else ""
 
 
 def _num(x: float) -> str:
@@ -118,18 +178,18 @@ def report_markdown(rep: dict[str, Any], figures: Sequence[str] = ()) -> str:
              "## Targets", "",
              "| target | bound | measured | met |", "|---|---|---|---|",
              f"| median per-step rollout-time error (worst scheduler) | <= {100 * t['step_rollout_error']['bound']:.0f}% "
-             f"| {100 * t['step_rollout_error']['worst']:.1f}% | {'yes' if t['step_rollout_error']['met'] else 'NO'} |",
+             f"| {_abs_pct(t['step_rollout_error']['worst'])}{_noise(t)} | {_yes(t['step_rollout_error']['met'])} |",
              f"| engine-time error per step, logged iterations priced (load-independent) | <= "
-             f"{100 * t['step_priced_error']['bound']:.0f}% | {100 * t['step_priced_error']['worst']:.1f}% "
-             f"| {'yes' if t['step_priced_error']['met'] else 'NO'} |",
+             f"{100 * t['step_priced_error']['bound']:.0f}% | {_abs_pct(t['step_priced_error']['worst'])} "
+             f"| {_yes(t['step_priced_error']['met'])} |",
              f"| gain over sync, predicted - measured (worst) | <= {t['gain_vs_sync_pp']['bound']:.0f} pp "
-             f"| {t['gain_vs_sync_pp']['worst']:.1f} pp | {'yes' if t['gain_vs_sync_pp']['met'] else 'NO'} |",
+             f"| {_pp(t['gain_vs_sync_pp']['worst'])} | {_yes(t['gain_vs_sync_pp']['met'])} |",
              f"| gain over sync, predicted - priced live (worst) | <= {t['gain_priced_pp']['bound']:.0f} pp "
-             f"| {t['gain_priced_pp']['worst']:.1f} pp | {'yes' if t['gain_priced_pp']['met'] else 'NO'} |",
+             f"| {_pp(t['gain_priced_pp']['worst'])} | {_yes(t['gain_priced_pp']['met'])} |",
              f"| ranking by rollout throughput | preserved | predicted {' > '.join(t['ranking']['predicted'])}; "
-             f"measured {' > '.join(t['ranking']['measured'])} | {'yes' if t['ranking']['met'] else 'NO'} |",
-             f"| ranking, live priced | preserved | {' > '.join(t['ranking_priced']['priced'])} "
-             f"| {'yes' if t['ranking_priced']['met'] else 'NO'} |",
+             f"measured {' > '.join(t['ranking']['measured'])}{_rounds(t['ranking'])} | {_yes(t['ranking']['met'])} |",
+             f"| ranking, live priced | preserved | {' > '.join(t['ranking_priced']['priced']) or 'n/a'} "
+             f"| {_yes(t['ranking_priced']['met'])} |",
              "", "## Per scheduler (predicted / measured, relative error)", "",
              "| scheduler | " + " | ".join(lab for lab, _ in METRICS.values())
              + " | per-step rollout err: median abs [p10, p90] | gain over sync pred / meas |",
@@ -143,6 +203,22 @@ def report_markdown(rep: dict[str, Any], figures: Sequence[str] = ()) -> str:
         gg = g.get(s["label"])
         gain = f"{_pct(gg['predicted'])} / {_pct(gg['measured'])}" if gg else "(base)"
         lines.append(f"| {s['label']} | " + " | ".join(cells) + f" | {step} | {gain} |")
+    pool = rep.get("rounds")
+    if pool and pool.get("rounds", 0) > 1:
+        lines += ["", f"## Rounds: model error beside the noise floor ({pool['rounds']} interleaved rounds, same seed)", "",
+                  "| scheduler | per-step rollout error, median abs (pooled) | noise floor (same steps repeated) "
+                  "| gain over sync: predicted | measured (mean +- 95%) | predicted - measured (pp, +- 95%) |",
+                  "|---|---|---|---|---|---|"]
+        for lab, v in pool["schedulers"].items():
+            gg = pool["gains"].get(lab)
+            if gg:
+                m, d = gg["measured"], gg["diff_pp"]
+                hw = "" if m["half_width"] is None else f" +- {100 * m['half_width']:.1f}"
+                dhw = "" if d["half_width"] is None else f" +- {d['half_width']:.1f}"
+                gcells = f"{_pct(gg['predicted'])} | {100 * m['mean']:+.1f}%{hw} | {d['mean']:+.1f}{dhw}"
+            else:
+                gcells = "(base) | | "
+            lines.append(f"| {lab} | {_abs_pct(v['step_rollout_median_abs'])} | {_abs_pct(v['noise_floor'])} | {gcells} |")
     lines += ["", "## Calibration", "",
               f"From {m.get('calibration_from', '')} ({cal.get('source', '')}): decode "
               f"a {1e3 * cal['a']:.3f} ms + b {1e6 * cal['b']:.1f} us x B + c {cal['c']:.3g} s x K; "

@@ -87,7 +87,14 @@ async def build_cluster(opts: dict[str, Any], max_context: int):
     except BaseException:
         await cluster.close()
         raise
-    vocab = opts["vocab_size"] or await _vocab_of(split_engine_url(urls[0])[1]) or 32000
+    from real.engines import engine_vocab  # --vocab-size, else the server's, else probed
+
+    try:
+        vocab = opts["vocab_size"] or await _vocab_of(split_engine_url(urls[0])[1]) \
+            or (await engine_vocab(engines[0]))[0]
+    except BaseException:
+        await cluster.close()
+        raise
     what = "router" if opts["router"] else f"{len(urls)} engines"
     return cluster, vocab, what
 
@@ -214,7 +221,7 @@ def main_async(sc, names: list[str], opts: dict[str, Any], progress_for) -> Outc
 @click.option("--engines", help="Comma-separated engine URLs (SGLang or `python -m real.serve`; vllm+http://... for vLLM).")
 @click.option("--router", help="URL of an sglang-router in front of the engines.")
 @click.option("--scale", type=click.FloatRange(min=0, max=1, min_open=True), help="Multiply every length and the trainer's fixed times by this (default: 1; with --local, max_response_len -> 64).")
-@click.option("--vocab-size", type=click.IntRange(min=17), help="Vocabulary of the engines (default: asked of a bundled server, else 32000).")
+@click.option("--vocab-size", type=click.IntRange(min=17), help="Vocabulary of the engines (default: what the server states, else probed: the smallest token id it refuses).")
 @click.option("--temperature", type=float, default=1.0, show_default=True)
 @click.option("--prompts", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Free mode: prompts JSONL (`input_ids` or `prompt`, optional `answer`); lengths from EOS.")
 @click.option("--reward", help="Free mode: reward function module:function(prompt, output_ids, sample), or `toy` (default).")

