@@ -169,3 +169,21 @@ def test_one_component_gradients_match_finite_differences(family, binned):
             for e in np.eye(len(theta)) * h
         ]
         np.testing.assert_allclose(g, num, rtol=1e-4, atol=1e-4 * np.abs(g).max())
+
+
+def test_warm_hessian_falls_back_to_a_plain_start_where_it_cannot_help():
+    """No warm curvature at a bound (the objective is flat there) or without a gradient: the
+    bootstrap then starts BFGS from the identity, as it always did."""
+    from aprilsim.workload.fitting.likelihood import inverse_hessian
+
+    x = cap_lengths(TRUTH.rvs(20000, np.random.default_rng(0)), 3000)
+    f = LengthFitter(families=["lognormal_mixture3"], n_bootstrap=0).fit(x)
+    fam = FAMILY_SPECS["lognormal_mixture3"]
+    h_inv = inverse_hessian(fam, f.data_, f.best_.theta)
+    assert h_inv is not None and np.allclose(h_inv, h_inv.T)
+    assert np.all(np.linalg.eigvalsh(h_inv) > 0)
+    at_bound = f.best_.theta.copy()
+    at_bound[0] = fam.bounds[0][1]
+    assert inverse_hessian(fam, f.data_, at_bound) is None
+    no_grad = dataclasses.replace(fam, cdf_sf_grad=None)
+    assert inverse_hessian(no_grad, f.data_, f.best_.theta) is None
