@@ -180,6 +180,8 @@ def scenario(from_slime, from_verl, to_slime, target, lengths) -> None:
     warning = res.warning(what)
     if warning:
         click.echo(f"aprilsim: warning: {warning}", err=True)
+    for line in res.warnings:
+        click.echo(f"aprilsim: warning: {line}", err=True)
     for note in res.notes:
         click.echo(f"aprilsim: note: {note}", err=True)
     origin = origin if len(origin) < 80 else origin[:77] + "..."
