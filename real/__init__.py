@@ -2,10 +2,10 @@
 
 - :mod:`real.protocol`: the :class:`~real.protocol.Engine` protocol and its request/result types;
 - :mod:`real.samples`: requests built from :class:`aprilsim.types.Sample` (replay mode);
-- :mod:`real.sglang_wire` / :mod:`real.sglang_http`: SGLang's native HTTP API (one server, many,
+- :mod:`real.clients.sglang_wire` / :mod:`real.clients.sglang`: SGLang's native HTTP API (one server, many,
   or sglang-router in front of them);
-- :mod:`real.vllm_wire` / :mod:`real.vllm_http`: vLLM's OpenAI-compatible server
-  (:class:`~real.vllm_http.VLLMEngine`);
+- :mod:`real.clients.vllm_wire` / :mod:`real.clients.vllm`: vLLM's OpenAI-compatible server
+  (:class:`~real.clients.vllm.VLLMEngine`);
 - :mod:`real.torch_engine`: the bundled continuous-batching engine on a small torch transformer,
   in-process (:class:`~real.torch_engine.local.LocalEngine`) or behind an SGLang-compatible HTTP
   server (``python -m real.serve``).

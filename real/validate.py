@@ -84,7 +84,7 @@ class Validation:
 async def _iteration_rows(engine, since: int) -> list[dict[str, Any]]:
     """The engine's iteration records with seq > since (in-process: the engine's deque; HTTP:
     ``GET /iteration_log?since=N`` of a bundled server; vLLM and SGLang: none)."""
-    from real.engines import unwrap
+    from real.clients.connect import unwrap
 
     base = unwrap(engine)
     inner = getattr(base, "engine", None)
@@ -126,7 +126,7 @@ def retract_to_of(engine: Any) -> str:
 
 
 def _is_vllm(engine: Any) -> bool:
-    from real.engines import unwrap
+    from real.clients.connect import unwrap
 
     return type(unwrap(engine)).__name__ == "VLLMEngine"
 
@@ -142,7 +142,7 @@ async def precheck(opts: dict[str, Any]) -> tuple[int | None, list[str]]:
     """Everything validate needs, checked before the first live run (one line each on failure):
     the calibration file loads, every engine answers ``/health``, the vocabulary is known
     (``--vocab-size``, the server's, or probed). Returns (vocabulary or None for --local, notes)."""
-    from real.engines import connect, engine_vocab
+    from real.clients.connect import connect, engine_vocab
 
     notes = []
     if opts.get("calibration"):
@@ -170,7 +170,7 @@ async def precheck(opts: dict[str, Any]) -> tuple[int | None, list[str]]:
 
 
 async def _counters(engine) -> dict[str, float] | None:
-    from real.engines import unwrap
+    from real.clients.connect import unwrap
 
     base = unwrap(engine)
     return await base.counters() if hasattr(base, "counters") else None
@@ -185,7 +185,7 @@ class CounterSampler:
     :func:`aprilsim.validate.reconstruct.fit_counts`."""
 
     def __init__(self, engine) -> None:
-        from real.engines import unwrap
+        from real.clients.connect import unwrap
 
         self.base = unwrap(engine)
         self.samples: list[tuple[float, float]] = []
@@ -249,7 +249,7 @@ async def run_live(sc: Scenario, specs: list[str], opts: dict[str, Any], progres
         list[LiveOutcome], dict[str, int], str, list[str]]:
     """Check what is needed, then run every scheduler on one cluster, in rounds when repeated
     (A B A B ...; round numbers from 0); return outcomes, engine limits, what ran, the checks."""
-    from real.engines import stamped
+    from real.clients.connect import stamped
     from real.runner.api import build_runtime
     from real.runner.cli import build_cluster
 

@@ -79,7 +79,7 @@ async def build_cluster(opts: dict[str, Any], max_context: int):
         spec = LocalSpec(max_context=max_context, min_step_seconds=opts.get("local_step_s") or 0.0)
         cluster = Cluster(await start_local(opts["local"], spec), progress_deadline_s=deadline)
         return cluster, spec.vocab_size, "bundled engines in-process"
-    from real.engines import connect, split_engine_url
+    from real.clients.connect import connect, split_engine_url
 
     urls = [u.strip() for u in (opts["engines"] or "").split(",") if u.strip()] or [opts["router"]]
     engines = [connect(u) for u in urls]  # vllm+http://... -> VLLMEngine, else SGLangClient
@@ -89,7 +89,7 @@ async def build_cluster(opts: dict[str, Any], max_context: int):
     except BaseException:
         await cluster.close()
         raise
-    from real.engines import engine_vocab  # --vocab-size, else the server's, else probed
+    from real.clients.connect import engine_vocab  # --vocab-size, else the server's, else probed
 
     try:
         vocab = opts["vocab_size"] or await _vocab_of(split_engine_url(urls[0])[1]) \

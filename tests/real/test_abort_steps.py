@@ -4,7 +4,7 @@ engine family does."""
 from __future__ import annotations
 
 from real.validate import abort_steps_of, retract_to_of
-from real.vllm_http import VLLMEngine
+from real.clients.vllm import VLLMEngine
 
 
 def test_abort_steps_by_engine_family():

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from real.protocol import GenerateRequest, SamplingParams
-from real.sglang_wire import ABORT_ALL_PAYLOAD, RidFactory, abort_payload, generate_payload
+from real.clients.sglang_wire import ABORT_ALL_PAYLOAD, RidFactory, abort_payload, generate_payload
 
 requests = st.builds(
     GenerateRequest,

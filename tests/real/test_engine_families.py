@@ -1,5 +1,5 @@
 """`calibrate` and `validate` on every engine family the runner reaches, through the same
-``real.engines.connect``: a vLLM-shaped server (the fake of ``vllm_fake``, which refuses
+``real.clients.connect.connect``: a vLLM-shaped server (the fake of ``vllm_fake``, which refuses
 out-of-vocabulary ids as vLLM 0.32 does), bundled servers in their own processes (their
 ``/iteration_log`` checks the iterations rebuilt from the token streams), and the real
 sglang-router in front of them (no iteration log: timed from the streams). SGLang itself needs
@@ -16,7 +16,7 @@ import pytest
 from conftest import ROOT, VOCAB, free_port, run
 from vllm_fake import FakeVLLM
 
-from real.engines import connect, engine_vocab, probe_vocab
+from real.clients.connect import connect, engine_vocab, probe_vocab
 
 SMALL = """
 name = "families"
@@ -153,7 +153,7 @@ def test_run_reads_the_vocabulary_of_a_small_vocabulary_vllm_model():
 def test_sglang_counters_from_its_metrics_text():
     """SGLang 0.5.23 (--enable-metrics) counts forward passes by CUDA-graph mode and their GPU
     time by category: the iteration counter validate fits the rebuilt iterations to."""
-    from real.sglang_http import parse_sglang_counters
+    from real.clients.sglang import parse_sglang_counters
 
     text = """# HELP sglang:cuda_graph_passes_total Total number of forward passes categorized by CUDA graph.
 # TYPE sglang:cuda_graph_passes_total counter

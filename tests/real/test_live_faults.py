@@ -29,7 +29,7 @@ from real.runner.cluster import (
     EnginesUnreachable,
     check_reachable,
 )
-from real.sglang_http import SGLangClient
+from real.clients.sglang import SGLangClient
 
 
 @contextlib.contextmanager

@@ -20,7 +20,7 @@ from runner_helpers import assert_batches, assert_ledger, live_run, tiny_scenari
 
 from aprilsim.sim.run import simulate
 from real.runner.cluster import Cluster
-from real.sglang_http import ClientConfig, RetryPolicy, SGLangClient
+from real.clients.sglang import ClientConfig, RetryPolicy, SGLangClient
 
 NO_RETRY = ClientConfig(retry=RetryPolicy(max_attempts=1), read_timeout_s=20, connect_timeout_s=2)
 

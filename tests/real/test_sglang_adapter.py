@@ -10,7 +10,7 @@ from real_scenarios import replay_request, scenario_abort_and_resume, scenario_g
 
 from aprilsim.types import FinishReason
 from real.protocol import GenerateRequest, SamplingParams
-from real.sglang_http import ClientConfig, RetryPolicy, SGLangClient
+from real.clients.sglang import ClientConfig, RetryPolicy, SGLangClient
 
 
 def test_generate_replay_cumulative(servers):

@@ -19,7 +19,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from aprilsim.types import FinishReason  # noqa: E402
 from real.protocol import GenerateRequest, SamplingParams  # noqa: E402
-from real.vllm_wire import StreamError, completion_payload, parse_metrics, parse_stream_chunk  # noqa: E402
+from real.clients.vllm_wire import StreamError, completion_payload, parse_metrics, parse_stream_chunk  # noqa: E402
 
 requests = st.builds(
     GenerateRequest,

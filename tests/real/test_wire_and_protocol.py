@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from aprilsim.types import FinishReason, Sample
 from real.protocol import GenerateRequest, replay_finish_reason
 from real.samples import request_from_sample
-from real.sglang_wire import (
+from real.clients.sglang_wire import (
     RidFactory,
     StreamAccumulator,
     parse_chunk,
