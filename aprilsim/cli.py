@@ -9,8 +9,7 @@ from pathlib import Path
 import click
 
 from aprilsim._version import __version__
-from aprilsim.cli_errors import EXIT_USAGE, OneLineGroup, fail
-from aprilsim.simulate_cli import per_scheduler_paths as _per_scheduler_paths  # noqa: F401 - real/ uses it
+from aprilsim.cli_errors import EXIT_USAGE, OneLineGroup, command_line, fail
 
 __all__ = ["EXIT_USAGE", "fail", "main", "with_overrides"]
 
@@ -114,15 +113,7 @@ def simulate(scenario, schedulers, sets, steps, seed, n_seeds, warmup, as_json, 
 
     run_simulate(scenario=scenario, schedulers=schedulers, sets=sets, steps=steps, seed=seed,
                  n_seeds=n_seeds, warmup=warmup, as_json=as_json, steps_out=steps_out,
-                 trace_out=trace_out, timeline=timeline, out_dir=out_dir, command=_command_line())
-
-
-def _command_line() -> str:
-    """The command as typed (`aprilsim simulate ...`), for the JSON and --out metadata."""
-    import shlex
-
-    root = click.get_current_context().find_root().command
-    return shlex.join(["aprilsim", *getattr(root, "argv", sys.argv[1:])])
+                 trace_out=trace_out, timeline=timeline, out_dir=out_dir, command=command_line())
 
 
 def with_overrides(sc, *, steps: int | None = None, warmup: int | None = None):

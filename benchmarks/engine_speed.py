@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 from aiohttp import web  # noqa: E402
 
-from real.protocol import GenerateRequest, SamplingParams  # noqa: E402
 from real.clients.sglang import SGLangClient  # noqa: E402
+from real.protocol import GenerateRequest, SamplingParams  # noqa: E402
 from real.torch_engine import BatchEngine, EngineConfig, EngineRequest, ModelConfig, TinyDecoder  # noqa: E402
 from real.torch_engine.http_server import EngineHTTPServer, ServerConfig  # noqa: E402
 from real.torch_engine.local import LocalEngine  # noqa: E402

@@ -307,8 +307,10 @@ async def _measure_local(n: int, batch_sizes, kv_loads, gen_tokens, progress, ma
     return records, info
 
 
-async def _measure_http(specs: Sequence[str], batch_sizes, kv_loads, gen_tokens, progress,
-                        max_batch: int, vocab_size: int | None) -> tuple[list[Record], dict]:
+async def measure_http(specs: Sequence[str], batch_sizes, kv_loads, gen_tokens, progress,
+                       max_batch: int, vocab_size: int | None) -> tuple[list[Record], dict]:
+    """The sweep on engines behind URLs (``specs``, as :func:`real.clients.connect.connect`
+    takes them): the records of every engine and the first engine's server info."""
     from .clients.connect import connect, engine_vocab, split_engine_url
 
     records: list[Record] = []
@@ -363,7 +365,7 @@ def measure(local: int | None = None, engines: Sequence[str] | None = None,
         records, info = asyncio.run(_measure_local(local, batch_sizes, kv_loads, gen_tokens,
                                                    progress, mb))
     else:
-        records, info = asyncio.run(_measure_http(list(engines or ()), batch_sizes, kv_loads,
+        records, info = asyncio.run(measure_http(list(engines or ()), batch_sizes, kv_loads,
                                                   gen_tokens, progress, mb, vocab_size))
     info["wall_s"] = round(time.monotonic() - t, 2)
     if progress is not None:

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from aprilsim.engine.router import RoundRobin, Router
 from real.protocol import Engine, GenerateRequest, GenerateResult, WeightSync
 
-DEFAULT_PROGRESS_DEADLINE_S = 60.0  # no token for this long while holding requests: health check
+from .options import DEFAULT_PROGRESS_DEADLINE_S
+
 DEFAULT_HEALTH_TIMEOUT_S = 5.0
 
 

@@ -122,6 +122,12 @@ class LiveRuntime:
         return time.monotonic() - self._t0
 
     @property
+    def clock_origin(self) -> float:
+        """The ``time.monotonic()`` the run's clock (:meth:`now`, every record's times) counts
+        from, to put other clocks (engines' iteration stamps) on it."""
+        return self._t0
+
+    @property
     def version(self) -> int:
         return self.core.version
 

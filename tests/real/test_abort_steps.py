@@ -3,8 +3,8 @@ engine family does."""
 
 from __future__ import annotations
 
-from real.validate import abort_steps_of, retract_to_of
 from real.clients.vllm import VLLMEngine
+from real.validate import abort_steps_of, retract_to_of
 
 
 def test_abort_steps_by_engine_family():

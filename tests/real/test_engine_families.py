@@ -73,11 +73,11 @@ def test_the_vocabulary_comes_from_the_server_or_a_probe(servers):
 
 
 def test_calibrate_a_vllm_server_probes_its_concurrency_and_times_the_stream():
-    from real.calibrate import _measure_http
+    from real.calibrate import measure_http
 
     async def main():
         async with FakeVLLM(vocab=400, max_running=4, step_s=0.003) as fake:
-            return await _measure_http([f"vllm+{fake.url}"], (1, 2, 4, 8), (8, 32), 8, None, 8, None), fake
+            return await measure_http([f"vllm+{fake.url}"], (1, 2, 4, 8), (8, 32), 8, None, 8, None), fake
 
     (records, info), fake = run(main())
     sweep = [b["prompt"] for b in fake.bodies if isinstance(b.get("prompt"), list) and len(b["prompt"]) > 1]
@@ -138,14 +138,14 @@ def test_validate_checks_engines_and_calibration_before_any_live_run(tmp_path):
 def test_run_reads_the_vocabulary_of_a_small_vocabulary_vllm_model():
     """`aprilsim run --engines vllm+http://...` without --vocab-size: the prompts' ids stay below
     the server's vocabulary (issue 22: it used to send ids up to 32,000)."""
-    from real.runner.cli import build_cluster
+    from real.runner.api import connect_cluster
+    from real.runner.options import EngineTarget
 
     async def main():
         async with FakeVLLM(vocab=351) as fake:
-            cluster, vocab, _ = await build_cluster(
-                {"local": None, "engines": f"vllm+{fake.url}", "router": None, "vocab_size": None}, 256)
-            await cluster.close()
-            return vocab
+            conn = await connect_cluster(EngineTarget(engines=(f"vllm+{fake.url}",)), 256)
+            await conn.cluster.close()
+            return conn.vocab_size
 
     assert run(main()) == 351
 

@@ -15,9 +15,9 @@ from real_scenarios import scenario_abort_and_resume, scenario_generate_replay
 from vllm_fake import MODEL, FakeVLLM, chain
 
 from aprilsim.types import FinishReason
-from real.protocol import Engine, GenerateRequest, SamplingParams, resume_request
 from real.clients.sglang import RetryPolicy
 from real.clients.vllm import NotSupported, VLLMConfig, VLLMEngine
+from real.protocol import Engine, GenerateRequest, SamplingParams, resume_request
 
 VOCAB = 1000
 FAST = VLLMConfig(retry=RetryPolicy(max_attempts=3, initial_backoff_s=0.01), read_timeout_s=5.0)

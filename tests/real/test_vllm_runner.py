@@ -10,10 +10,10 @@ from vllm_fake import FakeVLLM
 
 from aprilsim.sim.run import simulate
 from real.clients.connect import connect, split_engine_url
-from real.protocol import WeightSync
-from real.runner.cluster import Cluster
 from real.clients.sglang import SGLangClient
 from real.clients.vllm import VLLMEngine
+from real.protocol import WeightSync
+from real.runner.cluster import Cluster
 
 
 def test_connect_picks_the_adapter_by_url():

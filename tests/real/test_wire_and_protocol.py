@@ -6,8 +6,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aprilsim.types import FinishReason, Sample
-from real.protocol import GenerateRequest, replay_finish_reason
-from real.samples import request_from_sample
 from real.clients.sglang_wire import (
     RidFactory,
     StreamAccumulator,
@@ -15,6 +13,8 @@ from real.clients.sglang_wire import (
     parse_error_body,
     parse_finish_reason,
 )
+from real.protocol import GenerateRequest, replay_finish_reason
+from real.samples import request_from_sample
 
 
 @settings(max_examples=50, deadline=None)  # timing on a loaded CI box is not the property
