@@ -86,7 +86,8 @@ class ClusterSection(_Strict):
     retract_decode_steps: int | None = Field(default=None, ge=0)
     clip_max_new_tokens: int | None = Field(default=None, ge=0)
     retract_to: Literal["head", "tail"] | None = None
-    abort_steps: int | None = Field(default=None, ge=-1)  # -1: the abort lands at once
+    # -1: the abort lands at once, as EngineSpec's -1; None here, as for every key: not set
+    abort_steps: int | None = Field(default=None, ge=-1)
     chunked_prefill_size: int | None = Field(default=None, ge=-1)  # 0 or -1: off
     prefix_sharing: bool | None = None  # a group's prompt held once per engine (radix cache)
     cost: CostSection | None = None
@@ -225,8 +226,6 @@ class Scenario(_Strict):
             )
             if getattr(c, k) is not None
         }
-        if over.get("abort_steps") == -1:
-            over["abort_steps"] = None
         if c.cost is not None:
             try:
                 over["cost"] = c.cost.model()

@@ -125,27 +125,19 @@ async def _iteration_rows(engine, since: int) -> list[dict[str, Any]]:
     return []
 
 
-def abort_steps_of(engine: Any, version: str | None) -> int:
-    """Decode steps an abort lets run after the step in flight, by engine family: the bundled
-    engine applies aborts between steps (0); SGLang runs one more decode pass for a running
-    request it aborts (1, ``scheduler.abort_request`` "Abort method 3"); vLLM frees an aborted
-    request when its engine core next reads its input queue, between steps (0, assumed)."""
-    if (version or "").startswith("aprilsim-torch") or _is_vllm(engine):
-        return 0
-    return 1
+def engine_rules(engine: Any, version: str | None) -> dict[str, Any]:
+    """When a simulated abort lands and where a retracted request re-enters the queue, as the
+    engine's family does (``ENGINE_FAMILY_RULES``: SGLang's are its preset rules)."""
+    from aprilsim.engine.cost import ENGINE_FAMILY_RULES
+    from real.clients.connect import engine_family
 
-
-def retract_to_of(engine: Any) -> str:
-    """Where a retracted (preempted) request re-enters the queue: the tail for SGLang
-    (``_add_request_to_queue`` appends) and the bundled engine, the head for vLLM (its V1
-    scheduler's ``_preempt_request`` prepends it to the waiting queue)."""
-    return "head" if _is_vllm(engine) else "tail"
+    return dict(ENGINE_FAMILY_RULES[engine_family(engine, version)])
 
 
 def _is_vllm(engine: Any) -> bool:
-    from real.clients.connect import unwrap
+    from real.clients.connect import engine_family
 
-    return type(unwrap(engine)).__name__ == "VLLMEngine"
+    return engine_family(engine) == "vllm"
 
 
 def _last_seq(rows: list[dict[str, Any]], prev: int) -> int:
@@ -282,8 +274,7 @@ async def run_live(sc: Scenario, specs: list[str], opts: ValidateOptions, progre
         info = await cluster.slots[0].engine.server_info()
         limits = {"max_running": int(info.max_running_requests or opts.max_running or 64),
                   "kv_capacity": int(info.kv_capacity_tokens or 1 << 30),
-                  "abort_steps": abort_steps_of(cluster.slots[0].engine, info.version),
-                  "retract_to": retract_to_of(cluster.slots[0].engine)}
+                  **engine_rules(cluster.slots[0].engine, info.version)}
         if not info.max_running_requests:
             notes.append(f"max_running {limits['max_running']}: not reported by the engine "
                          f"({'--max-running' if opts.max_running else 'assumed'})")
@@ -548,5 +539,5 @@ def validate_command(scenario, schedulers, local, engines, router, calibration, 
     sys.stdout.flush()
 
 
-__all__ = ["BUSY_GAP_S", "LiveOutcome", "ValidateOptions", "abort_steps_of", "retract_to_of", "Validation", "comparisons", "run_live",
+__all__ = ["BUSY_GAP_S", "LiveOutcome", "ValidateOptions", "Validation", "comparisons", "engine_rules", "run_live",
            "validate", "validate_command", "write_all"]

@@ -315,13 +315,13 @@ class Simulation:
         # with `abort_steps` k, as on a live engine: each engine finishes its step in flight (and
         # k more decode steps); the samples stay in flight, and the scheduler hears of them, when
         # the last one lands. Without it the abort lands at once (heard after the action list).
-        k = self.spec.abort_steps
+        k, at_once = self.spec.abort_steps, self.spec.aborts_at_once
         comps: list[Completion] = []
         land = self.now
         for i, e in enumerate(self.engines):
             if e.is_idle():
                 continue
-            if k is None:
+            if at_once:
                 comps += e.abort_all(self.now)
             else:
                 t, got = e.abort_after_steps(self.now, k)

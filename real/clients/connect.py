@@ -177,3 +177,17 @@ def unwrap(engine):
     while isinstance(engine, Stamped):
         engine = engine.inner
     return engine
+
+
+# ------------------------------------------------------------------------------ families
+BUNDLED_VERSION_PREFIX = "aprilsim-torch"  # the bundled engine's server version, HTTP or in-process
+
+
+def engine_family(engine, version: str | None = None) -> str:
+    """The family whose rules an engine follows (``aprilsim.engine.cost.ENGINE_FAMILY_RULES``):
+    ``"bundled"`` when its server version says so (``python -m real.serve`` behind the SGLang
+    client, or in-process), else the client's own ``family`` (``"vllm"``), else ``"sglang"``."""
+    if (version or "").startswith(BUNDLED_VERSION_PREFIX):
+        return "bundled"
+    return getattr(unwrap(engine), "family", None) or "sglang"
+

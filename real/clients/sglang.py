@@ -106,6 +106,8 @@ class SGLangClient:
     ``worker_urls`` directly (fewest requests in flight first).
     """
 
+    family = "sglang"  # unless its server says it is the bundled engine (engine_family)
+
     def __init__(
         self,
         url: str | None = None,

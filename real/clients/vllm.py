@@ -125,6 +125,8 @@ class VLLMEngine:
     model) when omitted.
     """
 
+    family = "vllm"  # its abort and retraction rules: aprilsim.engine.cost.ENGINE_FAMILY_RULES
+
     def __init__(self, url: str, model: str | None = None, config: VLLMConfig | None = None) -> None:
         self.url = url.rstrip("/")
         self.model = model
