@@ -39,3 +39,13 @@ def test_sglangs_rules_are_stated_once():
             assert {k: getattr(spec, k) for k in sglang} == sglang, name
     for rules in ENGINE_FAMILY_RULES.values():  # every family's rules make a valid engine
         assert not replace(PRESETS["qwen3-4b-h100-tp2"], **rules).aborts_at_once
+
+
+def test_the_bundled_engine_runs_sglangs_rules_from_the_same_table():
+    from real.torch_engine import EngineConfig
+
+    cfg = EngineConfig()
+    assert (cfg.init_new_token_ratio, cfg.min_new_token_ratio_factor, cfg.new_token_ratio_decay_steps,
+            cfg.retract_decode_steps, cfg.clip_max_new_tokens) == tuple(SGLANG_RULES[k] for k in (
+                "new_token_ratio", "min_new_token_ratio_factor", "new_token_ratio_decay_steps",
+                "retract_decode_steps", "clip_max_new_tokens"))
