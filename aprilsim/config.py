@@ -445,6 +445,10 @@ def with_overrides(sc: Scenario, *, steps: int | None = None, warmup: int | None
     if out.warmup_steps >= out.steps:
         flag = "--warmup" if warmup is not None else "warmup_steps"
         raise ScenarioError(f"{flag} {out.warmup_steps} leaves none of the {out.steps} steps to summarise")
+    try:  # --steps meets the bounds a file's `steps` meets (run size, simulated clock)
+        check_limits(out)
+    except LimitError as e:
+        raise ScenarioError(str(e)) from None
     return out
 
 
