@@ -103,3 +103,19 @@ def test_each_seed_draws_one_labelled_line_per_seed(tmp_path):
     labels = [ln.get_label() for ln in ax.get_lines()]
     assert labels == ["sync", "april seed 0", "april seed 1", "april seed 2"]
     assert [list(ln.get_ydata()) for ln in ax.get_lines()[1:]] == [[10.0] * 3, [20.0] * 3, [30.0] * 3]
+
+
+def test_simulate_seeds_output_plots_one_band_per_scheduler(tmp_path):
+    """End to end: the file `simulate --seeds 2 --steps-out` writes gives one mean line per
+    scheduler, one point per step."""
+    from sweep_helpers import TINY_TOML
+
+    sc, steps = tmp_path / "tiny.toml", tmp_path / "steps.jsonl"
+    sc.write_text(TINY_TOML)
+    r = CliRunner().invoke(main, ["simulate", str(sc), "-s", "sync", "-s", "april", "--seeds", "2",
+                                  "--steps-out", str(steps)])
+    assert r.exit_code == 0, r.output
+    fig = plot_steps(read_steps(steps))
+    lines = fig.get_axes()[0].get_lines()
+    assert [ln.get_label() for ln in lines] == ["sync (mean of 2 seeds)", "april (mean of 2 seeds)"]
+    assert all(list(ln.get_xdata()) == [0, 1, 2, 3] for ln in lines)
