@@ -24,6 +24,7 @@ from aprilsim.cli_errors import OneLineCommand
 from aprilsim.config import Scenario
 from aprilsim.metrics.records import RunResult
 from aprilsim.metrics.trace import Trace
+from aprilsim.metrics.warmup import clamp_warmup
 from aprilsim.validate.compare import compare_runs
 from aprilsim.validate.costfit import (
     BUSY_GAP_S,
@@ -296,7 +297,7 @@ async def run_live(sc: Scenario, specs: list[str], opts: dict[str, Any], progres
                 finally:
                     samples = [await sm.stop() for sm in samplers]
                 wall = time.monotonic() - t0
-                result.warmup_steps = min(sc.warmup_steps, max(0, len(result.steps) - 1))
+                result.warmup_steps = clamp_warmup(sc.warmup_steps, len(result.steps))
                 # iteration stamps are time.time(); the run's clock is monotonic from rt._t0
                 shift = (time.time() - time.monotonic()) + rt._t0
                 o = LiveOutcome(spec, result, [], trace, wall,
