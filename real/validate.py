@@ -245,6 +245,7 @@ async def run_live(sc: Scenario, specs: list[str], opts: dict[str, Any], progres
     """Check what is needed, then run every scheduler on one cluster, in rounds when repeated
     (A B A B ...; round numbers from 0); return outcomes, engine limits, what ran, the checks."""
     from aprilsim.metrics.trace import Trace
+    from aprilsim.metrics.warmup import clamp_warmup
     from aprilsim.validate.scaled import make_policy
     from real.engines import stamped
     from real.runner.api import build_runtime
@@ -293,7 +294,7 @@ async def run_live(sc: Scenario, specs: list[str], opts: dict[str, Any], progres
                 finally:
                     samples = [await sm.stop() for sm in samplers]
                 wall = time.monotonic() - t0
-                result.warmup_steps = min(sc.warmup_steps, max(0, len(result.steps) - 1))
+                result.warmup_steps = clamp_warmup(sc.warmup_steps, len(result.steps))
                 # iteration stamps are time.time(); the run's clock is monotonic from rt._t0
                 shift = (time.time() - time.monotonic()) + rt._t0
                 o = LiveOutcome(spec, result, [], trace, wall,
