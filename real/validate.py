@@ -16,24 +16,18 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from aprilsim.cli_errors import OneLineCommand
-from aprilsim.config import Scenario
-from aprilsim.metrics.records import RunResult
-from aprilsim.metrics.trace import Trace
-from aprilsim.validate.compare import compare_runs
-from aprilsim.validate.costfit import (
-    BUSY_GAP_S,
-    CostFit,
-    cost_errors,
-    fit_iterations,
-    load_calibration,
-)
-from aprilsim.validate.scaled import make_policy, matched_engine, simulate_matched
 from real.runner.options import EngineTarget
+
+if TYPE_CHECKING:  # loaded where used: `aprilsim validate --help` stays under 0.5 s CPU
+    from aprilsim.config import Scenario
+    from aprilsim.metrics.records import RunResult
+    from aprilsim.metrics.trace import Trace
+    from aprilsim.validate.costfit import CostFit
 
 
 @dataclass(frozen=True)
@@ -151,6 +145,7 @@ async def precheck(opts: ValidateOptions) -> tuple[int | None, list[str]]:
     """Everything validate needs, checked before the first live run (one line each on failure):
     the calibration file loads, every engine answers ``/health``, the vocabulary is known
     (``--vocab-size``, the server's, or probed). Returns (vocabulary or None for --local, notes)."""
+    from aprilsim.validate.costfit import load_calibration
     from real.clients.connect import connect, engine_vocab
 
     notes = []
@@ -259,6 +254,9 @@ async def run_live(sc: Scenario, specs: list[str], opts: ValidateOptions, progre
     (A B A B ...; round numbers from 0); return outcomes, engine limits, what ran, the checks."""
     from dataclasses import replace
 
+    from aprilsim.metrics.trace import Trace
+    from aprilsim.metrics.warmup import clamp_warmup
+    from aprilsim.validate.scaled import make_policy
     from real.clients.connect import stamped
     from real.runner.api import build_runtime, connect_cluster, max_context_of
 
@@ -302,7 +300,7 @@ async def run_live(sc: Scenario, specs: list[str], opts: ValidateOptions, progre
                 finally:
                     samples = [await sm.stop() for sm in samplers]
                 wall = time.monotonic() - t0
-                result.warmup_steps = min(sc.warmup_steps, max(0, len(result.steps) - 1))
+                result.warmup_steps = clamp_warmup(sc.warmup_steps, len(result.steps))
                 # iteration stamps are time.time(); the run's clock is monotonic from its origin
                 shift = (time.time() - time.monotonic()) + rt.clock_origin
                 o = LiveOutcome(spec, result, [], trace, wall,
@@ -337,6 +335,10 @@ def validate(sc: Scenario, specs: list[str], opts: ValidateOptions,
 
     ``opts.repeats`` R > 1: the judged runs are R interleaved rounds; without a calibration
     file one more round runs first, for the fit alone (held out of every comparison)."""
+    from aprilsim.metrics.trace import Trace
+    from aprilsim.validate.costfit import CostFit, cost_errors, fit_iterations, load_calibration
+    from aprilsim.validate.scaled import matched_engine, simulate_matched
+
     repeats = max(1, opts.repeats)
     holdout = repeats > 1 and not opts.calibration
     t0 = time.monotonic()
@@ -390,6 +392,7 @@ def validate(sc: Scenario, specs: list[str], opts: ValidateOptions,
 
 def comparisons(v: Validation, round_: int | None = 0):
     """The per-scheduler comparisons of one round of a validation (all rounds: ``None``)."""
+    from aprilsim.validate.compare import compare_runs
     from aprilsim.validate.pricing import per_step
 
     return [compare_runs(o.label, v.sim[o.label], o.result, per_step(o.result, o.rows),
@@ -480,6 +483,7 @@ def validate_command(scenario, schedulers, local, engines, router, calibration, 
     from aprilsim.cli_errors import fail
     from aprilsim.config import ScenarioError, load_scenario, with_overrides
     from aprilsim.policies.base import SchedulerError
+    from aprilsim.validate.scaled import make_policy
     from real.runner.options import local_scale
 
     try:
@@ -539,5 +543,5 @@ def validate_command(scenario, schedulers, local, engines, router, calibration, 
     sys.stdout.flush()
 
 
-__all__ = ["BUSY_GAP_S", "LiveOutcome", "ValidateOptions", "Validation", "comparisons", "engine_rules", "run_live",
+__all__ = ["LiveOutcome", "ValidateOptions", "Validation", "comparisons", "engine_rules", "run_live",
            "validate", "validate_command", "write_all"]

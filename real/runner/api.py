@@ -168,13 +168,15 @@ async def connect_cluster(target: EngineTarget, max_context: int) -> Connected:
 
         torch.set_num_threads(1)  # one intra-op thread per engine: tiny models, shared CPUs
         spec = LocalSpec(max_context=max_context, min_step_seconds=target.local_step_s or 0.0)
-        cluster = Cluster(await start_local(target.local, spec), progress_deadline_s=deadline)
+        cluster = Cluster(await start_local(target.local, spec), progress_deadline_s=deadline,
+                          stalled_after=target.stalled_after)
         return Connected(cluster, spec.vocab_size, "bundled engines in-process", local=True)
     from real.clients.connect import connect, engine_vocab, split_engine_url
 
     urls = list(target.urls)
     engines = [connect(u) for u in urls]  # vllm+http://... -> VLLMEngine, else SGLangClient
-    cluster = Cluster(engines, names=urls, progress_deadline_s=deadline)
+    cluster = Cluster(engines, names=urls, progress_deadline_s=deadline,
+                      stalled_after=target.stalled_after)
     try:
         await check_reachable(cluster)
         vocab = target.vocab_size or await _vocab_of(split_engine_url(urls[0])[1]) \

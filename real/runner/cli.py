@@ -9,7 +9,9 @@ steps written, engines the command started stopped).
 
 ``--progress-deadline S`` (default 60): an engine that holds requests and streams no token for
 S seconds is health-checked, and declared dead when it does not answer (its requests are
-resubmitted to the others and the fault is reported); 0 turns it off.
+resubmitted to the others and the fault is reported); 0 turns it off. ``--stalled-after N``
+(default 3): an engine that answers healthy but streams no token for N such deadlines in a row
+is treated as dead the same way (0: a healthy engine never is).
 """
 
 from __future__ import annotations
@@ -51,16 +53,17 @@ from .options import EXIT_INTERRUPTED, EngineTarget, FreeMode, RunOptions, local
 @click.option("--trainer", help="Training callable module:function(groups, step) instead of the modelled sleep.")
 @click.option("--checkpoint", help="Weights to load on every update (/update_weights_from_disk).")
 @click.option("--progress-deadline", type=click.FloatRange(min=0), default=60.0, show_default=True, help="Seconds an engine holding requests may stream no token before it is health-checked and, if it does not answer, treated as dead (0: never).")
+@click.option("--stalled-after", type=click.IntRange(min=0), default=3, show_default=True, help="Progress deadlines in a row an engine may answer /health healthy yet stream no token before it is treated as dead anyway (0: never).")
 @click.option("--local-step-s", type=float, default=0.0, hidden=True, help="Pad each step of the --local engines (tests).")
 def run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trace, timeline, local, engines,
                 router, scale, vocab_size, temperature, prompts, reward, eos_id, lengths_out, trainer,
-                checkpoint, progress_deadline, local_step_s) -> None:
+                checkpoint, progress_deadline, stalled_after, local_step_s) -> None:
     """Run SCENARIO's schedulers, unchanged, on live engines (one of --local, --engines, --router)."""
     with early_signals_interrupt():
         _run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trace,
                      timeline, local, engines, router, scale, vocab_size, temperature, prompts,
                      reward, eos_id, lengths_out, trainer, checkpoint, progress_deadline,
-                     local_step_s)
+                     local_step_s, stalled_after)
 
 
 class Interrupted(BaseException):
@@ -92,7 +95,8 @@ def early_signals_interrupt():
 
 def _run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trace, timeline,
                  local, engines, router, scale, vocab_size, temperature, prompts, reward, eos_id,
-                 lengths_out, trainer, checkpoint, progress_deadline, local_step_s) -> None:
+                 lengths_out, trainer, checkpoint, progress_deadline, local_step_s,
+                 stalled_after) -> None:
     from aprilsim.config import ScenarioError, load_scenario, with_overrides
     from aprilsim.policies.base import SchedulerError
     from aprilsim.report.table import format_table
@@ -105,7 +109,7 @@ def _run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, 
     try:
         target = EngineTarget.from_flags(local=local, engines=engines, router=router,
                                          vocab_size=vocab_size, progress_deadline_s=progress_deadline,
-                                         local_step_s=local_step_s)
+                                         stalled_after=stalled_after, local_step_s=local_step_s)
         sc = with_overrides(load_scenario(scenario), steps=steps, warmup=warmup)
         names = list(schedulers) or list(sc.compare)
         from aprilsim.policies.registry import make_scheduler

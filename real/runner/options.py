@@ -12,6 +12,7 @@ from pathlib import Path
 # imports nothing heavy: the click commands import it to parse their flags before any run
 
 DEFAULT_PROGRESS_DEADLINE_S = 60.0  # no token for this long while holding requests: health check
+DEFAULT_STALLED_AFTER = 3  # consecutive healthy deadlines without a token: then treated as dead
 EXIT_ENGINES_GONE, EXIT_INTERRUPTED = 1, 130  # `aprilsim run`'s exit codes besides 0 and 2
 LOCAL_MAX_LEN = 64  # --local scales the scenario so that max_response_len is about this
 
@@ -29,7 +30,9 @@ class EngineTarget:
 
     ``vocab_size``: the engines' vocabulary (default: what the server states, else probed).
     ``progress_deadline_s``: an engine holding requests that streams nothing this long is
-    health-checked (0: never). ``local_step_s`` pads every step of the local engines (tests).
+    health-checked (0: never); ``stalled_after`` such deadlines in a row answered healthy, still
+    without a token, and it is treated as dead (0: never). ``local_step_s`` pads every step of
+    the local engines (tests).
     """
 
     local: int | None = None
@@ -37,6 +40,7 @@ class EngineTarget:
     router: str | None = None
     vocab_size: int | None = None
     progress_deadline_s: float = DEFAULT_PROGRESS_DEADLINE_S
+    stalled_after: int = DEFAULT_STALLED_AFTER
     local_step_s: float = 0.0
 
     def __post_init__(self) -> None:
@@ -92,5 +96,5 @@ class RunOptions:
             raise ValueError(f"scale {self.scale}: must lie in (0, 1]")
 
 
-__all__ = ["DEFAULT_PROGRESS_DEADLINE_S", "EXIT_ENGINES_GONE", "EXIT_INTERRUPTED", "LOCAL_MAX_LEN",
+__all__ = ["DEFAULT_PROGRESS_DEADLINE_S", "DEFAULT_STALLED_AFTER", "EXIT_ENGINES_GONE", "EXIT_INTERRUPTED", "LOCAL_MAX_LEN",
            "EngineTarget", "FreeMode", "RunOptions", "local_scale"]
