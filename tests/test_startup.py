@@ -128,7 +128,7 @@ def test_the_cli_loads_no_other_command_module():
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, check=True
     )
     mods = set(json.loads(out.stdout))
-    assert "aprilsim.cli" in mods and "aprilsim.simulate_cli" in mods
-    others = {"aprilsim.sweep.cli", "aprilsim.workload.fitting.cli", "aprilsim.report.plot_cli",
+    assert "aprilsim.cli" in mods  # simulate's own module loads when simulate runs, too
+    others = {"aprilsim.simulate_cli", "aprilsim.sweep.cli", "aprilsim.workload.fitting.cli", "aprilsim.report.plot_cli",
               "aprilsim.engine.calibration.cli", "aprilsim.replay_cli"}
     assert not mods & others, mods & others

@@ -142,11 +142,14 @@ def test_run_reads_the_vocabulary_of_a_small_vocabulary_vllm_model():
 
     async def main():
         async with FakeVLLM(vocab=351) as fake:
-            conn = await connect_cluster(EngineTarget(engines=(f"vllm+{fake.url}",)), 256)
+            conn = await connect_cluster(EngineTarget(engines=(f"vllm+{fake.url}",), stalled_after=5,
+                                                      progress_deadline_s=9.0), 256)
             await conn.cluster.close()
-            return conn.vocab_size
+            return conn
 
-    assert run(main()) == 351
+    conn = run(main())
+    assert conn.vocab_size == 351 and not conn.local and conn.what == "1 engines"
+    assert (conn.cluster.stalled_after, conn.cluster.progress_deadline_s) == (5, 9.0)
 
 
 def test_sglang_counters_from_its_metrics_text():
