@@ -279,7 +279,8 @@ class Simulation:
         per_engine: dict[int, list[Request]] = {}
         loads = [e.load for e in self.engines]
         pick = self.router.pick
-        share = self.spec.prefix_sharing
+        share = self.spec.shares_prefixes
+        retain = self.spec.retains_prefixes
         rid = first_rid
         for s in samples:
             g = s.generated
@@ -290,6 +291,8 @@ class Simulation:
             if share and s.prompt_len > 1:  # the prompt but its last token, held once per engine
                 req.prefix, req.shared = s.group_id, s.prompt_len - 1
                 req.input_len -= req.shared
+            if retain:  # its run in the retained cache: what its earlier requests left
+                req.seq = s.uid
             i = pick(loads, s.group_id)
             loads[i] += 1
             rid += 1
@@ -344,11 +347,14 @@ class Simulation:
 
     def sync_weights(self, interrupt: bool) -> list[Completion]:
         until = self.now + self.trainer.sync_s
+        flush = self.spec.prefix_cache_flush
         comps: list[Completion] = []
         for i, e in enumerate(self.engines):
             comps += e.abort_all(self.now) if interrupt else e.pause(self.now, until)
             if interrupt:
                 e.block_until(until)
+            if flush:
+                e.flush_prefix_cache()
             self._dirty.add(i)
         if self.trace is not None:
             self.trace.phases.append(PhaseSpan("sync", self.version, self.now, until))
