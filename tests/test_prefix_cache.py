@@ -360,3 +360,19 @@ def test_client_overhead_delays_every_request_on_both_engines(name):
         base = run(_tight(), name, {})
         for a, b in zip(fast.result.steps, base.result.steps, strict=True):
             assert a.rollout_time_s >= b.rollout_time_s + 0.4 - 1e-9
+
+
+def test_an_abort_catches_requests_still_on_their_way():
+    """A request sent but not yet delivered (`client_overhead_s`) leaves with an abort, no token
+    generated, and its delivery then does nothing (none of the registered schedulers' runs here
+    aborts within the overhead of a submission, so the driver is exercised directly)."""
+    from sched_helpers import run
+
+    sim = run(_tight(client_overhead_s=0.4, abort_steps=-1), "sync", {}).sim
+    sim._finished = False
+    sim._pending[99] = {0: [Request(7, 10, 20, 5)], 1: [Request(8, 10, 20, 5)]}
+    comps = sim.abort_all()
+    assert sorted((c.rid, c.tokens, c.reason) for c in comps) == [(7, 0, "abort"), (8, 0, "abort")]
+    assert not sim._pending
+    sim._deliver(99, None)
+    assert all(e.is_idle() for e in sim.engines)
