@@ -103,13 +103,17 @@ class _Timing:
 
         self.engine = stamped(engine)
         self.label = label
+        self.walls: list[tuple[int, float]] = []  # (prompt tokens, client seconds), one token each
 
     async def begin(self) -> None:
         self.engine.take()
 
     async def run(self, batch: int, prompt_len: int, gen: int, vocab: int, seed: int) -> list[Record]:
         await self.begin_run()
+        t0 = time.perf_counter()
         await _run_batch(self.engine, batch, prompt_len, gen, vocab, seed)
+        if batch == 1 and gen == 1:  # client time of a one-token request (`client_overhead_s`)
+            self.walls.append((prompt_len, time.perf_counter() - t0))
         return await self.end_run(batch, prompt_len, gen)
 
     async def begin_run(self) -> None:
@@ -276,7 +280,7 @@ async def _measure_engine(engine: Engine, timing: _Timing, vocab: tuple[int, str
     known = bool(info.max_running_requests) or any(m.startswith("max_running") for m in measured)
     out = {"max_running": conc if known else None, "kv_capacity": info.kv_capacity_tokens, "vocab_size": vocab[0],
            "measured": measured, "assumed": assumed, "timing": timing.name,
-           "batch_sizes": decode_b}
+           "batch_sizes": decode_b, "client_walls": list(timing.walls)}
     return records, out
 
 
@@ -291,6 +295,7 @@ async def _measure_local(n: int, batch_sizes, kv_loads, gen_tokens, progress, ma
     workers = await start_local(n, spec)
     records: list[Record] = []
     info: dict = {}
+    walls: list[tuple[int, float]] = []
     try:
         for w in workers:
             timing = await _timing_for(w, w.name, None)
@@ -298,12 +303,14 @@ async def _measure_local(n: int, batch_sizes, kv_loads, gen_tokens, progress, ma
                                                max_batch, batch_sizes, kv_loads, gen_tokens,
                                                progress, w.name)
             records += recs
+            walls += info["client_walls"]
     finally:
         for w in workers:
             await w.close()
     info["source"] = (f"{n} bundled engine(s) in process (d_model {spec.d_model}, "
                       f"{spec.n_layers} layers, CPU), live sweep")
     info["label"] = "bundled-local"
+    info["client_walls"] = walls
     return records, info
 
 
@@ -314,6 +321,7 @@ async def _measure_http(specs: Sequence[str], batch_sizes, kv_loads, gen_tokens,
     records: list[Record] = []
     info: dict = {}
     timing_names, measured, assumed = [], [], []
+    walls: list[tuple[int, float]] = []
     for spec in specs:
         kind, url = split_engine_url(spec)
         engine = connect(spec)
@@ -326,11 +334,13 @@ async def _measure_http(specs: Sequence[str], batch_sizes, kv_loads, gen_tokens,
             recs, info = await _measure_engine(engine, timing, vocab, max_batch, batch_sizes,
                                                kv_loads, gen_tokens, progress, spec)
             records += recs
+            walls += info["client_walls"]
             measured += [f"{spec}: {m}" for m in info["measured"]]
             assumed += [f"{spec}: {a}" for a in info["assumed"]]
         finally:
             await engine.close()
-    info.update(measured=measured, assumed=assumed,
+    info.update(measured=measured, assumed=assumed, client_walls=walls,
+                timing=timing_names[0] if len(set(timing_names)) == 1 else "mixed timings",
                 source=f"engines {', '.join(specs)} ({', '.join(sorted(set(timing_names)))}), live sweep",
                 label="calibrated-live")
     return records, info
