@@ -155,6 +155,7 @@ class _MetricsTiming(_Timing):
     """vLLM: per run, the deltas of the engine core's latency histograms."""
 
     name = "vLLM /metrics"
+    prefix_hits = prefix_queries = 0.0  # prompt tokens vLLM's prefix cache was asked / served
 
     async def begin_run(self) -> None:
         self.before = await self.engine.inner.counters() or {}
@@ -168,6 +169,8 @@ class _MetricsTiming(_Timing):
             if d.get("itl_count", 0) >= want and d.get("prefill_count", 0) >= batch:
                 break
             await asyncio.sleep(0.05)
+        self.prefix_hits += d.get("prefix_hits", 0)  # the engine's prefix cache, if it has one
+        self.prefix_queries += d.get("prefix_queries", 0)
         out = []
         if d.get("prefill_count", 0) > 0 and d.get("prefill_sum_s", 0) > 0:
             out.append(Record("prefill", batch, 0.0, batch * prompt_len,
@@ -277,10 +280,18 @@ async def _measure_engine(engine: Engine, timing: _Timing, vocab: tuple[int, str
         measured.append(f"kv_capacity {info.kv_capacity_tokens} (reported by the server)")
     else:
         assumed.append("kv_capacity: not reported (not written: the scenario's preset holds)")
+    queries = getattr(timing, "prefix_queries", 0)
+    share = timing.prefix_hits / queries if queries else None  # type: ignore[attr-defined]
+    if share is not None:  # the sweep's prompts are distinct: this says the cache is on
+        measured.append(f"prefix caching on: {int(queries)} prompt tokens looked up in the sweep, "
+                        f"{100 * share:.1f}% served (distinct prompts; a workload figure: model "
+                        "it with [cluster] prefix_cache = \"lru\")")
     known = bool(info.max_running_requests) or any(m.startswith("max_running") for m in measured)
     out = {"max_running": conc if known else None, "kv_capacity": info.kv_capacity_tokens, "vocab_size": vocab[0],
            "measured": measured, "assumed": assumed, "timing": timing.name,
            "batch_sizes": decode_b, "client_walls": list(timing.walls)}
+    if share is not None:
+        out["prefix_hit_share"] = share
     return records, out
 
 

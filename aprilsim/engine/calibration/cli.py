@@ -162,9 +162,11 @@ def make_calibrate_command(live: LiveMeasure | None) -> click.Command:
             if progress is not None and sys.stderr.isatty():
                 click.echo("\r\033[K", err=True, nl=False)
             cal = CostCalibrator(form=form, max_knots=max_knots).fit(records)
-            from .client import client_overhead_lines
+            from .client import client_overhead_lines, prefix_cache_line
 
             info["client_overhead_s"] = client_overhead_lines(cal.cost_, info)
+            if "prefix_hit_share" not in info:  # the source says nothing of a prefix cache
+                info.setdefault("assumed", []).append(prefix_cache_line(None)[1])
         except ValueError as e:
             fail(str(e))
             return
