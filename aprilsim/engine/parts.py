@@ -189,9 +189,9 @@ class PrefixCache:
 
     def leave(self, reqs: Iterable[Request], freed: Iterable[int]) -> None:
         """Requests left the engine at one event (each holding input_len + gen - 1 own tokens),
-        and with them the shared prompts `freed` (key -> length in `shared_of`): their runs
-        enter in a canonical order (samples by rid, then prompts by key), so every engine model
-        ages them alike."""
+        and with them the shared prompts keyed `freed` (no live holder left): their runs enter
+        in a canonical order (samples by rid, then prompts by key), so every engine model ages
+        them alike."""
         shared = {}
         for r in sorted(reqs, key=_rid):
             if r.seq >= 0:
