@@ -236,15 +236,10 @@ class Scenario(_Strict):
             )
             if getattr(c, k) is not None
         }
-<<<<<<< HEAD
-=======
-        if over.get("abort_steps") == -1:
-            over["abort_steps"] = None
         if c.prefix_sharing and c.prefix_cache == "none":
             raise ScenarioError("cluster: prefix_sharing = true and prefix_cache = \"none\" "
                                 "contradict each other (prefix_cache = \"group\" is the same "
                                 "as prefix_sharing = true)")
->>>>>>> main
         if c.cost is not None:
             try:
                 over["cost"] = c.cost.model()
