@@ -45,6 +45,7 @@ from aprilsim.engine.parts import (
     NewTokenRatio,
     PrefillBatch,
     PrefixRefs,
+    stamp_started,
 )
 from aprilsim.engine.request import Completion, Request, check_requests
 
@@ -439,6 +440,7 @@ class FastEngine(EngineFace):
         pf.reqs, tokens, sq, added, capped = select_prefill_batch(
             self.spec, self.waiting, len(running), self.kv, reserve, ratio, refs
         )
+        stamp_started(pf.reqs, self.t)
         if self.share:
             if self.chunk:  # what an abort in mid-batch walks (`_pass_in_flight_end`)
                 pf.pieces = prefill_pieces(pf.reqs, refs)

@@ -42,15 +42,29 @@ class EngineStats:
     abort_finishes: int = 0  # requests finished while an abort was on its way
     abort_pass_cuts: int = 0  # aborts that landed after a pass in flight, mid-batch
     ratio_cuts: int = field(default=0, compare=False)
+    # seconds of prefill batches that ended (the gain decomposition's prefill time); summed in
+    # each engine's own order, so float rounding may differ: no part in equality
+    prefill_s: float = field(default=0.0, compare=False)
 
     def count_batch(self, batch: PrefillBatch) -> None:
         """A prefill batch ended: count its tokens, hits and passes."""
         self.prefill_tokens += batch.tokens
+        self.prefill_s += batch.time
         self.prefix_hits += batch.hits
         self.prefill_passes += batch.passes
         joined = batch.room_in > 0
         self.joined_open_pass += joined
         self.multi_pass_batches += batch.passes + joined > 1
+
+
+def stamp_started(reqs: list[Request], t: float) -> None:
+    """Requests scheduled on the engine at `t` (a prefill batch starts): a sample's first
+    request stamps its `start_s` once (the queue wait of docs/metrics.md)."""
+    for r in reqs:
+        owner = r.owner
+        if owner is not None:
+            owner.start_s = t
+            r.owner = None
 
 
 @dataclass(slots=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+from aprilsim.engine.parts import EngineStats
 from aprilsim.engine.request import Completion, Request
 
 
@@ -20,6 +21,7 @@ class SimEngine(Protocol):
     busy_time: float
     tokens: int
     retractions: int
+    stats: EngineStats  # counters (decode iterations, prefill seconds: the gain decomposition)
 
     @property
     def load(self) -> int:

@@ -23,7 +23,14 @@ from aprilsim.engine.admission import (
     select_prefill_batch,
 )
 from aprilsim.engine.cost import EngineSpec, chunked_prefill_time, pass_ends
-from aprilsim.engine.parts import DECODE, IDLE, PREFILL, EngineFace, EngineStats
+from aprilsim.engine.parts import (
+    DECODE,
+    IDLE,
+    PREFILL,
+    EngineFace,
+    EngineStats,
+    stamp_started,
+)
 from aprilsim.engine.request import Completion, Request, check_requests
 
 INF = math.inf
@@ -97,6 +104,7 @@ class ReferenceEngine(EngineFace):
             self.busy_time += dur
             st = self.stats
             st.prefill_tokens += self.batch_tokens
+            st.prefill_s += dur
             st.prefix_hits += self.batch_hits
             st.prefill_passes += self.batch_passes
             st.joined_open_pass += int(self.room_in > 0)
@@ -224,6 +232,7 @@ class ReferenceEngine(EngineFace):
             self.batch, *_, capped = select_prefill_batch(
                 spec, self.waiting, len(self.running), kv, reserve, ratio, resident
             )
+            stamp_started(self.batch, self.t)
             # recounted: the oracle trusts no shortcut
             lens, cached = self.batch_pieces = prefill_pieces(self.batch, resident)
             tokens = self.batch_tokens = sum(lens)
