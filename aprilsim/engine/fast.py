@@ -109,6 +109,12 @@ class FastEngine(EngineFace):
                 kv += m * len(self.running)
         return tokens, busy, kv
 
+    def iterations_at(self, now: float) -> int:
+        """Decode iterations done as of `now`, those of a span in progress that have ended included."""
+        if self.phase == DECODE and now > self.t:
+            return self.stats.iterations + self._iterations_within(now - self.t)
+        return self.stats.iterations
+
     def submit(self, reqs: list[Request], now: float) -> None:
         """Queue requests arriving at `now`; they are considered at the first boundary >= now."""
         check_requests(reqs, self.spec.kv_capacity)

@@ -52,6 +52,10 @@ class SimEngine(Protocol):
         inside a span is measured exactly, the same on every engine implementation."""
         ...
 
+    def iterations_at(self, now: float) -> int:
+        """Decode iterations done as of `now`, counted as `progress_at` counts their tokens."""
+        ...
+
     def submit(self, reqs: list[Request], now: float) -> None:
         """Queue requests arriving at `now`."""
         ...

@@ -86,6 +86,10 @@ class ReferenceEngine(EngineFace):
             busy += min(now, self.t_event) - self.t
         return self.tokens, busy, self.kv
 
+    def iterations_at(self, now: float) -> int:
+        """Decode iterations done as of `now` (each is counted when it ends)."""
+        return self.stats.iterations
+
     def submit(self, reqs: list[Request], now: float) -> None:
         check_requests(reqs, self.spec.kv_capacity)
         self.waiting.extend(reqs)

@@ -80,7 +80,7 @@ class SimMeter:
             busy_by_engine=[p[1] for p in progress],
             retractions=sum(e.retractions for e in self.engines),
             kv_peak=max(max(e.peak_kv, p[2]) for e, p in zip(self.engines, progress)),
-            iterations=sum(e.stats.iterations for e in self.engines),
+            iterations=sum(e.iterations_at(now) for e in self.engines),
             prefill_s=sum(e.stats.prefill_s for e in self.engines),
             prefill_tokens=sum(e.stats.prefill_tokens for e in self.engines),
         )
