@@ -254,6 +254,9 @@ def _register_subcommands() -> None:
     from aprilsim.replay_cli import replay_validate_command
 
     main.add_command(replay_validate_command, "replay-validate")
+    from aprilsim.advise_cli import advise_command
+
+    main.add_command(advise_command, "advise")
 
 
 def _measure_live(**kwargs):
