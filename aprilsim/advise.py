@@ -63,6 +63,12 @@ class Option:
     staleness: float = math.nan
     length_bias_vs_sync: float = math.nan
     infeasible: str = ""  # why no setting meets the limits ("" when feasible)
+    mode: str = "colocated"  # disaggregated: the trainer runs on GPUs of its own besides
+
+    def __post_init__(self) -> None:
+        from aprilsim.policies.registry import resolve
+
+        self.mode = resolve(self.scheduler).mode
 
     @property
     def label(self) -> str:
@@ -127,7 +133,8 @@ def build_scenario(*, scenario: Path | None = None, slime: str | None = None,
             res = interop.from_verl(verl.read_text())
             sources.append(f"launch config: verl {verl}")
         data = res.data
-        sources += [f"  import note: {n}" for n in res.notes]
+        sources += [f"  import note: {n}" for n in res.notes
+                    if log is None or not n.startswith("lengths:")]  # the log's fit replaces it
     else:
         sc0 = load_scenario(scenario)
         data = scenario_dict(sc0)
@@ -238,9 +245,13 @@ def try_lines(advice: Advice, scenario_file: Path, out_dir: Path) -> list[str]:
     if win is None:
         return ["no option meets the limits: loosen them (--max-offpolicy, --max-staleness, "
                 "--max-length-bias) or advise on more --candidates"]
-    lines = ["try the winner:",
-             f"  aprilsim validate {scenario_file} --local 2 -s sync -s {win.label} "
-             f"--out {out_dir / 'validate'}",
+    if win.scheduler == "sync":
+        lines = ["no scheduler beats sync under the limits (loosen them to see what would):"]
+        pick = "-s sync"
+    else:
+        lines = ["try the winner:"]
+        pick = f"-s sync -s {win.label}"
+    lines += [f"  aprilsim validate {scenario_file} --local 2 {pick} --out {out_dir / 'validate'}",
              "    (bundled CPU engines, lengths scaled down; --engines URL,... for your own)"]
     from aprilsim.config import load_scenario
     from aprilsim.interop import to_slime
@@ -267,12 +278,12 @@ VERL_HINTS = {
 def format_options(advice: Advice) -> list[str]:
     """The ranked table: gain over sync [95 % CI] on fresh seeds, and the costs."""
     heads = ["rank", "option", "samples/s vs sync [95% CI]", "tok/s vs sync", "off-policy",
-             "staleness", "len bias vs sync"]
+             "staleness", "len bias vs sync", "GPUs"]
     cells = []
     rank = 0
     for o in advice.options:
         if o.infeasible:
-            cells.append(["-", o.scheduler, f"infeasible: {o.infeasible}", "", "", "", ""])
+            cells.append(["-", o.scheduler, f"infeasible: {o.infeasible}", "", "", "", "", ""])
             continue
         rank += 1
         if o.scheduler == "sync":
@@ -282,7 +293,8 @@ def format_options(advice: Advice) -> list[str]:
         else:
             ci = f"{o.gain:.2f}x [{o.gain_lo:.2f}, {o.gain_hi:.2f}]"
         cells.append([str(rank), o.label, ci, f"{o.tok_gain:.2f}x", f"{o.offpolicy:.0%}",
-                      f"{o.staleness:.0f}", f"{o.length_bias_vs_sync:+.1%}"])
+                      f"{o.staleness:.0f}", f"{o.length_bias_vs_sync:+.1%}",
+                      "+ trainer's" if o.mode == "disaggregated" else "the same"])
     widths = [max(len(h), *(len(c[i]) for c in cells if not c[2].startswith("infeasible")))
               if any(not c[2].startswith("infeasible") for c in cells) else len(h)
               for i, h in enumerate(heads)]
@@ -293,4 +305,8 @@ def format_options(advice: Advice) -> list[str]:
         return "  ".join(x.ljust(w) if i < 2 else x.rjust(w)
                          for i, (x, w) in enumerate(zip(xs, widths)))
 
-    return [row(heads), "  ".join("-" * w for w in widths), *map(row, cells)]
+    out = [row(heads), "  ".join("-" * w for w in widths), *map(row, cells)]
+    if any(o.mode == "disaggregated" and not o.infeasible for o in advice.options):
+        out.append("GPUs \"+ trainer's\": a disaggregated scheduler trains on GPUs of its own besides "
+                   "the rollout GPUs sync shares with training: its samples/s gain buys hardware too")
+    return out
