@@ -29,6 +29,7 @@ from aprilsim.engine.fast import FastEngine
 from aprilsim.engine.protocol import SimEngine
 from aprilsim.engine.request import Completion, Request
 from aprilsim.engine.router import Router, make_router
+from aprilsim.metrics.gain import fixed_iteration_cost
 from aprilsim.metrics.records import RunResult, StepRecord
 from aprilsim.metrics.trace import EngineSample, PhaseSpan, RequestSpan, Trace
 from aprilsim.policies.base import Scheduler, SchedulerError
@@ -79,6 +80,9 @@ class SimMeter:
             busy_by_engine=[p[1] for p in progress],
             retractions=sum(e.retractions for e in self.engines),
             kv_peak=max(max(e.peak_kv, p[2]) for e, p in zip(self.engines, progress)),
+            iterations=sum(e.iterations_at(now) for e in self.engines),
+            prefill_s=sum(e.stats.prefill_s for e in self.engines),
+            prefill_tokens=sum(e.stats.prefill_tokens for e in self.engines),
         )
 
     def new_window(self, now: float) -> None:
@@ -212,6 +216,7 @@ class Simulation:
             peak_tokens_per_s=self._peak_tokens_per_s(),
             total_time_s=self.now,
             end_state=end_state,
+            iteration_cost_s=fixed_iteration_cost(self.spec.cost),
         )
 
     def _colocated(self):
@@ -299,6 +304,8 @@ class Simulation:
                 req.input_len -= req.shared
             if retain:  # its run in the retained cache: what its earlier requests left
                 req.seq = s.uid
+            if s.start_s < 0:  # not yet scheduled on an engine: the engine stamps it (queue wait)
+                req.owner = s
             i = pick(loads, s.group_id)
             loads[i] += 1
             rid += 1
@@ -373,6 +380,7 @@ class Simulation:
             return
         self._sync_clock()
         self._landing.remove(comps)
+        self.core.now = self.now
         self.core.abort_landed(comps)
         self._drain()
 
@@ -470,6 +478,7 @@ class Simulation:
             heapq.heappop(heap)
             if te > self.now:
                 self.now = te
+            core.now = self.now  # the requests that end now finish at this time
             e = engines[i]
             if close_span is None:
                 for c in e.advance():
