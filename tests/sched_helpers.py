@@ -39,6 +39,9 @@ OPTION_VARIANTS: list[tuple[str, dict[str, Any]]] = [
     ("dynamic_sampling", {"gen_batch_size": 3, "on_cap": "train", "max_rounds": 2}),
     ("dynamic_sampling", {"std_threshold": 0.05, "on_cap": "train"}),
     ("tail_batching", {"prompt_ratio": 1.5, "extra_responses": 1, "long_round_size": 3}),
+    ("seer", {"hold": True, "route": "router", "chunk": 300}),
+    ("seer", {"chunk": 0, "probe": False}),
+    ("seer_history", {"chunk": 500, "hold": True}),
 ]
 
 

@@ -43,6 +43,45 @@ def clipped(spec: EngineSpec, remaining: int) -> int:
     return remaining if c == 0 or remaining < c else c
 
 
+def enqueue(waiting: deque[Request], reqs: list[Request]) -> None:
+    """Queue `reqs` behind every waiting request of equal or higher priority (SGLang's priority
+    scheduling: higher priority first, arrival order among equals). Without priorities (all 0,
+    the default) this is a plain append: FCFS."""
+    if not reqs:
+        return
+    p = reqs[0].priority
+    if (not waiting or waiting[-1].priority >= p) and all(r.priority == p for r in reqs):
+        waiting.extend(reqs)
+        return
+    for r in reqs:
+        _insert(waiting, r, head=False)
+
+
+def requeue(waiting: deque[Request], victims: list[Request], head: bool) -> None:
+    """Put retracted requests back: at the head of the queue (in reverse eviction order, as
+    SGLang's `extendleft`) or at its tail; with priorities, at the head or tail of their own
+    priority class, so a retraction never moves work ahead of higher-priority requests."""
+    if not any(r.priority for r in victims) and not any(r.priority for r in waiting):
+        if head:
+            waiting.extendleft(victims)
+        else:
+            waiting.extend(victims)
+        return
+    for r in victims:
+        _insert(waiting, r, head)
+
+
+def _insert(waiting: deque[Request], r: Request, head: bool) -> None:
+    """Insert `r` at the head (before its first equal) or the tail (after its last equal) of its
+    priority class in a queue ordered by priority, highest first."""
+    p = r.priority
+    for i, q in enumerate(waiting):
+        if q.priority < p or (head and q.priority == p):
+            waiting.insert(i, r)
+            return
+    waiting.append(r)
+
+
 def can_admit_head(
     spec: EngineSpec,
     waiting: deque[Request],

@@ -31,7 +31,9 @@ from collections import deque
 
 from aprilsim.engine.admission import (
     can_admit_head,
+    enqueue,
     prefill_pieces,
+    requeue,
     select_prefill_batch,
 )
 from aprilsim.engine.clipped_reserve import ClippedReserve
@@ -111,7 +113,7 @@ class FastEngine(EngineFace):
     def submit(self, reqs: list[Request], now: float) -> None:
         """Queue requests arriving at `now`; they are considered at the first boundary >= now."""
         check_requests(reqs, self.spec.kv_capacity)
-        self.waiting.extend(reqs)
+        enqueue(self.waiting, reqs)
         if self.phase == IDLE:
             self.t = max(self.t, now)
             self._plan()
@@ -359,10 +361,7 @@ class FastEngine(EngineFace):
             r.retractions += 1
             self.stats.retractions += 1
             victims.append(r)
-        if spec.retract_to == "tail":
-            self.waiting.extend(victims)
-        else:
-            self.waiting.extendleft(victims)
+        requeue(self.waiting, victims, head=spec.retract_to != "tail")
         if spec.sglang_ratio:  # re-estimated over the requests left
             it = self.it
             self.ratio.re_estimate(

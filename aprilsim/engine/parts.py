@@ -149,6 +149,12 @@ class EngineFace:
         """Requests on this engine (running, prefilling and queued): what a router balances."""
         return len(self.running) + len(self.prefilling()) + len(self.waiting)  # type: ignore[arg-type]
 
+    def room_at(self, now: float) -> int:
+        """KV tokens free at `now` less the input the queued requests bring: what routing to
+        "the engine with the most room" compares (`Submit.route`)."""
+        free = self.spec.kv_capacity - self.progress_at(now)[2]  # type: ignore[attr-defined]
+        return free - sum(r.input_len + r.gen + r.shared for r in self.waiting)
+
     @property
     def n_running(self) -> int:
         """Requests decoding or prefilling (the running batch; queued requests excluded)."""

@@ -17,9 +17,11 @@ from collections import deque
 from aprilsim.engine.admission import (
     can_admit_head,
     clipped,
+    enqueue,
     prefill_pieces,
     ratio_after_retraction,
     ratio_at,
+    requeue,
     select_prefill_batch,
 )
 from aprilsim.engine.cost import EngineSpec, chunked_prefill_time, pass_ends
@@ -81,7 +83,7 @@ class ReferenceEngine(EngineFace):
 
     def submit(self, reqs: list[Request], now: float) -> None:
         check_requests(reqs, self.spec.kv_capacity)
-        self.waiting.extend(reqs)
+        enqueue(self.waiting, reqs)
         if self.phase == IDLE:
             self.t = max(self.t, now)
             self._plan()
@@ -250,10 +252,7 @@ class ReferenceEngine(EngineFace):
                 victims.append(victim)
             if victims:
                 self._count_freed_prefixes(victims)
-                if spec.retract_to == "tail":
-                    self.waiting.extend(victims)
-                else:
-                    self.waiting.extendleft(victims)
+                requeue(self.waiting, victims, head=spec.retract_to != "tail")
                 if spec.sglang_ratio:  # re-estimated; this step does not decay it
                     self.ratio_base = ratio_after_retraction(
                         spec,

@@ -29,6 +29,7 @@ class Request:
     retractions: int = 0
     prefix: int = -1  # key of the shared prefix (the group), -1: none
     shared: int = 0  # its length, not counted in input_len
+    priority: int = 0  # higher is admitted first (`admission.enqueue`); 0 for every request by default
 
 
 @dataclass(slots=True)

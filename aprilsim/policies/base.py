@@ -107,10 +107,21 @@ class Submit:
 
     `max_new_tokens` caps what this submission may generate per sample (a per-step token budget);
     a sample that reaches the cap unfinished comes back in a SampleCapped event.
+
+    `priority` (higher first) orders the requests in their engine's admission queue (SGLang's
+    priority scheduling); `route` sends each to a named engine (its index) or, with
+    `MOST_ROOM`, to the engine with the most free KV room at that moment; None leaves it to the
+    runtime's router. Length-aware schedulers (Seer) use the three together: a piece of at most
+    `max_new_tokens` tokens, longest-first by priority, to the engine with room.
     """
 
     samples: tuple[Sample, ...]
     max_new_tokens: int | None = None
+    priority: int = 0
+    route: int | str | None = None
+
+
+MOST_ROOM = "most_room"  # Submit.route: the engine with the most free KV room (per request)
 
 
 @dataclass(frozen=True, slots=True)
