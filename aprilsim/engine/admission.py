@@ -130,47 +130,51 @@ def select_prefill_batch(
     reserve: int,
     ratio: float,
     resident: Container[int] = (),
-) -> tuple[list[Request], int, int, int, bool]:
+) -> tuple[list[Request], int, int, int, int, bool]:
     """Pop from `waiting` the requests one prefill batch admits (FCFS, KV reserve, token budget:
     at most `max_prefill_tokens` input tokens, at least one request).
 
     Returns the batch with what it adds up to, counted in the same pass (the fast engine's hot
-    path): its input tokens, the sum of their squares per request, its remaining max_new
-    (unclipped), and whether the token budget ended it (the queue head was admissible but did not
+    path): the input tokens it computes, the sum of their squares per request (attention work),
+    its remaining max_new (unclipped), the migrated tokens it holds without computing them
+    (`Request.migrated`: n computed tokens after m migrated ones cost (m + n)^2 - m^2), and
+    whether the token budget ended it (the queue head was admissible but did not
     fit): with chunked prefill SGLang has no such budget across passes, so the next batch, which
     follows at once, continues this one's last pass (`cost.prefill_passes`). With prefix
     sharing, `resident` holds the prefixes already on the engine; a request whose prefix is
     neither there nor brought by an earlier request of the batch brings it (see `prefill_sizes`).
     """
     batch: list[Request] = []
-    tokens = sq = added = held = 0
+    tokens = sq = added = held = moved = 0
     limit = spec.max_prefill_tokens
     seen: Container[int] = resident
     brought: set[int] = set()
-    while can_admit_head(spec, waiting, n_running + len(batch), kv + tokens, reserve, ratio, held,
-                         seen):
+    while can_admit_head(spec, waiting, n_running + len(batch), kv + tokens + moved, reserve, ratio,
+                         held, seen):
         r = waiting[0]
         need = r.input_len + r.gen
         s = r.shared
         brings = s and r.prefix not in seen  # a shared prefix not held yet: computed here
         if brings:
             need += s
-        if batch and tokens + need > limit:
-            return batch, tokens, sq, added, True
+        m = r.migrated  # held with the request, not computed (never with a shared prefix)
+        if batch and tokens + need - m > limit:
+            return batch, tokens, sq, added, moved, True
         waiting.popleft()
         batch.append(r)
-        tokens += need
+        tokens += need - m
         if s and not brings:  # over a cached prefix: its tokens are attended to, not computed
             sq += (s + need) * (s + need) - s * s
         else:
-            sq += need * need
+            sq += need * need - m * m
+        moved += m
         if brings:
             if not brought:
                 seen = _Union(resident, brought)
             brought.add(r.prefix)
         added += r.max_new - r.gen
         held += clipped(spec, r.max_new - r.gen)
-    return batch, tokens, sq, added, False
+    return batch, tokens, sq, added, moved, False
 
 
 class _Union:
@@ -188,7 +192,8 @@ class _Union:
 def prefill_pieces(batch: list[Request], resident: Container[int] = ()) -> tuple[list[int], list[int]]:
     """Per request of a prefill batch, in order: (tokens it computes, tokens of its prefix already
     held). The first request of a group whose prefix is not yet `resident` computes the prefix
-    too; the later ones compute their own tokens only, over a cached prefix they attend to."""
+    too; the later ones compute their own tokens only, over a cached prefix they attend to. A
+    request with migrated KV computes the rest of its input over it."""
     lens: list[int] = []
     cached: list[int] = []
     have: set[int] = set()
@@ -199,6 +204,9 @@ def prefill_pieces(batch: list[Request], resident: Container[int] = ()) -> tuple
             have.add(r.prefix)
             lens.append(n + s)
             cached.append(0)
+        elif r.migrated:
+            lens.append(n - r.migrated)
+            cached.append(r.migrated)
         else:
             lens.append(n)
             cached.append(s)

@@ -41,11 +41,13 @@ class EngineStats:
     abort_steps_run: int = 0  # steps run while an abort was on its way (in flight + k)
     abort_finishes: int = 0  # requests finished while an abort was on its way
     abort_pass_cuts: int = 0  # aborts that landed after a pass in flight, mid-batch
+    migrated_tokens: int = 0  # input tokens prefilled over migrated KV (held, not computed)
     ratio_cuts: int = field(default=0, compare=False)
 
     def count_batch(self, batch: PrefillBatch) -> None:
         """A prefill batch ended: count its tokens, hits and passes."""
         self.prefill_tokens += batch.tokens
+        self.migrated_tokens += batch.moved
         self.prefix_hits += batch.hits
         self.prefill_passes += batch.passes
         joined = batch.room_in > 0
@@ -69,12 +71,13 @@ class PrefillBatch:
     room_in: int = 0
     room_out: int = 0
     hits: int = 0
+    moved: int = 0  # migrated KV tokens the batch holds without computing them
     pieces: tuple[list[int], list[int]] = ((), ())  # type: ignore[assignment]
 
     def clear(self) -> None:
         """No batch in progress."""
         self.reqs = []
-        self.tokens = self.hits = 0
+        self.tokens = self.hits = self.moved = 0
 
 
 @dataclass(slots=True)

@@ -99,6 +99,7 @@ class ReferenceEngine(EngineFace):
             self.busy_time += dur
             st = self.stats
             st.prefill_tokens += self.batch_tokens
+            st.migrated_tokens += sum(r.migrated for r in self.batch)
             st.prefix_hits += self.batch_hits
             st.prefill_passes += self.batch_passes
             st.joined_open_pass += int(self.room_in > 0)
@@ -234,7 +235,7 @@ class ReferenceEngine(EngineFace):
                 if r.shared:
                     self.batch_hits += r.prefix in resident
                     resident.add(r.prefix)
-            self.kv_peak = max(self.kv_peak, kv + tokens)
+            self.kv_peak = max(self.kv_peak, kv + tokens + sum(r.migrated for r in self.batch))
             self.phase = PREFILL
             dur, self.batch_passes, left = chunked_prefill_time(
                 self.cost, lens, spec.prefill_chunk, room, cached
@@ -248,6 +249,7 @@ class ReferenceEngine(EngineFace):
                 victim = min(self.running, key=lambda r: (r.gen, -r.rid))
                 self.running.remove(victim)
                 victim.retractions += 1
+                victim.migrated = 0  # its migrated KV goes too: re-admission recomputes it
                 self.stats.retractions += 1
                 victims.append(victim)
             if victims:

@@ -10,8 +10,9 @@ long tail with what a group's responses share, their length:
 * divided rollout: a response is generated in pieces of at most `chunk` tokens
   (`Submit.max_new_tokens`); each piece that comes back unfinished (`SampleCapped`) is sent again
   to the engine with the most room (`Submit.route = MOST_ROOM`), which balances load and KV as
-  the batch thins out. Seer moves a piece's KV through a global cache; here the resumed piece
-  re-prefills what it carries (prompt + output so far), a cost Seer does not pay.
+  the batch thins out. Seer moves a piece's KV through a global cache: `migrate_kv = true`
+  simulates that (`Submit.keep_kv`: free, instant, not on live engines); by default the resumed
+  piece re-prefills what it carries (prompt + output so far), a cost Seer does not pay.
 
 `seer_history` estimates a group's length from the same prompt's responses in earlier epochs
 (RhymeRL, arXiv 2508.18588, uses the previous epoch the same way): no probe where the prompt was
@@ -55,6 +56,7 @@ class SeerScheduler:
     hold: bool = False  # the group's other responses wait until its probe has shown something
     route: str = "most_room"  # pieces to the engine with the most room, or "router" (the runtime's)
     history: bool = False  # estimate from the same prompt's earlier epochs (`seer_history`)
+    migrate_kv: bool = False  # a piece's KV moves with it (simulated): no re-prefill
     _done: list[Group] = field(default_factory=list, repr=False)
     _est: dict[int, int] = field(default_factory=dict, repr=False)  # group -> length estimate
     _probe: dict[int, int] = field(default_factory=dict, repr=False)  # group -> its probe's uid
@@ -135,7 +137,8 @@ class SeerScheduler:
 
     def _submit(self, samples: tuple[Sample, ...], priority: int) -> Submit:
         return Submit(samples, self.chunk or None, priority=priority,
-                      route=MOST_ROOM if self.route == "most_room" else None)
+                      route=MOST_ROOM if self.route == "most_room" else None,
+                      keep_kv=self.migrate_kv)
 
     def _count(self, key: str) -> None:
         self._stats[key] = self._stats.get(key, 0.0) + 1.0

@@ -354,8 +354,8 @@ class RolloutCore:
             if action.max_new_tokens is not None and action.max_new_tokens < 1:
                 raise SchedulerError("Submit.max_new_tokens must be >= 1")
             place = None
-            if action.priority or action.route is not None:
-                place = Placement(action.priority, action.route)
+            if action.priority or action.route is not None or action.keep_kv:
+                place = Placement(action.priority, action.route, action.keep_kv)
             if self.paused:
                 for s in action.samples:
                     if s.status is not _PENDING and s.status is not _PARTIAL:

@@ -41,6 +41,7 @@ class Placement:
 
     priority: int = 0
     route: int | str | None = None
+    keep_kv: bool = False  # simulated KV migration: a resumed piece does not re-prefill
 
 
 class Meter(Protocol):

@@ -308,7 +308,8 @@ class Simulation:
                      version: int, place: Placement) -> None:
         """`send` with a priority and a route: a named engine, the one with the most room (its
         free KV less its queue's input, less what this send already put there: input plus the
-        piece's max_new), or the router."""
+        piece's max_new), or the router. With `keep_kv` a resumed sample's KV comes along
+        (`Request.migrated`: all but the last input token), except under prefix sharing."""
         engines = self.engines
         route = place.route
         if isinstance(route, int) and not 0 <= route < len(engines):
@@ -327,6 +328,8 @@ class Simulation:
             if share and s.prompt_len > 1:
                 req.prefix, req.shared = s.group_id, s.prompt_len - 1
                 req.input_len -= req.shared
+            elif place.keep_kv and g:
+                req.migrated = req.input_len - 1
             if route is None:
                 i = self.router.pick(loads, s.group_id)
             elif route == MOST_ROOM:
