@@ -37,7 +37,6 @@ from aprilsim.policies.base import (
     RolloutStarted,
     SampleCapped,
     SampleFinished,
-    SchedulerError,
     Submit,
 )
 from aprilsim.types import Group, Sample
@@ -66,9 +65,9 @@ class SeerScheduler:
 
     def __post_init__(self) -> None:
         if self.chunk < 0:
-            raise SchedulerError("seer: chunk must be >= 0 (0: no pieces)")
+            raise ValueError(f"{self.name}: chunk must be >= 0 (0: no pieces)")
         if self.route not in ROUTES:
-            raise SchedulerError(f"seer: route must be one of {ROUTES}, not {self.route!r}")
+            raise ValueError(f"{self.name}: route must be one of {ROUTES}, not {self.route!r}")
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Action]:
         if isinstance(event, RolloutStarted):
