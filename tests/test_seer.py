@@ -239,3 +239,19 @@ def test_dataset_prompts_repeat_prompts_with_new_responses():
     c = plain.generate(3, 0)  # no dataset: every prompt new, the draws as before
     assert [s._target_len for g in a for s in g.samples] == [s._target_len for g in c for s in g.samples]
     assert [g.prompt_id for g in plain.generate(3, 1)] == [3, 4, 5]
+
+
+def test_migrated_kv_saves_the_re_prefill_and_nothing_else():
+    """seer with simulated KV migration: the same responses, resumed pieces prefill only their
+    last token over the KV that came with them, so fewer prefill tokens and a shorter run."""
+    sc = small_scenario(steps=3)
+    plain = build_simulation(sc, "seer", settings={"chunk": 300})
+    moved = build_simulation(sc, "seer", settings={"chunk": 300, "migrate_kv": True})
+    a, b = plain.run(), moved.run()
+    assert a.summary()["generated_tokens"] == b.summary()["generated_tokens"]
+    assert sum(e.stats.migrated_tokens for e in plain.engines) == 0
+    assert sum(e.stats.migrated_tokens for e in moved.engines) > 0
+    pa = sum(e.stats.prefill_tokens for e in plain.engines)
+    pb = sum(e.stats.prefill_tokens for e in moved.engines)
+    assert pb < pa
+    assert b.total_time_s < a.total_time_s

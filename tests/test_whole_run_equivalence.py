@@ -38,6 +38,8 @@ CASES = [(name, {}) for name in sorted(REGISTRY)] + [
     ("fully_async", {"eta": 1, "interrupt": False}),
     ("dynamic_sampling", {"on_cap": "train", "max_rounds": 2}),
     ("tail_batching", {"prompt_ratio": 1.5, "long_round_size": 3}),
+    ("seer", {"chunk": 300, "migrate_kv": True}),  # priorities, routing by room, migrated KV
+    ("seer_history", {"chunk": 400, "hold": True}),
 ]
 IDS = [f"{n}-{'-'.join(f'{k}={v}' for k, v in s.items())}" if s else n for n, s in CASES]
 
