@@ -61,7 +61,9 @@ def requeue(waiting: deque[Request], victims: list[Request], head: bool) -> None
     """Put retracted requests back: at the head of the queue (in reverse eviction order, as
     SGLang's `extendleft`) or at its tail; with priorities, at the head or tail of their own
     priority class, so a retraction never moves work ahead of higher-priority requests."""
-    if not any(r.priority for r in victims) and not any(r.priority for r in waiting):
+    # the queue is ordered by priority: its head and tail bound every priority in it
+    if not any(r.priority for r in victims) and (
+            not waiting or not waiting[0].priority and not waiting[-1].priority):
         if head:
             waiting.extendleft(victims)
         else:
