@@ -50,6 +50,12 @@ class SeerScheduler:
 
     name: ClassVar[str] = "seer"
     mode: ClassVar[Mode] = "colocated"
+    variants: ClassVar[tuple[dict[str, object], ...]] = (
+        {"hold": True, "route": "router", "chunk": 300},
+        {"chunk": 0, "probe": False},
+        {"chunk": 300, "migrate_kv": True},  # priorities, routing by room, migrated KV
+        {"history": True, "chunk": 400},
+    )
     chunk: int = 2048  # tokens per piece (0: a response in one piece)
     probe: bool = True  # one response per group first, at top priority
     hold: bool = False  # the group's other responses wait until its probe has shown something
@@ -152,4 +158,5 @@ class SeerHistoryScheduler(SeerScheduler):
     """Seer with history: a group's length estimate is its prompt's mean length in earlier epochs (probe when unseen)."""
 
     name: ClassVar[str] = "seer_history"
+    variants: ClassVar[tuple[dict[str, object], ...]] = ({"chunk": 500, "hold": True},)
     history: bool = True
