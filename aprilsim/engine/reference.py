@@ -153,6 +153,8 @@ class ReferenceEngine(EngineFace):
                 else:
                     still.append(r)
             self.running = still
+            if len(done) > 1:  # the fast engine's order (its finish heap): by request id, so
+                done.sort(key=lambda c: c.rid)  # schedulers hear simultaneous ends alike
             self._count_freed_prefixes(left)
         self.phase = IDLE
         self._plan()
