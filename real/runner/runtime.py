@@ -34,6 +34,7 @@ from aprilsim.metrics.records import RunResult, StepRecord
 from aprilsim.metrics.trace import EngineSample, PhaseSpan, RequestSpan, Trace
 from aprilsim.policies.base import Scheduler, SchedulerError
 from aprilsim.rollout.core import MAX_FAULT_RESUBMITS, RolloutCore, effective_cap
+from aprilsim.rollout.ports import Meter
 from aprilsim.types import Group, Sample, SampleStatus
 from real.protocol import GenerateResult
 
@@ -86,10 +87,14 @@ class LiveRuntime:
         progress: Callable[[int, int], None] | None = None,
         trace: Trace | None = None,
         stall_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+        meter: Meter | None = None,
     ) -> None:
         self.source, self.cluster, self.scheduler = source, cluster, scheduler
         self.steps, self.trainer = steps, trainer
-        self.meter = LiveMeter(cluster)
+        # the run's clock (seconds; a virtual one in the parity test) and the engines' figures
+        self._clock = clock
+        self.meter: Meter = meter if meter is not None else LiveMeter(cluster, clock)
         self.core = RolloutCore(
             scheduler=scheduler, groups=source, batch_size=batch_size, steps=steps,
             max_len=source.max_len, group_size=source.group_size, meter=self.meter, commands=self,
@@ -115,11 +120,11 @@ class LiveRuntime:
         self.faults: list[Fault] = []
         self.overhead_s = 0.0  # runner time spent per request outside the engines (submit + credit)
         self.requests = 0
-        self._t0 = time.monotonic()
+        self._t0 = clock()
 
     # ------------------------------------------------------------------ clock and state
     def now(self) -> float:
-        return time.monotonic() - self._t0
+        return self._clock() - self._t0
 
     @property
     def version(self) -> int:
@@ -139,8 +144,9 @@ class LiveRuntime:
     # ------------------------------------------------------------------ running
     async def run(self) -> RunResult:
         """Run to the last step; the engines are left idle (everything in flight aborted)."""
-        self._t0 = time.monotonic()
-        self.meter.tokens0 = self.cluster.tokens  # engines may be shared by consecutive runs
+        self._t0 = self._clock()
+        if isinstance(self.meter, LiveMeter):
+            self.meter.tokens0 = self.cluster.tokens  # engines may be shared by consecutive runs
         loop = self._colocated() if self.core.colocated else self._disaggregated()
         rl = asyncio.create_task(loop, name="rl-loop")
         pump = asyncio.create_task(self._pump(), name="pump")
@@ -216,10 +222,10 @@ class LiveRuntime:
 
     async def _sync_weights(self, version: int) -> float:
         """Update every engine to ``version``; pad to the modelled sync time. Returns seconds."""
-        t0 = time.monotonic()
+        t0 = self._clock()
         await self.cluster.update_weights(version, self.trainer.checkpoint)
-        await self.trainer.sync_pad(time.monotonic() - t0)
-        return time.monotonic() - t0
+        await self.trainer.sync_pad(self._clock() - t0)
+        return self._clock() - t0
 
     async def _sample_loads(self, every_s: float = 0.05) -> None:
         """Read the engines' own load reports (running requests, KV tokens) where they give one:
@@ -248,12 +254,18 @@ class LiveRuntime:
                         f"live run stalled at t={self.now():.1f}s",
                         f"nothing in flight for {self._stall_s:.0f}s") from None
                 continue
-            if kind == "call":
-                payload()
-            elif kind == "result":
-                flight = self._flights.get(payload)
-                if flight is not None:
-                    await self._on_result(flight)
+            # what arrived together is credited together before the scheduler reacts (as the
+            # simulator credits every request an engine event ends, then drains once)
+            items = [(kind, payload)]
+            while not self._inbox.empty():
+                items.append(self._inbox.get_nowait())
+            for kind, payload in items:
+                if kind == "call":
+                    payload()
+                elif kind == "result":
+                    flight = self._flights.get(payload)
+                    if flight is not None:
+                        await self._on_result(flight)
             await self._drain()
 
     async def _drain(self) -> None:
