@@ -75,6 +75,10 @@ class GroupMaker(Protocol):
     def regenerate(self, groups: Sequence[Group], step: int, group_size: int) -> list[Group]: ...
 
 
+def _rid(ended: Ended) -> int:
+    return ended.rid
+
+
 def effective_cap(sample: Sample, cap: int | None) -> int | None:
     """The token cap a submission puts on `sample`'s request: None where it does not bind."""
     return None if cap is None or cap >= sample.max_len - sample.generated else cap
@@ -252,9 +256,10 @@ class RolloutCore:
         self._sync_returned += self._credit_all(ended)
 
     def _credit_all(self, ended: Iterable[Ended]) -> list[Sample]:
+        # in the order the requests were sent (request id), whatever order the engines gave
         returned: list[Sample] = []
         hook = self.on_ended
-        for c in ended:
+        for c in sorted(ended, key=_rid):
             s = self.request_ended(c.rid, c.tokens, c.reason)
             if hook is not None:
                 hook(c, s)

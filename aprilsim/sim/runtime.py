@@ -157,6 +157,10 @@ class Simulation:
         self._batches = simpy.Store(self.env)
         self._synced: simpy.Event | None = None
         self._landing: list[list[Completion]] = []  # aborts on their way (`abort_steps` set)
+        # engine I/O the core asked for (an abort, a weight sync's pause or abort): carried out
+        # once the scheduler's reaction is over, as the live driver does; sends wait behind it
+        self._io: list[Callable[[], None]] = []
+        self._held: list[tuple[Sequence[Sample], int, int | None, int]] = []
         self._finished = False
         self._progress = progress  # called with (steps done, steps) after each training step
         self.trace = trace
@@ -269,13 +273,26 @@ class Simulation:
         self.now = max(self.now, self.env.now)
 
     def _drain(self) -> None:
-        """Let the scheduler react, then re-plan the engines it touched and hand over a batch."""
-        self.core.drain(self.now)
+        """Let the scheduler react, carry out the engine I/O it asked for (then let it react to
+        that), re-plan the engines it touched and hand over a batch."""
+        core = self.core
+        core.drain(self.now)
+        while self._io:
+            io = self._io.pop(0)
+            io()
+            if not self._io:  # what waited behind the I/O goes to the engines now
+                held, self._held = self._held, []
+                for args in held:
+                    self.send(*args)
+            core.drain(self.now)
         self._rearm()
-        self.core.check_ready()
+        core.check_ready()
 
     # ------------------------------------------------------------------ engine commands (the core's sink)
     def send(self, samples: Sequence[Sample], first_rid: int, cap: int | None, version: int) -> None:
+        if self._io:  # behind an abort or a weight sync the engines have not been told of yet
+            self._held.append((samples, first_rid, cap, version))
+            return
         per_engine: dict[int, list[Request]] = {}
         loads = [e.load for e in self.engines]
         pick = self.router.pick
@@ -311,10 +328,15 @@ class Simulation:
                         carried=smp.generated,
                     )
 
-    def abort_all(self) -> list[Completion] | None:
+    def abort_all(self) -> None:
+        # the engines are told once the scheduler's reaction is over (`_drain`), as live
+        self._io.append(self._abort_engines)
+        return None
+
+    def _abort_engines(self) -> None:
         # with `abort_steps` k, as on a live engine: each engine finishes its step in flight (and
         # k more decode steps); the samples stay in flight, and the scheduler hears of them, when
-        # the last one lands. Without it the abort lands at once (heard after the action list).
+        # the last one lands. Without it the abort lands at once.
         k = self.spec.abort_steps
         comps: list[Completion] = []
         land = self.now
@@ -329,10 +351,10 @@ class Simulation:
                 land = max(land, t)
             self._dirty.add(i)
         if land <= self.now:
-            return comps
+            self.core.abort_landed(comps)
+            return
         self._landing.append(comps)
         self._at(land).callbacks.append(partial(self._abort_landed_at, comps))
-        return None
 
     def _abort_landed_at(self, comps: list[Completion], _ev) -> None:
         if self._finished:
@@ -342,18 +364,53 @@ class Simulation:
         self.core.abort_landed(comps)
         self._drain()
 
-    def sync_weights(self, interrupt: bool) -> list[Completion]:
-        until = self.now + self.trainer.sync_s
+    def sync_weights(self, interrupt: bool) -> None:
+        # the engines are told once the scheduler's reaction is over (`_drain`), as live
+        self._io.append(partial(self._sync_engines, interrupt))
+        return None
+
+    def _sync_engines(self, interrupt: bool) -> None:
+        """Pause the engines for the sync, or abort them (as AbortAll lands: `abort_steps`)
+        and sync once the abort has landed; the new weights are loaded `sync_s` later."""
+        now, k = self.now, self.spec.abort_steps
         comps: list[Completion] = []
+        land = now
+        if interrupt:
+            for i, e in enumerate(self.engines):
+                if k is None or e.is_idle():
+                    comps += e.abort_all(now)
+                else:
+                    t, got = e.abort_after_steps(now, k)
+                    comps += got
+                    land = max(land, t)
+                self._dirty.add(i)
+        until = land + self.trainer.sync_s
         for i, e in enumerate(self.engines):
-            comps += e.abort_all(self.now) if interrupt else e.pause(self.now, until)
             if interrupt:
                 e.block_until(until)
+            else:
+                comps += e.pause(now, until)
             self._dirty.add(i)
+        if land > now:  # the requests come back, and the sync starts, once the abort has landed
+            self._landing.append(comps)
+            self._at(land).callbacks.append(partial(self._sync_landed_at, comps, until))
+        else:
+            self.core.sync_aborted(comps)
+            self._sync_started(now, until)
+
+    def _sync_landed_at(self, comps: list[Completion], until: float, _ev) -> None:
+        if self._finished:
+            return
+        self._sync_clock()
+        self._landing.remove(comps)
+        self.core.sync_aborted(comps)
+        self._sync_started(self.now, until)
+        self._drain()
+
+    def _sync_started(self, now: float, until: float) -> None:
         if self.trace is not None:
-            self.trace.phases.append(PhaseSpan("sync", self.version, self.now, until))
+            self.trace.phases.append(PhaseSpan("sync", self.version, now, until))
         self._at(until).callbacks.append(self._weights_synced)
-        return comps
 
     def _weights_synced(self, _ev) -> None:
         self._sync_clock()

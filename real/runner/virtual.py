@@ -40,7 +40,7 @@ from aprilsim.metrics.warmup import clamp_warmup
 from aprilsim.policies.base import Scheduler
 from aprilsim.policies.registry import make_scheduler
 from aprilsim.sim.runtime import EngineFactory, SimMeter
-from aprilsim.types import FinishReason
+from aprilsim.types import FinishReason, Sample
 from real.protocol import (
     GenerateRequest,
     GenerateResult,
@@ -116,8 +116,11 @@ class VirtualLoop(asyncio.SelectorEventLoop):
 class VirtualEngine:
     """One simulated engine (`FastEngine`) behind the live `Engine` and `WeightSync` protocols."""
 
-    def __init__(self, engine: FastEngine, loop: VirtualLoop, sync_s: float, name: str) -> None:
+    def __init__(self, engine: FastEngine, loop: VirtualLoop, sync_s: float, name: str,
+                 prompt_of: Callable[[GenerateRequest], tuple[int, int]] | None = None) -> None:
         self.engine, self.loop, self.sync_s, self.name = engine, loop, sync_s, name
+        # prefix sharing: a request's (group, prompt length), the prefix the engine holds once
+        self.prompt_of = prompt_of if engine.spec.prefix_sharing else None
         self.spec = engine.spec
         self._next = 0
         self._pending: list[Request] = []
@@ -130,8 +133,14 @@ class VirtualEngine:
         """Queue ``request`` now; the future gets its result when the engine ends it."""
         rid = self._next
         self._next += 1
-        self._pending.append(Request(rid, len(request.prompt_ids), request.max_new_tokens,
-                                     request.tokens_to_generate))
+        req = Request(rid, len(request.prompt_ids), request.max_new_tokens,
+                      request.tokens_to_generate)
+        if self.prompt_of is not None:  # as the simulator's send: the prompt but its last token
+            gid, prompt_len = self.prompt_of(request)
+            if prompt_len > 1:
+                req.prefix, req.shared = gid, prompt_len - 1
+                req.input_len -= req.shared
+        self._pending.append(req)
         fut = self.loop.create_future()
         self._waiting[rid] = (fut, request, self.loop.time())
         return fut
@@ -287,8 +296,17 @@ async def _run(loop: VirtualLoop, scenario: Scenario, policy: Scheduler, seed: i
                steps: int | None, engine_factory: EngineFactory, trace: Trace | None,
                vocab_size: int) -> VirtualRun:
     spec, tm = scenario.engine_spec(), scenario.trainer_model()
-    engines = [VirtualEngine(engine_factory(spec, i), loop, tm.sync_s, f"sim-{i}")  # type: ignore[arg-type]
-               for i in range(scenario.cluster.engines)]
+    samples: dict[int, Sample] = {}
+
+    def prompt_of(request: GenerateRequest) -> tuple[int, int]:
+        uid = request.tag
+        if uid not in samples:  # a group drawn since the last look
+            samples.update((s.uid, s) for g in rt.groups.values() for s in g.samples)
+        s = samples[uid]  # type: ignore[index]
+        return s.group_id, s.prompt_len
+
+    engines = [VirtualEngine(engine_factory(spec, i), loop, tm.sync_s, f"sim-{i}",  # type: ignore[arg-type]
+                             prompt_of) for i in range(scenario.cluster.engines)]
     cluster = VirtualCluster(engines, progress_deadline_s=None)
     cluster.router = make_router(scenario.cluster.router)
     rt = LiveRuntime(
