@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from aprilsim.config import Scenario
+from aprilsim.conformance import ConformanceRun, recorder_for
 from aprilsim.engine.fast import FastEngine
 from aprilsim.engine.request import Completion, Request
 from aprilsim.engine.router import make_router
@@ -56,7 +57,7 @@ from .source import ReplaySource
 from .trainer import TrainerStandIn
 
 __all__ = ["VirtualCluster", "VirtualEngine", "VirtualLoop", "VirtualMeter", "VirtualRun",
-           "run_virtual"]
+           "run_under_live", "run_virtual"]
 
 INF = math.inf
 _TOKEN = 7  # the id every simulated output token carries (a replayed run reads lengths only)
@@ -319,3 +320,12 @@ async def _run(loop: VirtualLoop, scenario: Scenario, policy: Scheduler, seed: i
     result = await rt.run()
     result.warmup_steps = clamp_warmup(scenario.warmup_steps, len(result.steps))
     return VirtualRun(result, rt)
+
+
+def run_under_live(scheduler: str | type, settings: dict[str, Any] | None, scenario: Scenario,
+                   *, force_sample_events: bool = False, **build: Any) -> ConformanceRun:
+    """`aprilsim.conformance.run_under_check` through the live driver in virtual time: pass it as
+    `check_scheduler(..., run=run_under_live)` to check a scheduler on both drivers."""
+    rec = recorder_for(scheduler, settings, force_sample_events=force_sample_events)
+    run = run_virtual(scenario, rec, **build)  # type: ignore[arg-type]
+    return ConformanceRun(run.runtime, rec, scenario, run.result)

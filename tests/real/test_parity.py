@@ -1,0 +1,139 @@
+"""Parity: the live asyncio driver on simulated engines in virtual time gives `aprilsim simulate`'s
+records, for every registered scheduler and option variant and the example user scheduler.
+
+Both drivers run the same rollout core (`aprilsim.rollout`); the live one here is the real
+`LiveRuntime`, its cluster, router, replay source and trainer stand-in, with the simulator's
+FastEngines behind the live `Engine` protocol (`real.runner.virtual`). So any behaviour that one
+driver adds or orders differently (when an abort lands, what a weight sync holds, routing, how
+requests that end together are credited) shows up here as a record that differs.
+
+Compared: every StepRecord field (floats to 1e-9, relative or absolute), the end-of-run ledger
+and the run's total time. Not compared: `RunResult.peak_tokens_per_s`, which the live driver
+measures from its records (the best tokens per busy engine-second of any step) where the simulator
+computes it from the cost model; and, live, the runner's own overhead (`overhead_s`, wall clock).
+
+The cases come from the registry (`sched_helpers.every_variant`), so a scheduler registered
+tomorrow is covered without editing this file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any
+
+import pytest
+from runner_helpers import TESTS  # noqa: F401 - puts tests/ on sys.path
+from sched_helpers import USER_SCHEDULER, every_variant, registered, variant_ids
+
+from aprilsim.conformance import check_scheduler, conformance_scenario
+from aprilsim.metrics.records import RunResult, StepRecord
+from aprilsim.policies.registry import make_scheduler
+from aprilsim.sim.run import simulate
+from real.runner.runtime import LiveRuntime
+from real.runner.virtual import run_under_live, run_virtual
+
+TOL = 1e-9
+FIELDS = [f.name for f in dataclasses.fields(StepRecord)]
+
+# the cluster variants each registered scheduler (defaults) also runs on: an abort that lands at
+# once, a KV cache small enough to retract, the load-aware routers (prefix sharing on one)
+CLUSTERS: dict[str, dict[str, Any]] = {
+    "abort_at_once": {"abort_steps": -1},
+    "small_kv": {"kv_capacity": 8_000, "new_token_ratio": 0.0, "min_new_token_ratio_factor": 0.0},
+    "least_loaded": {"router": "least_loaded"},
+    "prefix_sharing": {"router": "group_affinity", "prefix_sharing": True},
+}
+
+
+def _close(a: Any, b: Any) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        return math.isclose(a, b, rel_tol=TOL, abs_tol=TOL)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    return a == b
+
+
+def differences(sim: RunResult, live: RunResult) -> list[str]:
+    """Every field where the two runs differ (empty: parity)."""
+    out = []
+    if len(sim.steps) != len(live.steps):
+        out.append(f"{len(sim.steps)} simulated steps, {len(live.steps)} live")
+    for a, b in zip(sim.steps, live.steps):
+        out += [f"step {a.step} {f}: sim {getattr(a, f)!r}, live {getattr(b, f)!r}"
+                for f in FIELDS if not _close(getattr(a, f), getattr(b, f))]
+    if sim.end_state != live.end_state:
+        out.append(f"end state: sim {sim.end_state}, live {live.end_state}")
+    if not _close(sim.total_time_s, live.total_time_s):
+        out.append(f"total time: sim {sim.total_time_s}, live {live.total_time_s}")
+    return out
+
+
+def _assert_parity(scenario, name: str, settings: dict[str, Any]) -> RunResult:
+    sim = simulate(scenario, name, settings=settings)
+    live = run_virtual(scenario, name, settings=settings)
+    assert isinstance(live.runtime, LiveRuntime) and live.runtime.requests > 0
+    diff = differences(sim, live.result)
+    assert not diff, "\n".join(diff[:10])
+    return sim
+
+
+CASES = every_variant()
+
+
+@pytest.mark.parametrize("case", CASES, ids=variant_ids(CASES))
+def test_every_scheduler_and_variant_gives_the_simulated_records(case):
+    name, settings = case
+    sim = _assert_parity(conformance_scenario(), name, settings)
+    assert sum(s.trained_samples for s in sim.steps) > 0
+
+
+REGISTERED = registered()
+
+
+@pytest.mark.parametrize("cluster", sorted(CLUSTERS))
+@pytest.mark.parametrize("case", REGISTERED, ids=variant_ids(REGISTERED))
+def test_every_scheduler_on_other_clusters_and_rewards(case, cluster):
+    name, settings = case
+    rewards = (0.3, 0.3) if cluster == "abort_at_once" else (1.0, 1.0)  # U-shaped pass rates once
+    _assert_parity(conformance_scenario(rewards=rewards, **CLUSTERS[cluster]), name, settings)
+
+
+def test_the_variants_reach_what_they_are_for():
+    """The cluster variants exercise what they name (else parity there proves nothing)."""
+    small = simulate(conformance_scenario(**CLUSTERS["small_kv"]), "april")
+    assert sum(s.retractions for s in small.steps) > 0
+    plain = conformance_scenario()
+    assert plain.engine_spec().abort_steps == 1  # AbortAll lands a decode step later
+    assert conformance_scenario(**CLUSTERS["abort_at_once"]).engine_spec().abort_steps is None
+    assert make_scheduler("fully_async").interrupt  # its default: an interrupting weight sync
+    assert sum(s.offpolicy_tokens for s in simulate(plain, "fully_async").steps) > 0
+
+
+def test_differences_finds_a_difference():
+    """The comparison can fail: another seed, or one record field changed, is reported."""
+    sc = conformance_scenario()
+    a = simulate(sc, "sync")
+    b = run_virtual(sc, "sync", seed=sc.seed + 1).result
+    assert any("generated_tokens" in d for d in differences(a, b))
+    c = run_virtual(sc, "sync").result
+    assert differences(a, c) == []
+    c.steps[2].kv_peak_tokens += 1
+    c.steps[1].rollout_time_s *= 1 + 1e-6
+    assert [d.split(":")[0] for d in differences(a, c)] == [
+        "step 1 rollout_time_s", "step 2 kv_peak_tokens"]
+
+
+def test_virtual_time_costs_no_wall_time():
+    sc = conformance_scenario()
+    t0 = time.monotonic()
+    live = run_virtual(sc, "april").result
+    assert live.total_time_s > 10 * (time.monotonic() - t0)
+
+
+def test_check_scheduler_runs_a_user_scheduler_on_the_live_driver():
+    passed = check_scheduler(USER_SCHEDULER, run=run_under_live)
+    assert "another_seed" in passed and "determinism[plain]" in passed
