@@ -161,6 +161,7 @@ class Simulation:
         # once the scheduler's reaction is over, as the live driver does; sends wait behind it
         self._io: list[Callable[[], None]] = []
         self._held: list[tuple[Sequence[Sample], int, int | None, int]] = []
+        self._aborting = False  # an AbortAll on its way: sends wait for it to land (as live)
         self._finished = False
         self._progress = progress  # called with (steps done, steps) after each training step
         self.trace = trace
@@ -278,19 +279,23 @@ class Simulation:
         core = self.core
         core.drain(self.now)
         while self._io:
-            io = self._io.pop(0)
-            io()
-            if not self._io:  # what waited behind the I/O goes to the engines now
-                held, self._held = self._held, []
-                for args in held:
-                    self.send(*args)
+            self._io.pop(0)()
+            self._release()
             core.drain(self.now)
         self._rearm()
         core.check_ready()
 
+    def _release(self) -> None:
+        """What waited behind engine I/O goes to the engines, once none is pending."""
+        if self._held and not self._io and not self._aborting:
+            held, self._held = self._held, []
+            for args in held:
+                self.send(*args)
+
     # ------------------------------------------------------------------ engine commands (the core's sink)
     def send(self, samples: Sequence[Sample], first_rid: int, cap: int | None, version: int) -> None:
-        if self._io:  # behind an abort or a weight sync the engines have not been told of yet
+        if self._io or self._aborting:  # behind an abort or a weight sync the engines have not
+            # been told of yet, or an abort on its way: sent once it is over (as live)
             self._held.append((samples, first_rid, cap, version))
             return
         per_engine: dict[int, list[Request]] = {}
@@ -354,6 +359,7 @@ class Simulation:
             self.core.abort_landed(comps)
             return
         self._landing.append(comps)
+        self._aborting = True
         self._at(land).callbacks.append(partial(self._abort_landed_at, comps))
 
     def _abort_landed_at(self, comps: list[Completion], _ev) -> None:
@@ -361,7 +367,9 @@ class Simulation:
             return
         self._sync_clock()
         self._landing.remove(comps)
+        self._aborting = False
         self.core.abort_landed(comps)
+        self._release()
         self._drain()
 
     def sync_weights(self, interrupt: bool) -> None:
@@ -520,6 +528,9 @@ class Simulation:
                 s = core.final_ended(c.rid, c.tokens, c.reason)
                 if self.trace is not None:
                     self._close_span(c, s)
+        self._held = []
+        for rid in list(core.inflight):  # held behind engine I/O, never sent (as live)
+            core.final_ended(rid, 0, "abort")
         return core.end_state()
 
     def _peak_tokens_per_s(self) -> float:

@@ -107,6 +107,7 @@ class LiveRuntime:
         self._closing: dict[int, _Flight] = {}  # brought back by an abort, its span still open
         self._parked: list[tuple[int, Sample, int | None]] = []  # sends an abort or a sync holds up
         self._aborting = False
+        self._landings: list[asyncio.Task] = []  # AbortAll's on their way (the pump goes on)
         self._io: deque[Callable[[], Awaitable[None]]] = deque()  # engine I/O the core asked for
         self._training = False
         self._finished = False
@@ -316,15 +317,22 @@ class LiveRuntime:
             return []
         self._aborting = True
         rids = list(self.core.inflight)
+        # their results are the abort's from now on (the pump must not take one for a fault)
+        flights = [self._flights.pop(r) for r in rids if r in self._flights]
 
-        async def land() -> None:
-            ended = await self._abort(rids)
-            self._aborting = False
-            self.core.abort_landed(ended)
-            self._release()
+        async def start() -> None:  # the abort lands in the background: the pump goes on
+            task = asyncio.create_task(self._abort(rids, flights), name="abort")
+            self._landings.append(task)
+            task.add_done_callback(lambda t: self._post(lambda: self._abort_landed(t)))
 
-        self._io.append(land)
+        self._io.append(start)
         return None
+
+    def _abort_landed(self, task: asyncio.Task) -> None:
+        self._landings.remove(task)
+        self._aborting = False
+        self.core.abort_landed(task.result())
+        self._release()
 
     def sync_weights(self, interrupt: bool) -> None:
         rids = list(self.core.inflight)
@@ -366,18 +374,21 @@ class LiveRuntime:
             self.trace.phases.append(PhaseSpan("rollout", rec.step, rec.rollout_start_s, self.now()))
         self._batches.put_nowait(batch)
 
-    async def _abort(self, rids: Sequence[int]) -> list[_Ended]:
-        """Abort requests ``rids`` (sent or parked); what each brought back, in order."""
-        flights = [self._flights[r] for r in rids if r in self._flights]
+    async def _abort(self, rids: Sequence[int], flights: Sequence[_Flight] | None = None) -> list[_Ended]:
+        """Abort requests ``rids`` (sent or parked; ``flights``: those sent, taken from the map
+        already); what each brought back, in order."""
+        if flights is None:
+            flights = [self._flights.pop(r) for r in rids if r in self._flights]
         if flights:
             with contextlib.suppress(Exception):
                 await self.cluster.abort(list({f.slot for f in flights}))
             await asyncio.gather(*(f.task for f in flights), return_exceptions=True)
         parked, wanted = {p[0] for p in self._parked}, set(rids)
         self._parked = [p for p in self._parked if p[0] not in wanted]
+        sent = {f.rid: f for f in flights}
         ended: list[_Ended] = []
         for rid in rids:
-            f = self._flights.pop(rid, None)
+            f = sent.get(rid)
             if f is not None:
                 ended.append(self._took(f, f.task.result()))
                 self._closing[rid] = f
@@ -444,6 +455,14 @@ class LiveRuntime:
         self._finished = True
         core = self.core
         core.finish()
+        for task in self._landings:  # an AbortAll on its way: what it brought back is final
+            with contextlib.suppress(Exception):
+                for e in await task:
+                    s = core.final_ended(e.rid, e.tokens, e.reason)
+                    f = self._closing.pop(e.rid, None)
+                    if f is not None:
+                        self._close_span(f, e.reason, s)
+        self._landings = []
         flights = list(self._flights.values())
         if flights:
             with contextlib.suppress(Exception):
