@@ -13,7 +13,11 @@ Decided here (docs/concepts.md, "What a scheduler may rely on"):
 
 * AbortAll: the aborted samples stay RUNNING (in flight) until the abort lands; the actions after
   AbortAll in the same list see them in flight. The landing (SampleFinished/GroupFinished for
-  requests that finished first, then one SamplesReturned) is never before the end of that list.
+  requests that finished first, then one SamplesReturned, in the order the requests were sent)
+  is never before the end of that list. Both drivers tell the engines once the scheduler's
+  reaction is over (`drain` returned: every queued event handled), the abort and a weight sync's
+  pause or abort alike; requests sent meanwhile, or while the abort is on its way, start after
+  it; other events (the trainer, a sync) are heard while it is on its way.
 * A Submit during a weight sync is taken at once: the samples are RUNNING, stamped with the new
   version, and count in flight; their requests start once the new weights are loaded.
 * A sample is complete when it has generated its hidden target length (`_target_len`); where the

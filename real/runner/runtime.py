@@ -5,10 +5,13 @@ actions, same ledger, same records); this driver owns the wall clock, the HTTP (
 engines, the trainer stand-in, faults, the stall watchdog and the load sampler. One *pump* task
 is the only caller of the core: everything that happens (a request ended, the RL loop starts a
 rollout, the trainer finished, a weight sync finished) is posted to its inbox and handed to the
-core in order, then the core drains the scheduler's events. Engine I/O the core asks for (an
-abort, the pause or abort of a weight sync) runs in the pump right after the drain, so nothing
-else reaches the ledger meanwhile; the requests an abort or a sync holds up are parked here and
-sent once it is over (the core has them RUNNING already, as in simulation).
+core in order (what arrived together is credited together), then the core drains the scheduler's
+events. Engine I/O the core asks for starts right after the drain: a weight sync's pause or
+abort in the pump (nothing else reaches the ledger meanwhile), an AbortAll in the background
+(its landing is posted like any result, and other events are heard while it is on its way, as
+in simulation); the requests an abort or a sync holds up are parked here and sent once it is
+over (the core has them RUNNING already, as in simulation). The clock is injectable (the
+parity test runs this driver in virtual time: `real.runner.virtual`).
 
 Faults that the scheduler did not ask for (an engine died, a stream was cut or timed out for good,
 a 5xx after retries) keep the partial output (its ids are re-sent as prompt + partial) and the core
