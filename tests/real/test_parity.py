@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -31,13 +32,17 @@ from sched_helpers import USER_SCHEDULER, every_variant, registered, variant_ids
 from test_engine_equivalence import _no_mined_constants
 
 from aprilsim.conformance import check_scheduler, conformance_scenario, small_scenario
-from aprilsim.engine.router import ROUTERS
+from aprilsim.engine.fast import FastEngine
+from aprilsim.engine.router import ROUTERS, make_router
 from aprilsim.metrics.records import RunResult, StepRecord
 from aprilsim.policies.base import SchedulerError
 from aprilsim.policies.registry import make_scheduler
 from aprilsim.sim.run import simulate
+from aprilsim.types import FinishReason
+from real.protocol import Engine, GenerateRequest, WeightSync
+from real.runner.cluster import Cluster
 from real.runner.runtime import LiveRuntime
-from real.runner.virtual import run_under_live, run_virtual
+from real.runner.virtual import VirtualEngine, VirtualLoop, run_under_live, run_virtual
 
 TOL = 1e-9
 FIELDS = [f.name for f in dataclasses.fields(StepRecord)]
@@ -213,3 +218,39 @@ def test_parity_on_any_small_scenario_and_it_reaches_its_cases():
     print("parity examples reached:", {k: round(v, 2) for k, v in sorted(shares.items())})
     for what, least in MIN_REACH.items():
         assert shares[what] >= least, (what, shares)
+
+
+# --------------------------------------------------------------------------- the pieces
+def _virtual_engines(n: int, **cluster: Any) -> tuple[VirtualLoop, list[VirtualEngine]]:
+    spec = conformance_scenario(**cluster).engine_spec()
+    loop = VirtualLoop()
+    return loop, [VirtualEngine(FastEngine(spec, i), loop, 0.5, f"sim-{i}") for i in range(n)]
+
+
+def test_a_virtual_engine_is_a_live_engine_on_virtual_time():
+    loop, (ve,) = _virtual_engines(1)
+    try:
+        assert isinstance(ve, Engine) and isinstance(ve, WeightSync)
+        req = GenerateRequest(prompt_ids=(5,) * 100, max_new_tokens=50, replay_len=20)
+        res = loop.run_until_complete(ve.generate(req))
+        assert res.generated == 20 and res.finish_reason is FinishReason.STOP
+        assert res.timings.finished == loop.time() > 0  # the engine's finish time, not the wall's
+        capped = loop.run_until_complete(ve.generate(replace(req, max_new_tokens=20, replay_len=30)))
+        assert capped.finish_reason is FinishReason.LENGTH
+    finally:
+        loop.close()
+
+
+def test_the_live_router_sees_a_batch_s_earlier_picks():
+    """As the simulator's `send` counts each request it routes: a least-loaded router spreads a
+    batch that is picked before any of its requests has started."""
+    loop, engines = _virtual_engines(3)
+    try:
+        cluster = Cluster(engines, progress_deadline_s=None)
+        cluster.router = make_router("least_loaded")
+        assert [cluster.pick().index for _ in range(5)] == [0, 1, 2, 0, 1]
+        assert [s.picked for s in cluster.slots] == [2, 2, 1]
+        cluster.slots[0].started()  # the request reached its engine: outstanding, no longer picked
+        assert (cluster.slots[0].picked, cluster.slots[0].outstanding) == (1, 1)
+    finally:
+        loop.close()
