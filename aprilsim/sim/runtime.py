@@ -161,7 +161,8 @@ class Simulation:
         # once the scheduler's reaction is over, as the live driver does; sends wait behind it
         self._io: list[Callable[[], None]] = []
         self._held: list[tuple[Sequence[Sample], int, int | None, int]] = []
-        self._aborting = False  # an AbortAll on its way: sends wait for it to land (as live)
+        self._aborting = 0  # AbortAlls on their way: sends wait for them to land (as live)
+        self._last_landing = 0.0  # when the last of them lands
         self._finished = False
         self._progress = progress  # called with (steps done, steps) after each training step
         self.trace = trace
@@ -333,17 +334,33 @@ class Simulation:
                         carried=smp.generated,
                     )
 
-    def abort_all(self) -> None:
-        # the engines are told once the scheduler's reaction is over (`_drain`), as live
-        self._io.append(self._abort_engines)
+    def abort_all(self) -> list[Completion] | None:
+        # the engines are told once the scheduler's reaction is over (`_drain`), as live; what is
+        # in flight now is aborted, sends held behind earlier I/O included
+        if not self.core.inflight:
+            return []  # nothing to abort: it lands at once (after the action list)
+        self._io.append(partial(self._abort_engines, frozenset(self.core.inflight)))
         return None
 
-    def _abort_engines(self) -> None:
+    def _abort_held(self, rids: frozenset[int]) -> list[Completion]:
+        """The held sends among `rids` (in flight when the abort was asked for) leave unsent."""
+        out: list[Completion] = []
+        keep = []
+        for held in self._held:
+            samples, first_rid = held[0], held[1]
+            if first_rid in rids:  # a send's requests went in flight together
+                out += [Completion(first_rid + j, 0, "abort", self.now) for j in range(len(samples))]
+            else:
+                keep.append(held)
+        self._held = keep
+        return out
+
+    def _abort_engines(self, rids: frozenset[int]) -> None:
         # with `abort_steps` k, as on a live engine: each engine finishes its step in flight (and
         # k more decode steps); the samples stay in flight, and the scheduler hears of them, when
         # the last one lands. Without it the abort lands at once.
         k = self.spec.abort_steps
-        comps: list[Completion] = []
+        comps = self._abort_held(rids) if self._held else []
         land = self.now
         for i, e in enumerate(self.engines):
             if e.is_idle():
@@ -355,11 +372,14 @@ class Simulation:
                 comps += got
                 land = max(land, t)
             self._dirty.add(i)
+        if self._aborting:  # aborts land in the order asked: not before one on its way
+            land = max(land, self._last_landing)
         if land <= self.now:
             self.core.abort_landed(comps)
             return
         self._landing.append(comps)
-        self._aborting = True
+        self._aborting += 1
+        self._last_landing = land
         self._at(land).callbacks.append(partial(self._abort_landed_at, comps))
 
     def _abort_landed_at(self, comps: list[Completion], _ev) -> None:
@@ -367,21 +387,23 @@ class Simulation:
             return
         self._sync_clock()
         self._landing.remove(comps)
-        self._aborting = False
+        self._aborting -= 1
         self.core.abort_landed(comps)
         self._release()
         self._drain()
 
     def sync_weights(self, interrupt: bool) -> None:
         # the engines are told once the scheduler's reaction is over (`_drain`), as live
-        self._io.append(partial(self._sync_engines, interrupt))
+        rids = frozenset(self.core.inflight) if interrupt else frozenset()
+        self._io.append(partial(self._sync_engines, interrupt, rids))
         return None
 
-    def _sync_engines(self, interrupt: bool) -> None:
-        """Pause the engines for the sync, or abort them (as AbortAll lands: `abort_steps`)
-        and sync once the abort has landed; the new weights are loaded `sync_s` later."""
+    def _sync_engines(self, interrupt: bool, rids: frozenset[int]) -> None:
+        """Pause the engines for the sync, or abort them (as AbortAll lands: `abort_steps`;
+        `rids`: what was in flight when it was asked for) and sync once the abort has landed;
+        the new weights are loaded `sync_s` later."""
         now, k = self.now, self.spec.abort_steps
-        comps: list[Completion] = []
+        comps = self._abort_held(rids) if interrupt and self._held else []
         land = now
         if interrupt:
             for i, e in enumerate(self.engines):

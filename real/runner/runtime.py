@@ -109,7 +109,7 @@ class LiveRuntime:
         self._flights: dict[int, _Flight] = {}
         self._closing: dict[int, _Flight] = {}  # brought back by an abort, its span still open
         self._parked: list[tuple[int, Sample, int | None]] = []  # sends an abort or a sync holds up
-        self._aborting = False
+        self._aborting = 0  # AbortAlls on their way (sends wait for every one to land)
         self._landings: list[asyncio.Task] = []  # AbortAll's on their way (the pump goes on)
         self._io: deque[Callable[[], Awaitable[None]]] = deque()  # engine I/O the core asked for
         self._training = False
@@ -318,13 +318,20 @@ class LiveRuntime:
     def abort_all(self) -> list[_Ended] | None:
         if not self.core.inflight:
             return []
-        self._aborting = True
+        self._aborting += 1
         rids = list(self.core.inflight)
         # their results are the abort's from now on (the pump must not take one for a fault)
         flights = [self._flights.pop(r) for r in rids if r in self._flights]
 
+        async def land(prev: asyncio.Task | None) -> list[_Ended]:
+            ended = await self._abort(rids, flights)
+            if prev is not None:  # aborts land in the order asked: not before one on its way
+                await asyncio.wait({prev})
+            return ended
+
         async def start() -> None:  # the abort lands in the background: the pump goes on
-            task = asyncio.create_task(self._abort(rids, flights), name="abort")
+            prev = self._landings[-1] if self._landings else None
+            task = asyncio.create_task(land(prev), name="abort")
             self._landings.append(task)
             task.add_done_callback(lambda t: self._post(lambda: self._abort_landed(t)))
 
@@ -333,7 +340,7 @@ class LiveRuntime:
 
     def _abort_landed(self, task: asyncio.Task) -> None:
         self._landings.remove(task)
-        self._aborting = False
+        self._aborting -= 1
         self.core.abort_landed(task.result())
         self._release()
 

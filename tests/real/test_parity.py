@@ -35,7 +35,15 @@ from aprilsim.conformance import check_scheduler, conformance_scenario, small_sc
 from aprilsim.engine.fast import FastEngine
 from aprilsim.engine.router import ROUTERS, make_router
 from aprilsim.metrics.records import RunResult, StepRecord
-from aprilsim.policies.base import SchedulerError
+from aprilsim.policies.base import (
+    AbortAll,
+    CloseBatch,
+    GroupFinished,
+    RolloutStarted,
+    SamplesReturned,
+    SchedulerError,
+    Submit,
+)
 from aprilsim.policies.registry import make_scheduler
 from aprilsim.sim.run import simulate
 from aprilsim.types import FinishReason
@@ -254,3 +262,53 @@ def test_the_live_router_sees_a_batch_s_earlier_picks():
         assert (cluster.slots[0].picked, cluster.slots[0].outstanding) == (1, 1)
     finally:
         loop.close()
+
+
+@dataclasses.dataclass
+class AbortTwice:
+    """A probe of the abort's edges: every rollout submits its batch and aborts it twice in the
+    same list (the second finds the first on its way, and lands after it); when the first lands
+    it resubmits what came back and one more group (they wait for the second), aborts them when
+    the second lands (empty), resubmits them again, then trains the first N groups."""
+
+    name = "abort_twice"
+    mode = "colocated"
+
+    def __post_init__(self) -> None:
+        self.done: list = []
+        self.returns = 0
+
+    def handle(self, ev, ctx):
+        if isinstance(ev, RolloutStarted):
+            self.done, self.returns = [], 0
+            groups = ctx.new_groups(ctx.batch_size)
+            return [Submit(tuple(s for g in groups for s in g.samples)), AbortAll(), AbortAll()]
+        if isinstance(ev, SamplesReturned):
+            self.returns += 1
+            if self.returns == 1:
+                assert ev.samples, "the first abort lands first"
+                return [Submit(ev.samples), Submit(tuple(ctx.new_groups(1)[0].samples))]
+            if self.returns == 2:
+                assert not ev.samples, "the second abort found nothing of its own"
+                return [AbortAll()]
+            return [Submit(ev.samples)] if ev.samples else []
+        if isinstance(ev, GroupFinished) and len(self.done) < ctx.batch_size:
+            self.done.append(ev.group)
+            if len(self.done) == ctx.batch_size:
+                return [CloseBatch(tuple(self.done))]
+        return []
+
+    def step_stats(self) -> dict[str, float]:
+        return {"returns": float(self.returns)}
+
+
+@pytest.mark.parametrize("abort_steps", [-1, 30])
+def test_aborts_on_top_of_aborts_and_sends_behind_them(abort_steps):
+    sc = conformance_scenario(abort_steps=abort_steps)
+    sim = simulate(sc, AbortTwice())
+    live = run_virtual(sc, AbortTwice()).result
+    assert not differences(sim, live), "\n".join(differences(sim, live)[:10])
+    assert all(s.scheduler_stats["returns"] >= 3 for s in sim.steps)
+    assert sim.end_state["samples_trained"] > 0
+    if abort_steps > 0:  # what the aborts brought back had tokens (at once, it had none yet)
+        assert sum(s.resumed_tokens for s in sim.steps) > 0
