@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from aprilsim.engine.cost import PRESETS, CostModel, EngineSpec, TabulatedCost
 from aprilsim.engine.router import ROUTERS
+from aprilsim.metrics.warmup import clamp_warmup
 from aprilsim.scenario_limits import LimitError, check_limits, parse_toml, read_text_bounded
 from aprilsim.suggest import did_you_mean
 from aprilsim.trainer import TrainerModel
@@ -437,14 +438,18 @@ def with_overrides(sc: Scenario, *, steps: int | None = None, warmup: int | None
         update["steps"] = steps
     if warmup is not None:
         update["warmup_steps"] = warmup
-    elif steps is not None and sc.warmup_steps >= steps:
-        update["warmup_steps"] = max(0, steps - 1)
+    elif steps is not None:
+        update["warmup_steps"] = clamp_warmup(sc.warmup_steps, steps)
     if not update:
         return sc
     out = sc.model_copy(update=update)
     if out.warmup_steps >= out.steps:
         flag = "--warmup" if warmup is not None else "warmup_steps"
         raise ScenarioError(f"{flag} {out.warmup_steps} leaves none of the {out.steps} steps to summarise")
+    try:  # --steps meets the bounds a file's `steps` meets (run size, simulated clock)
+        check_limits(out)
+    except LimitError as e:
+        raise ScenarioError(str(e)) from None
     return out
 
 

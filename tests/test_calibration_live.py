@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from cli_helpers import Result, aprilsim
 
 pytest.importorskip("torch")
 pytest.importorskip("aiohttp")
@@ -29,9 +30,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _aprilsim(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aprilsim", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+def _aprilsim(*args: str) -> Result:
+    """The command in this process (the calibration is the point here, not the interpreter)."""
+    return aprilsim(*args, cwd=ROOT)
 
 
 @pytest.mark.slow

@@ -11,17 +11,17 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from aprilsim.cli_errors import OneLineCommand, fail
 
-from .errors import format_error_table
-from .estimator import CostCalibrator
-from .records import Record
+if TYPE_CHECKING:  # loaded where used: every `aprilsim` command loads these options
+    from .estimator import CostCalibrator
+    from .records import Record
 
-LiveMeasure = Callable[..., tuple[list[Record], dict[str, Any]]]
+LiveMeasure = Callable[..., "tuple[list[Record], dict[str, Any]]"]
 SOURCES = ("csv", "sglang_log", "iteration_log", "vidur", "local", "engines")
 
 
@@ -71,6 +71,8 @@ GOOD_FIT = 0.05  # a decode median error above this is a poor fit
 def form_advice(records: list[Record], cal: CostCalibrator, form: str, max_knots: int) -> dict | None:
     """The other form's fit on the same records when the chosen one fits decode badly and the
     other clearly better: {form, median_abs (both), advice}; None otherwise."""
+    from .estimator import CostCalibrator
+
     other = "tables" if form == "linear" else "linear"
     try:
         alt = CostCalibrator(form=other, max_knots=max_knots).fit(records)
@@ -155,6 +157,8 @@ def make_calibrate_command(live: LiveMeasure | None) -> click.Command:
             records, info = _read(kind, value, opts, live)
             if progress is not None and sys.stderr.isatty():
                 click.echo("\r\033[K", err=True, nl=False)
+            from .estimator import CostCalibrator
+
             cal = CostCalibrator(form=form, max_knots=max_knots).fit(records)
         except ValueError as e:
             fail(str(e))
@@ -206,6 +210,8 @@ def cost_dict(cost: Any) -> dict[str, Any]:
 
 def _print(cal: CostCalibrator, info: dict[str, Any], form: str, as_json: bool,
            out: Path | None) -> None:
+    from .errors import format_error_table
+
     if as_json:
         click.echo(json.dumps({
             "form": form, "source": info["source"], "n_decode": cal.n_decode_,
