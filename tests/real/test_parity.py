@@ -12,7 +12,8 @@ and the run's total time. Not compared: `RunResult.peak_tokens_per_s`, which the
 measures from its records (the best tokens per busy engine-second of any step) where the simulator
 computes it from the cost model; and, live, the runner's own overhead (`overhead_s`, wall clock).
 
-The cases come from the registry (`sched_helpers.every_variant`), so a scheduler registered
+The cases come from the registry (`sched_helpers.every_variant`: every registered scheduler, the
+example user one, and every option variant each class declares), so a scheduler or variant added
 tomorrow is covered without editing this file.
 """
 
@@ -28,7 +29,7 @@ import pytest
 from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
 from runner_helpers import TESTS  # noqa: F401 - puts tests/ on sys.path
-from sched_helpers import USER_SCHEDULER, every_variant, registered, variant_ids
+from sched_helpers import USER_SCHEDULER, every_variant, variant_ids
 from test_engine_equivalence import _no_mined_constants
 
 from aprilsim.conformance import check_scheduler, conformance_scenario, small_scenario
@@ -111,7 +112,7 @@ def test_every_scheduler_and_variant_gives_the_simulated_records(case):
     assert sum(s.trained_samples for s in sim.steps) > 0
 
 
-REGISTERED = registered()
+REGISTERED = [(name, {}) for name, settings in CASES if not settings]  # each one's defaults
 
 
 @pytest.mark.parametrize("cluster", sorted(CLUSTERS))
