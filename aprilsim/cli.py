@@ -32,6 +32,7 @@ class _LazyGroup(OneLineGroup):
         "tune": ("aprilsim.sweep.cli", "tune_command"),
         "calibrate": ("aprilsim.cli", "_calibrate_command"),
         "replay-validate": ("aprilsim.replay_cli", "replay_validate_command"),
+        "advise": ("aprilsim.advise_cli", "advise_command"),
     }
     live = frozenset({"run", "validate"})  # the live-engine extra's commands
     # what `aprilsim --help` lists for them, so that listing imports none (test_startup checks
@@ -45,6 +46,7 @@ class _LazyGroup(OneLineGroup):
         "tune": "Best knob setting under constraints (seed-noise aware).",
         "calibrate": "Fit the engine cost model to measured timings; write a preset file.",
         "replay-validate": "Replay a run's logged groups, compare predicted and logged step times.",
+        "advise": "From a launch config and a length log to a ranked recommendation.",
     }
     _listing = False
 

@@ -44,7 +44,9 @@ from aprilsim.engine.parts import (
     EngineStats,
     NewTokenRatio,
     PrefillBatch,
+    PrefixCache,
     PrefixRefs,
+    stamp_started,
 )
 from aprilsim.engine.request import Completion, Request, check_requests
 
@@ -89,8 +91,10 @@ class FastEngine(EngineFace):
         self.decay = spec.new_token_ratio_decay
         self.clip = spec.clip_max_new_tokens
         self.clipped = ClippedReserve(self.clip) if self.clip else None
-        self.share = spec.prefix_sharing
+        self.share = spec.shares_prefixes
         self.prefixes = PrefixRefs()
+        self.cache = PrefixCache() if spec.retains_prefixes else None
+        self._freed: list[int] = []  # prompts freed at this event (for the retained cache)
 
     # ---------------------------------------------------------------- public API
     def prefilling(self) -> list[Request]:
@@ -107,6 +111,12 @@ class FastEngine(EngineFace):
                 tokens += m * len(self.running)
                 kv += m * len(self.running)
         return tokens, busy, kv
+
+    def iterations_at(self, now: float) -> int:
+        """Decode iterations done as of `now`, those of a span in progress that have ended included."""
+        if self.phase == DECODE and now > self.t:
+            return self.stats.iterations + self._iterations_within(now - self.t)
+        return self.stats.iterations
 
     def submit(self, reqs: list[Request], now: float) -> None:
         """Queue requests arriving at `now`; they are considered at the first boundary >= now."""
@@ -138,6 +148,8 @@ class FastEngine(EngineFace):
             self.tokens += mb
             if self.kv > self.kv_peak:
                 self.kv_peak = self.kv
+            if self.cache is not None:
+                self.cache.fit(self.kv_capacity - self.kv, self.stats)
             done = self._pop_finished()
         elif phase == PREFILL:
             done = self._end_prefill()
@@ -159,6 +171,9 @@ class FastEngine(EngineFace):
         self.t = max(self.t, now)
         for r in self.running.values():
             r.gen = r.base + self.it
+        if self.cache is not None:  # what ran stays cached; the batch in flight computed nothing
+            self.cache.leave(self.running.values(),
+                             {r.prefix for r in self.running.values() if r.shared})
         for r in [*self.running.values(), *self.pf.reqs, *self.waiting]:
             out.append(Completion(r.rid, r.gen, "abort", now))
         self._empty()
@@ -226,6 +241,11 @@ class FastEngine(EngineFace):
         """The prefill batch ends: each request gets its next token and runs (or finishes, when
         that was its last)."""
         pf, done = self.pf, []
+        cache = self.cache
+        if cache is not None:
+            cache.commit(pf.got, self.stats)  # type: ignore[arg-type]
+            cache.fit(self.kv_capacity - self.kv, self.stats)
+            left = []
         self.stats.count_batch(pf)
         self.busy_time += pf.time
         self.t = t = self.t + pf.time
@@ -239,6 +259,8 @@ class FastEngine(EngineFace):
                 self.kv -= r.input_len + gen - 1
                 if r.shared:
                     self._release(r)
+                if cache is not None:
+                    left.append(r)
                 self.reserve -= r.max_new - gen
                 self.hold = False
                 done.append(Completion(r.rid, gen, "length" if gen == r.max_new else "stop", t))
@@ -250,6 +272,8 @@ class FastEngine(EngineFace):
             push(finish, (r.target_new - base, r.rid))
         pf.clear()
         self.open_room = pf.room_out  # the next plan continues the open pass if it prefills
+        if cache is not None and left:
+            self._cache_leave(left)
         return done
 
     def _pop_finished(self) -> list[Completion]:
@@ -261,6 +285,8 @@ class FastEngine(EngineFace):
         done = []
         running, t, pop, clipped = self.running, self.t, heapq.heappop, self.clipped
         freed = 0
+        cache = self.cache
+        left = []
         while heap and heap[0][0] <= it:
             rid = pop(heap)[1]
             r = running.pop(rid)
@@ -271,10 +297,14 @@ class FastEngine(EngineFace):
             freed += r.input_len + gen - 1
             if r.shared:
                 self._release(r)
+            if cache is not None:
+                left.append(r)
             self.reserve -= max_new - gen
             done.append(Completion(rid, gen, "length" if gen == max_new else "stop", t))
         self.kv -= freed
         self.hold = False
+        if cache is not None:
+            self._cache_leave(left)
         return done
 
     def _empty(self) -> None:
@@ -333,12 +363,21 @@ class FastEngine(EngineFace):
         self.tokens += m * b
         if self.kv > self.kv_peak:
             self.kv_peak = self.kv
+        if self.cache is not None:
+            self.cache.fit(self.kv_capacity - self.kv, self.stats)
+
+    def _cache_leave(self, left: list[Request]) -> None:
+        """Requests left at one event: their runs (and the prompts freed with them) are kept."""
+        self.cache.leave(left, self._freed)  # type: ignore[union-attr]
+        self._freed.clear()
 
     def _release(self, r: Request) -> None:
         """A request holding a shared prefix leaves: the prefix goes with the last holder."""
         if self.prefixes.unref(r.prefix):
             self.kv -= r.shared
             self.stats.prefix_drops += 1
+            if self.cache is not None:
+                self._freed.append(r.prefix)
 
     def _retract_until_fits(self) -> None:
         """Evict the requests with the fewest generated tokens (latest rid on ties) until the
@@ -359,6 +398,8 @@ class FastEngine(EngineFace):
             r.retractions += 1
             self.stats.retractions += 1
             victims.append(r)
+        if self.cache is not None:
+            self._cache_leave(victims)
         if spec.retract_to == "tail":
             self.waiting.extend(victims)
         else:
@@ -439,8 +480,17 @@ class FastEngine(EngineFace):
         pf.reqs, tokens, sq, added, capped = select_prefill_batch(
             self.spec, self.waiting, len(running), self.kv, reserve, ratio, refs
         )
+        stamp_started(pf.reqs, self.t)
+        comp = tokens  # the tokens it computes
         if self.share:
-            if self.chunk:  # what an abort in mid-batch walks (`_pass_in_flight_end`)
+            if self.cache is not None:  # the retained cache may serve some (taken at its end)
+                got = pf.got = self.cache.lookup(pf.reqs, refs)
+                pf.pieces = (got.lens, got.cached)
+                if got.saved:
+                    pf.saved = got.saved
+                    comp = tokens - got.saved
+                    sq = sum((c + n) * (c + n) - c * c for n, c in zip(got.lens, got.cached))
+            elif self.chunk:  # what an abort in mid-batch walks (`_pass_in_flight_end`)
                 pf.pieces = prefill_pieces(pf.reqs, refs)
             pf.hits = sum(refs.hold(r.prefix) for r in pf.reqs if r.shared)
         pf.tokens = tokens
@@ -450,11 +500,11 @@ class FastEngine(EngineFace):
             self.kv_peak = kv
         self.phase = PREFILL
         if self.chunk:
-            pf.passes, left = prefill_passes(tokens, self.chunk, pf.room_in)
+            pf.passes, left = prefill_passes(comp, self.chunk, pf.room_in)
             pf.room_out = left if capped else 0
-            dur = self.cost.prefill_time(tokens, sq, pf.passes, len(pf.reqs))
+            dur = self.cost.prefill_time(comp, sq, pf.passes, len(pf.reqs))
         else:
-            dur = self.cost.prefill_time(tokens, sq, 1, len(pf.reqs))
+            dur = self.cost.prefill_time(comp, sq, 1, len(pf.reqs))
         pf.time = dur
         self.t_event = self.t + dur
         return True

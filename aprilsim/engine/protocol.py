@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+from aprilsim.engine.parts import EngineStats
 from aprilsim.engine.request import Completion, Request
 
 
@@ -20,6 +21,7 @@ class SimEngine(Protocol):
     busy_time: float
     tokens: int
     retractions: int
+    stats: EngineStats  # counters (decode iterations, prefill seconds: the gain decomposition)
 
     @property
     def load(self) -> int:
@@ -50,6 +52,10 @@ class SimEngine(Protocol):
         inside a span is measured exactly, the same on every engine implementation."""
         ...
 
+    def iterations_at(self, now: float) -> int:
+        """Decode iterations done as of `now`, counted as `progress_at` counts their tokens."""
+        ...
+
     def submit(self, reqs: list[Request], now: float) -> None:
         """Queue requests arriving at `now`."""
         ...
@@ -69,6 +75,10 @@ class SimEngine(Protocol):
 
     def pause(self, now: float, until: float) -> list[Completion]:
         """Stop generating from `now` to `until` (a weight update); work resumes after."""
+        ...
+
+    def flush_prefix_cache(self) -> None:
+        """A weight update: forget the token runs the retained prefix cache kept."""
         ...
 
     def block_until(self, t: float) -> None:

@@ -29,6 +29,7 @@ from aprilsim.engine.fast import FastEngine
 from aprilsim.engine.protocol import SimEngine
 from aprilsim.engine.request import Completion, Request
 from aprilsim.engine.router import Router, make_router
+from aprilsim.metrics.gain import fixed_iteration_cost
 from aprilsim.metrics.records import RunResult, StepRecord
 from aprilsim.metrics.trace import EngineSample, PhaseSpan, RequestSpan, Trace
 from aprilsim.policies.base import Scheduler, SchedulerError
@@ -79,6 +80,9 @@ class SimMeter:
             busy_by_engine=[p[1] for p in progress],
             retractions=sum(e.retractions for e in self.engines),
             kv_peak=max(max(e.peak_kv, p[2]) for e, p in zip(self.engines, progress)),
+            iterations=sum(e.iterations_at(now) for e in self.engines),
+            prefill_s=sum(e.stats.prefill_s for e in self.engines),
+            prefill_tokens=sum(e.stats.prefill_tokens for e in self.engines),
         )
 
     def new_window(self, now: float) -> None:
@@ -163,6 +167,9 @@ class Simulation:
         self._held: list[tuple[Sequence[Sample], int, int | None, int]] = []
         self._aborting = 0  # AbortAlls on their way: sends wait for them to land (as live)
         self._last_landing = 0.0  # when the last of them lands
+        # requests on their way to the engines (`client_overhead_s`): id -> engine -> requests
+        self._pending: dict[int, dict[int, list[Request]]] = {}
+        self._n_sent = 0
         self._finished = False
         self._progress = progress  # called with (steps done, steps) after each training step
         self.trace = trace
@@ -215,6 +222,7 @@ class Simulation:
             peak_tokens_per_s=self._peak_tokens_per_s(),
             total_time_s=self.now,
             end_state=end_state,
+            iteration_cost_s=fixed_iteration_cost(self.spec.cost),
         )
 
     def _colocated(self):
@@ -237,6 +245,9 @@ class Simulation:
                 ]
             yield self._at(self.now + train + self.trainer.sync_s)
             self._sync_clock()
+            if self.spec.prefix_cache_flush:  # the new weights make every kept run stale
+                for e in self.engines:
+                    e.flush_prefix_cache()
             core.colocated_synced()
             rec.step_time_s = self.now - rec.rollout_start_s
             if self._progress is not None:
@@ -302,7 +313,8 @@ class Simulation:
         per_engine: dict[int, list[Request]] = {}
         loads = [e.load for e in self.engines]
         pick = self.router.pick
-        share = self.spec.prefix_sharing
+        share = self.spec.shares_prefixes
+        retain = self.spec.retains_prefixes
         rid = first_rid
         for s in samples:
             g = s.generated
@@ -313,6 +325,10 @@ class Simulation:
             if share and s.prompt_len > 1:  # the prompt but its last token, held once per engine
                 req.prefix, req.shared = s.group_id, s.prompt_len - 1
                 req.input_len -= req.shared
+            if retain:  # its run in the retained cache: what its earlier requests left
+                req.seq = s.uid
+            if s.start_s < 0:  # not yet scheduled on an engine: the engine stamps it (queue wait)
+                req.owner = s
             i = pick(loads, s.group_id)
             loads[i] += 1
             rid += 1
@@ -323,9 +339,15 @@ class Simulation:
                 reqs.append(req)
         spans = self._spans if self.trace is not None else None
         inflight = self.core.inflight
+        delay = self.spec.client_overhead_s
+        if delay > 0:  # each request reaches its engine that much later (the client's own time)
+            self._n_sent += 1
+            self._pending[self._n_sent] = per_engine
+            self._at(self.now + delay).callbacks.append(partial(self._deliver, self._n_sent))
         for i, reqs in per_engine.items():
-            self.engines[i].submit(reqs, self.now)
-            self._dirty.add(i)
+            if not delay:
+                self.engines[i].submit(reqs, self.now)
+                self._dirty.add(i)
             if spans is not None:
                 for r in reqs:
                     smp = inflight[r.rid]
@@ -333,6 +355,25 @@ class Simulation:
                         i, r.rid, smp.uid, smp.group_id, version, self.now, self.now, 0, "abort",
                         carried=smp.generated,
                     )
+
+    def _deliver(self, key: int, _ev) -> None:
+        """Requests sent `client_overhead_s` ago reach their engines (unless aborted meanwhile)."""
+        per_engine = self._pending.pop(key, None)
+        if self._finished or per_engine is None:
+            return
+        self._sync_clock()
+        for i, reqs in per_engine.items():
+            self.engines[i].submit(reqs, self.now)
+            self._dirty.add(i)
+        self._drain()
+
+    def _drop_pending(self) -> list[Completion]:
+        """An abort: requests still on their way never reach an engine (no token generated)."""
+        out = [Completion(r.rid, 0, "abort", self.now)
+               for per_engine in self._pending.values() for reqs in per_engine.values()
+               for r in reqs]
+        self._pending.clear()
+        return out
 
     def abort_all(self) -> list[Completion] | None:
         # the engines are told once the scheduler's reaction is over (`_drain`), as live; what is
@@ -361,6 +402,8 @@ class Simulation:
         # the last one lands. Without it the abort lands at once.
         k = self.spec.abort_steps
         comps = self._abort_held(rids) if self._held else []
+        if self._pending:  # requests still on their way (`client_overhead_s`) never arrive
+            comps += self._drop_pending()
         land = self.now
         for i, e in enumerate(self.engines):
             if e.is_idle():
@@ -388,6 +431,7 @@ class Simulation:
         self._sync_clock()
         self._landing.remove(comps)
         self._aborting -= 1
+        self.core.now = self.now
         self.core.abort_landed(comps)
         self._release()
         self._drain()
@@ -403,7 +447,10 @@ class Simulation:
         `rids`: what was in flight when it was asked for) and sync once the abort has landed;
         the new weights are loaded `sync_s` later."""
         now, k = self.now, self.spec.abort_steps
+        flush = self.spec.prefix_cache_flush
         comps = self._abort_held(rids) if interrupt and self._held else []
+        if interrupt and self._pending:  # requests still on their way never arrive
+            comps += self._drop_pending()
         land = now
         if interrupt:
             for i, e in enumerate(self.engines):
@@ -420,6 +467,8 @@ class Simulation:
                 e.block_until(until)
             else:
                 comps += e.pause(now, until)
+            if flush:
+                e.flush_prefix_cache()
             self._dirty.add(i)
         if land > now:  # the requests come back, and the sync starts, once the abort has landed
             self._landing.append(comps)
@@ -520,6 +569,7 @@ class Simulation:
             heapq.heappop(heap)
             if te > self.now:
                 self.now = te
+            core.now = self.now  # the requests that end now finish at this time
             e = engines[i]
             if close_span is None:
                 for c in e.advance():
@@ -545,7 +595,8 @@ class Simulation:
         """Stop the engines at the end; count where every sample is (the conservation ledger)."""
         landing, self._landing = [c for comps in self._landing for c in comps], []
         core = self.core
-        for comps in [landing, *(e.abort_all(self.now) for e in self.engines)]:
+        pending = self._drop_pending()
+        for comps in [landing, pending, *(e.abort_all(self.now) for e in self.engines)]:
             for c in comps:
                 s = core.final_ended(c.rid, c.tokens, c.reason)
                 if self.trace is not None:

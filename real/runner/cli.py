@@ -334,14 +334,24 @@ def _run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, 
         if as_json:  # the keys of `simulate --json`, its `run` metadata included
             from aprilsim.cli import _command_line
             from aprilsim.report.run_output import run_meta
+            from aprilsim.simulate_cli import gain_vs_sync
 
             meta = run_meta(sc, sc.seed if opts["seed"] is None else opts["seed"], _command_line())
-            click.echo(json.dumps([{**r, "run": meta} for r in out.rows], indent=2))
+            gains = gain_vs_sync({r["scheduler"]: [r] for r in out.rows})  # live: idle and context
+            rows = [{**r, "run": meta, **({"gain_vs_sync": gains[r["scheduler"]][1][0]}
+                                          if r["scheduler"] in gains else {})} for r in out.rows]
+            click.echo(json.dumps(rows, indent=2))
         else:
             click.echo(f"scenario: {sc.name} live, lengths x{opts['scale']:.4g}  ({len(out.rows)} "
                        f"scheduler(s), {sc.batch_size} groups x {sc.group_size} samples, {sc.steps} steps)")
             click.echo(format_table(out.rows))
             click.echo(end_state_lines(out.rows))
+            from aprilsim.metrics.gain import gain_lines
+            from aprilsim.simulate_cli import gain_vs_sync
+
+            gains = gain_vs_sync({r["scheduler"]: [r] for r in out.rows})
+            for line in gain_lines({name: g[0] for name, g in gains.items()}):
+                click.echo(line)
     if out.error:
         click.echo(f"aprilsim: error: {out.error}", err=True)
         sys.exit(out.code)

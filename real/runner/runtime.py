@@ -341,6 +341,7 @@ class LiveRuntime:
     def _abort_landed(self, task: asyncio.Task) -> None:
         self._landings.remove(task)
         self._aborting -= 1
+        self.core.now = self.now()
         self.core.abort_landed(task.result())
         self._release()
 
@@ -350,7 +351,9 @@ class LiveRuntime:
         async def start() -> None:
             t0 = self.now()
             if interrupt:
-                self.core.sync_aborted(await self._abort(rids))
+                ended = await self._abort(rids)
+                self.core.now = self.now()
+                self.core.sync_aborted(ended)
             else:
                 await self.cluster.pause()
             version = self.core.version + 1
@@ -441,6 +444,7 @@ class LiveRuntime:
             await self._fault(flight, res)
         else:
             e = self._took(flight, res)
+            self.core.now = self.now()  # its finish time (request latency)
             s = self.core.request_ended(e.rid, e.tokens, e.reason)
             self._close_span(flight, e.reason, s)
         self.overhead_s += time.monotonic() - t0
@@ -457,6 +461,7 @@ class LiveRuntime:
                       res.error or res.abort_message or "aborted by the engine")
         slot.faults.append(fault)
         self.faults.append(fault)
+        self.core.now = self.now()
         self.core.request_failed(e.rid, e.tokens, fault.message)
 
     # ------------------------------------------------------------------ end of run

@@ -118,13 +118,16 @@ class VirtualEngine:
     """One simulated engine (`FastEngine`) behind the live `Engine` and `WeightSync` protocols."""
 
     def __init__(self, engine: FastEngine, loop: VirtualLoop, sync_s: float, name: str,
-                 prompt_of: Callable[[GenerateRequest], tuple[int, int]] | None = None) -> None:
+                 sample_of: Callable[[GenerateRequest], Sample] | None = None) -> None:
         self.engine, self.loop, self.sync_s, self.name = engine, loop, sync_s, name
-        # prefix sharing: a request's (group, prompt length), the prefix the engine holds once
-        self.prompt_of = prompt_of if engine.spec.prefix_sharing else None
+        # the sample a request generates (its group's prefix, its retained run, its first
+        # scheduling), as the simulator's send reads them
+        self.sample_of = sample_of
         self.spec = engine.spec
         self._next = 0
         self._pending: list[Request] = []
+        self._transit: dict[int, list[Request]] = {}  # on their way (`client_overhead_s`)
+        self._n_sent = 0
         self._waiting: dict[int, tuple[asyncio.Future, GenerateRequest, float]] = {}
         self.version: str | None = None
         loop.engines.append(self)
@@ -136,11 +139,15 @@ class VirtualEngine:
         self._next += 1
         req = Request(rid, len(request.prompt_ids), request.max_new_tokens,
                       request.tokens_to_generate)
-        if self.prompt_of is not None:  # as the simulator's send: the prompt but its last token
-            gid, prompt_len = self.prompt_of(request)
-            if prompt_len > 1:
-                req.prefix, req.shared = gid, prompt_len - 1
+        if self.sample_of is not None:  # as the simulator's send
+            s, spec = self.sample_of(request), self.spec
+            if spec.shares_prefixes and s.prompt_len > 1:  # the prompt but its last token
+                req.prefix, req.shared = s.group_id, s.prompt_len - 1
                 req.input_len -= req.shared
+            if spec.retains_prefixes:
+                req.seq = s.uid
+            if s.start_s < 0:  # the engine stamps its first scheduling
+                req.owner = s
         self._pending.append(req)
         fut = self.loop.create_future()
         self._waiting[rid] = (fut, request, self.loop.time())
@@ -148,9 +155,21 @@ class VirtualEngine:
 
     def flush(self) -> None:
         """Hand the engine the requests queued since the last flush (one submission, as the
-        simulator's `send` hands each engine its share of a batch)."""
+        simulator's `send` hands each engine its share of a batch), `client_overhead_s` later
+        where the spec charges the client's own time per request."""
         if self._pending:
             reqs, self._pending = self._pending, []
+            delay = self.spec.client_overhead_s
+            if delay > 0:
+                self._n_sent += 1
+                self._transit[self._n_sent] = reqs
+                self.loop.call_at(self.loop.time() + delay, self._arrive, self._n_sent)
+            else:
+                self.engine.submit(reqs, self.loop.time())
+
+    def _arrive(self, key: int) -> None:
+        reqs = self._transit.pop(key, None)
+        if reqs:  # unless an abort dropped them on their way
             self.engine.submit(reqs, self.loop.time())
 
     def step(self) -> None:
@@ -181,6 +200,10 @@ class VirtualEngine:
         decode steps have run, as the simulator's AbortAll lands."""
         self.flush()
         e, now = self.engine, self.loop.time()
+        if self._transit:  # requests on their way never reach the engine (no token generated)
+            dropped = [r for reqs in self._transit.values() for r in reqs]
+            self._transit.clear()
+            self._deliver([Completion(r.rid, 0, "abort", now) for r in dropped])
         if e.is_idle():
             return
         k = self.spec.abort_steps
@@ -210,6 +233,9 @@ class VirtualEngine:
     # ---- WeightSync
     async def update_weights(self, version: str, path: str | None = None) -> None:
         self.version = version
+        if self.spec.prefix_cache_flush:  # the new weights make every kept run stale
+            self.flush()
+            self.engine.flush_prefix_cache()
 
     async def pause(self) -> bool:
         """Stop generating for the modelled sync time (the simulator's pause until the sync ends);
@@ -299,15 +325,14 @@ async def _run(loop: VirtualLoop, scenario: Scenario, policy: Scheduler, seed: i
     spec, tm = scenario.engine_spec(), scenario.trainer_model()
     samples: dict[int, Sample] = {}
 
-    def prompt_of(request: GenerateRequest) -> tuple[int, int]:
+    def sample_of(request: GenerateRequest) -> Sample:
         uid = request.tag
         if uid not in samples:  # a group drawn since the last look
             samples.update((s.uid, s) for g in rt.groups.values() for s in g.samples)
-        s = samples[uid]  # type: ignore[index]
-        return s.group_id, s.prompt_len
+        return samples[uid]  # type: ignore[index]
 
     engines = [VirtualEngine(engine_factory(spec, i), loop, tm.sync_s, f"sim-{i}",  # type: ignore[arg-type]
-                             prompt_of) for i in range(scenario.cluster.engines)]
+                             sample_of) for i in range(scenario.cluster.engines)]
     cluster = VirtualCluster(engines, progress_deadline_s=None)
     cluster.router = make_router(scenario.cluster.router)
     rt = LiveRuntime(

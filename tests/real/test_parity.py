@@ -58,13 +58,15 @@ FIELDS = [f.name for f in dataclasses.fields(StepRecord)]
 
 # the cluster variants each registered scheduler (defaults) also runs on: an abort that lands at
 # once, or 400 decode steps later, a KV cache small enough to retract, the load-aware routers
-# (prefix sharing on one)
+# (prefix sharing on one, a retained LRU prefix cache on another), a client overhead per request
 CLUSTERS: dict[str, dict[str, Any]] = {
     "abort_at_once": {"abort_steps": -1},
     "slow_abort": {"abort_steps": 400},  # the trainer finishes while an abort is on its way
     "small_kv": {"kv_capacity": 8_000, "new_token_ratio": 0.0, "min_new_token_ratio_factor": 0.0},
     "least_loaded": {"router": "least_loaded"},
     "prefix_sharing": {"router": "group_affinity", "prefix_sharing": True},
+    "lru_prefix_cache": {"router": "group_affinity", "prefix_cache": "lru"},
+    "client_overhead": {"client_overhead_s": 0.05},  # requests reach their engine 50 ms later
 }
 
 

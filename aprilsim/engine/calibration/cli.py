@@ -44,8 +44,14 @@ def _read(kind: str, value: Any, opts: dict[str, Any], live: LiveMeasure | None,
     if kind == "csv":
         return read_csv(value), {"source": f"CSV {value}"}
     if kind == "sglang_log":
-        return read_sglang_log(value), {
-            "source": f"SGLang scheduler log {value} (decode time = #running-req / gen throughput)"}
+        from .client import prefix_cache_line, sglang_cached_share
+
+        recs = read_sglang_log(value)
+        share = sglang_cached_share(Path(value).read_text(errors="replace").splitlines())
+        which, line = prefix_cache_line(share)
+        return recs, {
+            "source": f"SGLang scheduler log {value} (decode time = #running-req / gen throughput)",
+            which: [line], "prefix_hit_share": share}
     if kind == "iteration_log":
         return read_iteration_log(value), {"source": f"bundled engine iteration log {value}"}
     if kind == "vidur":
@@ -160,6 +166,11 @@ def make_calibrate_command(live: LiveMeasure | None) -> click.Command:
             from .estimator import CostCalibrator
 
             cal = CostCalibrator(form=form, max_knots=max_knots).fit(records)
+            from .client import client_overhead_lines, prefix_cache_line
+
+            info["client_overhead_s"] = client_overhead_lines(cal.cost_, info)
+            if "prefix_hit_share" not in info:  # the source says nothing of a prefix cache
+                info.setdefault("assumed", []).append(prefix_cache_line(None)[1])
         except ValueError as e:
             fail(str(e))
             return
@@ -179,7 +190,7 @@ def _write_outputs(cal: CostCalibrator, info: dict[str, Any], out: Path | None,
         write_preset(out, cal.cost_, label=info.get("label", "calibrated"),
                      source=f"calibrated ({form}) from {info['source']}",
                      max_running=info.get("max_running"), kv_capacity=info.get("kv_capacity"),
-                     errors=cal.errors_, measured=info.get("measured"),
+                     client_overhead_s=info.get("client_overhead_s"), errors=cal.errors_, measured=info.get("measured"),
                      assumed=info.get("assumed"))
         click.echo(f"wrote {out}", err=True)
     if records_out is not None:
@@ -218,7 +229,8 @@ def _print(cal: CostCalibrator, info: dict[str, Any], form: str, as_json: bool,
             "n_prefill": cal.n_prefill_, "cost": cost_dict(cal.cost_),
             "errors": [e.to_dict() for e in cal.errors_],
             **{k: info[k] for k in ("max_running", "kv_capacity", "wall_s", "vocab_size",
-                                    "measured", "assumed", "advice") if k in info},
+                                    "measured", "assumed", "advice", "client_overhead_s",
+                                    "prefix_hit_share") if k in info},
             "preset_file": str(out) if out else None}, indent=2))
         return
     click.echo(f"source: {info['source']}")
