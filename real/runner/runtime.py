@@ -64,11 +64,13 @@ class _Flight:
 
 @dataclass(frozen=True, slots=True)
 class _Ended:
-    """A request that came back, as the core reads it (rid, tokens, reason)."""
+    """A request that came back, as the core reads it (rid, tokens, reason, and when it ended
+    on the run's clock: a request that finished while an abort landed finished then)."""
 
     rid: int
     tokens: int
     reason: str
+    time: float
 
 
 def _how(res: GenerateResult) -> str:
@@ -406,7 +408,7 @@ class LiveRuntime:
                 ended.append(self._took(f, f.task.result()))
                 self._closing[rid] = f
             elif rid in parked:
-                ended.append(_Ended(rid, 0, "abort"))
+                ended.append(_Ended(rid, 0, "abort", self.now()))
         return ended
 
     # ------------------------------------------------------------------ results
@@ -419,7 +421,8 @@ class LiveRuntime:
             flight.span.end_s, flight.span.tokens = self.now(), n
             if res.timings.first_token is not None:
                 flight.span.first_token_s = res.timings.first_token - self._t0
-        return _Ended(flight.rid, n, how or _how(res))
+        end = res.timings.finished
+        return _Ended(flight.rid, n, how or _how(res), self.now() if end is None else end - self._t0)
 
     def _ended_hook(self, c: _Ended, s: Sample) -> None:
         """The core credited a request that an abort or a sync brought back: close its span."""

@@ -177,13 +177,12 @@ class VirtualEngine:
         self._deliver(self.engine.advance())
 
     def _deliver(self, comps: Sequence[Completion]) -> None:
-        now = self.loop.time()
-        for c in comps:
+        for c in comps:  # each ended at its own time (an abort's steps: before it landed)
             fut, req, t0 = self._waiting.pop(c.rid)
             reason = FinishReason(c.reason)
             if not fut.done():
                 fut.set_result(GenerateResult(f"{self.name}-{c.rid}", req, [_TOKEN] * c.tokens,
-                                              reason, Timings(t0, None, now),
+                                              reason, Timings(t0, None, c.time),
                                               prompt_tokens=len(req.prompt_ids),
                                               weight_version=self.version, worker=self.name))
 
