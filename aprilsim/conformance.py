@@ -13,26 +13,28 @@ rewards) and checks the invariants every scheduler must keep, whatever it promis
 * honest opt-out: a scheduler that sets `sample_events = False` gives the same run when it is sent
   SampleFinished events anyway (it claimed to ignore them).
 
-It lives above `aprilsim.policies` (it runs the simulator), so schedulers never import the runtime.
+By default the checks run the simulator; `run=` takes another driver of the same rollout core, e.g.
+`real.runner.virtual.run_under_live` (the live asyncio driver on simulated engines in virtual
+time), so a user's scheduler is checked on both drivers. It lives above `aprilsim.policies` (it runs
+the simulator), so schedulers never import the runtime.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from aprilsim.config import Scenario, scenario_from_dict
 from aprilsim.metrics.records import RunResult
 from aprilsim.policies.base import Action, CloseBatch, Context, Event, Scheduler
 from aprilsim.policies.registry import make_scheduler
 from aprilsim.sim.build import build_simulation
-from aprilsim.sim.runtime import Simulation
 from aprilsim.types import Group, SampleStatus
 
 __all__ = [
-    "BatchRecorder", "ConformanceError", "ConformanceRun", "check_scheduler", "conformance_scenario",
-    "run_under_check", "small_scenario",
+    "BatchRecorder", "ConformanceError", "ConformanceRun", "Driver", "RunUnderCheck", "check_scheduler",
+    "conformance_scenario", "recorder_for", "run_under_check", "small_scenario",
 ]
 
 
@@ -98,21 +100,41 @@ def conformance_scenario(*, seed: int = 0, rewards: tuple[float, float] = (1.0, 
                           cluster=cluster)
 
 
+class Driver(Protocol):
+    """What the checks read of a finished run's driver (a Simulation, a LiveRuntime)."""
+
+    @property
+    def groups(self) -> dict[int, Group]: ...
+
+
 @dataclass
 class ConformanceRun:
-    """One finished run under the checks: the simulation, its result, the batches closed."""
+    """One finished run under the checks: the driver (`sim`: the Simulation by default, or the
+    live runtime), its result, the batches closed."""
 
-    sim: Simulation
+    sim: Driver
     recorder: BatchRecorder
     scenario: Scenario
     result: RunResult
 
 
+class RunUnderCheck(Protocol):
+    """A driver's way to run a scheduler for the checks (`run_under_check` is the simulator's)."""
+
+    def __call__(self, scheduler: str | type, settings: dict[str, Any] | None, scenario: Scenario,
+                 *, force_sample_events: bool = False) -> ConformanceRun: ...
+
+
+def recorder_for(scheduler: str | type, settings: dict[str, Any] | None, *,
+                 force_sample_events: bool = False) -> BatchRecorder:
+    """A fresh scheduler (a name, `module:Class`, or a class) wrapped in a BatchRecorder."""
+    return BatchRecorder(_make(scheduler, settings), force_sample_events=force_sample_events)
+
+
 def run_under_check(scheduler: str | type, settings: dict[str, Any] | None, scenario: Scenario,
                     *, force_sample_events: bool = False, **build: Any) -> ConformanceRun:
-    """Build a fresh scheduler, wrap it in a BatchRecorder, run it on `scenario`."""
-    policy = _make(scheduler, settings)
-    rec = BatchRecorder(policy, force_sample_events=force_sample_events)
+    """Build a fresh scheduler, wrap it in a BatchRecorder, run it on `scenario` (simulated)."""
+    rec = recorder_for(scheduler, settings, force_sample_events=force_sample_events)
     sim = build_simulation(scenario, rec, **build)  # type: ignore[arg-type]
     return ConformanceRun(sim, rec, scenario, sim.run())
 
@@ -190,9 +212,11 @@ def check_scheduler(
     settings: dict[str, Any] | None = None,
     *,
     scenarios: dict[str, Scenario] | None = None,
+    run: RunUnderCheck = run_under_check,
 ) -> list[str]:
     """Run every shared check on `scheduler` (a registered name, `module:Class`, or a class);
-    raise ConformanceError at the first broken invariant; return the names of the checks passed."""
+    raise ConformanceError at the first broken invariant; return the names of the checks passed.
+    `run` is the driver the runs go through (default: the simulator; see the module docstring)."""
     scenarios = scenarios or {
         "plain": conformance_scenario(rewards=(1.0, 1.0)),
         "u_shaped": conformance_scenario(rewards=(0.3, 0.3)),
@@ -201,17 +225,17 @@ def check_scheduler(
     policy = _make(scheduler, settings)
     opts_out = not getattr(policy, "sample_events", True)
     for label, sc in scenarios.items():
-        r = run_under_check(scheduler, settings, sc)
+        r = run(scheduler, settings, sc)
         for check in (check_ledger, check_batches, check_max_length):
             check(r, label)
             passed.append(f"{check.__name__}[{label}]")
-        again = run_under_check(scheduler, settings, sc)
+        again = run(scheduler, settings, sc)
         if _fingerprint(again) != _fingerprint(r):
             _fail("determinism", label, "the same seed gave a different run")
         passed.append(f"determinism[{label}]")
         if opts_out:
             try:
-                forced = run_under_check(scheduler, settings, sc, force_sample_events=True)
+                forced = run(scheduler, settings, sc, force_sample_events=True)
             except Exception as e:  # noqa: BLE001 - any failure here is the finding
                 _fail("sample_events opt-out", label, f"sending SampleFinished events broke the "
                       f"run of a scheduler that opts out: {type(e).__name__}: {e}")
@@ -221,8 +245,8 @@ def check_scheduler(
             passed.append(f"sample_events_opt_out[{label}]")
     first = next(iter(scenarios.values()))
     other = first.model_copy(update={"seed": first.seed + 1})
-    a = run_under_check(scheduler, settings, first)
-    b = run_under_check(scheduler, settings, other)
+    a = run(scheduler, settings, first)
+    b = run(scheduler, settings, other)
     if a.result.summary()["generated_tokens"] == b.result.summary()["generated_tokens"]:
         _fail("seed", "", "another seed gave the same generated tokens")
     passed.append("another_seed")

@@ -11,9 +11,12 @@ What a scheduler may rely on, the same in both runtimes (decided in `aprilsim.ro
 * Actions are carried out in order; the next event comes only after the whole list.
 * `AbortAll`: the aborted samples stay RUNNING (and count in `ctx.in_flight`) until the abort lands,
   so the actions after it in the same list see them in flight (resubmitting or discarding one is
-  an error). They come back later in one `SamplesReturned` (requests that finished first arrive as
-  `SampleFinished`/`GroupFinished` before it), never before the end of that list; how much later
-  depends on the engine (`abort_steps`), and other events may come in between.
+  an error). They come back later in one `SamplesReturned`, in the order they were sent
+  (requests that finished first arrive as `SampleFinished`/`GroupFinished` before it), never
+  before the events already queued have been handled; how much later depends on the engine
+  (`abort_steps`), and other events may come in between. Samples submitted meanwhile start once
+  it has landed; aborts land in the order asked. An interrupting `UpdateWeights` aborts the same way; the sync starts once its
+  abort has landed.
 * A `Submit` during a weight sync is taken at once: the samples are RUNNING, stamped with the new
   version, and count in flight; their requests start once the new weights are loaded.
 * A sample is complete when it reaches its end: its target length in simulation and replay, the

@@ -13,7 +13,11 @@ Decided here (docs/concepts.md, "What a scheduler may rely on"):
 
 * AbortAll: the aborted samples stay RUNNING (in flight) until the abort lands; the actions after
   AbortAll in the same list see them in flight. The landing (SampleFinished/GroupFinished for
-  requests that finished first, then one SamplesReturned) is never before the end of that list.
+  requests that finished first, then one SamplesReturned, in the order the requests were sent)
+  is never before the end of that list. Both drivers tell the engines once the scheduler's
+  reaction is over (`drain` returned: every queued event handled), the abort and a weight sync's
+  pause or abort alike; requests sent meanwhile, or while the abort is on its way, start after
+  it; other events (the trainer, a sync) are heard while it is on its way.
 * A Submit during a weight sync is taken at once: the samples are RUNNING, stamped with the new
   version, and count in flight; their requests start once the new weights are loaded.
 * A sample is complete when it has generated its hidden target length (`_target_len`); where the
@@ -73,6 +77,10 @@ class GroupMaker(Protocol):
     def new_groups(self, n: int, step: int, group_size: int | None = None) -> list[Group]: ...
 
     def regenerate(self, groups: Sequence[Group], step: int, group_size: int) -> list[Group]: ...
+
+
+def _rid(ended: Ended) -> int:
+    return ended.rid
 
 
 def effective_cap(sample: Sample, cap: int | None) -> int | None:
@@ -257,9 +265,10 @@ class RolloutCore:
         self._sync_returned += self._credit_all(ended)
 
     def _credit_all(self, ended: Iterable[Ended]) -> list[Sample]:
+        # in the order the requests were sent (request id), whatever order the engines gave
         returned: list[Sample] = []
         hook = self.on_ended
-        for c in ended:
+        for c in sorted(ended, key=_rid):
             s = self.request_ended(c.rid, c.tokens, c.reason)
             if s.status is _DONE:  # it finished before the abort landed: at its own time
                 s.finish_s = getattr(c, "time", s.finish_s)

@@ -161,6 +161,12 @@ class Simulation:
         self._batches = simpy.Store(self.env)
         self._synced: simpy.Event | None = None
         self._landing: list[list[Completion]] = []  # aborts on their way (`abort_steps` set)
+        # engine I/O the core asked for (an abort, a weight sync's pause or abort): carried out
+        # once the scheduler's reaction is over, as the live driver does; sends wait behind it
+        self._io: list[Callable[[], None]] = []
+        self._held: list[tuple[Sequence[Sample], int, int | None, int]] = []
+        self._aborting = 0  # AbortAlls on their way: sends wait for them to land (as live)
+        self._last_landing = 0.0  # when the last of them lands
         # requests on their way to the engines (`client_overhead_s`): id -> engine -> requests
         self._pending: dict[int, dict[int, list[Request]]] = {}
         self._n_sent = 0
@@ -280,14 +286,31 @@ class Simulation:
         self.now = max(self.now, self.env.now)
 
     def _drain(self) -> None:
-        """Let the scheduler react, then re-plan the engines it touched and hand over a batch."""
-        self.core.drain(self.now)
+        """Let the scheduler react, carry out the engine I/O it asked for (then let it react to
+        that), re-plan the engines it touched and hand over a batch."""
+        core = self.core
+        core.drain(self.now)
+        while self._io:
+            self._io.pop(0)()
+            self._release()
+            core.drain(self.now)
         self._rearm()
-        self.core.check_ready()
+        core.check_ready()
+
+    def _release(self) -> None:
+        """What waited behind engine I/O goes to the engines, once none is pending."""
+        if self._held and not self._io and not self._aborting:
+            held, self._held = self._held, []
+            for args in held:
+                self.send(*args)
 
     # ------------------------------------------------------------------ engine commands (the core's sink)
     def send(self, samples: Sequence[Sample], first_rid: int, cap: int | None, version: int,
              place: Placement | None = None) -> None:
+        if self._io or self._aborting:  # behind an abort or a weight sync the engines have not
+            # been told of yet, or an abort on its way: sent once it is over (as live)
+            self._held.append((samples, first_rid, cap, version, place))
+            return
         if place is not None:
             self._send_placed(samples, first_rid, cap, version, place)
             return
@@ -402,11 +425,34 @@ class Simulation:
         return out
 
     def abort_all(self) -> list[Completion] | None:
+        # the engines are told once the scheduler's reaction is over (`_drain`), as live; what is
+        # in flight now is aborted, sends held behind earlier I/O included
+        if not self.core.inflight:
+            return []  # nothing to abort: it lands at once (after the action list)
+        self._io.append(partial(self._abort_engines, frozenset(self.core.inflight)))
+        return None
+
+    def _abort_held(self, rids: frozenset[int]) -> list[Completion]:
+        """The held sends among `rids` (in flight when the abort was asked for) leave unsent."""
+        out: list[Completion] = []
+        keep = []
+        for held in self._held:
+            samples, first_rid = held[0], held[1]
+            if first_rid in rids:  # a send's requests went in flight together
+                out += [Completion(first_rid + j, 0, "abort", self.now) for j in range(len(samples))]
+            else:
+                keep.append(held)
+        self._held = keep
+        return out
+
+    def _abort_engines(self, rids: frozenset[int]) -> None:
         # with `abort_steps` k, as on a live engine: each engine finishes its step in flight (and
         # k more decode steps); the samples stay in flight, and the scheduler hears of them, when
         # the last one lands. Without it the abort lands at once (heard after the action list).
         k, at_once = self.spec.abort_steps, self.spec.aborts_at_once
-        comps: list[Completion] = self._drop_pending() if self._pending else []
+        comps: list[Completion] = self._abort_held(rids) if self._held else []
+        if self._pending:  # requests still on their way (`client_overhead_s`) never arrive
+            comps += self._drop_pending()
         land = self.now
         for i, e in enumerate(self.engines):
             if e.is_idle():
@@ -418,36 +464,81 @@ class Simulation:
                 comps += got
                 land = max(land, t)
             self._dirty.add(i)
+        if self._aborting:  # aborts land in the order asked: not before one on its way
+            land = max(land, self._last_landing)
         if land <= self.now:
-            return comps
+            self.core.abort_landed(comps)
+            return
         self._landing.append(comps)
+        self._aborting += 1
+        self._last_landing = land
         self._at(land).callbacks.append(partial(self._abort_landed_at, comps))
-        return None
 
     def _abort_landed_at(self, comps: list[Completion], _ev) -> None:
         if self._finished:
             return
         self._sync_clock()
         self._landing.remove(comps)
+        self._aborting -= 1
         self.core.now = self.now
         self.core.abort_landed(comps)
+        self._release()
         self._drain()
 
-    def sync_weights(self, interrupt: bool) -> list[Completion]:
-        until = self.now + self.trainer.sync_s
+    def sync_weights(self, interrupt: bool) -> None:
+        # the engines are told once the scheduler's reaction is over (`_drain`), as live
+        rids = frozenset(self.core.inflight) if interrupt else frozenset()
+        self._io.append(partial(self._sync_engines, interrupt, rids))
+        return None
+
+    def _sync_engines(self, interrupt: bool, rids: frozenset[int]) -> None:
+        """Pause the engines for the sync, or abort them (as AbortAll lands: `abort_steps`;
+        `rids`: what was in flight when it was asked for) and sync once the abort has landed;
+        the new weights are loaded `sync_s` later."""
+        now, k, at_once = self.now, self.spec.abort_steps, self.spec.aborts_at_once
         flush = self.spec.prefix_cache_flush
-        comps: list[Completion] = self._drop_pending() if interrupt and self._pending else []
+        comps = self._abort_held(rids) if interrupt and self._held else []
+        if interrupt and self._pending:  # requests still on their way never arrive
+            comps += self._drop_pending()
+        land = now
+        if interrupt:
+            for i, e in enumerate(self.engines):
+                if at_once or e.is_idle():
+                    comps += e.abort_all(now)
+                else:
+                    t, got = e.abort_after_steps(now, k)
+                    comps += got
+                    land = max(land, t)
+                self._dirty.add(i)
+        until = land + self.trainer.sync_s
         for i, e in enumerate(self.engines):
-            comps += e.abort_all(self.now) if interrupt else e.pause(self.now, until)
             if interrupt:
                 e.block_until(until)
+            else:
+                comps += e.pause(now, until)
             if flush:
                 e.flush_prefix_cache()
             self._dirty.add(i)
+        if land > now:  # the requests come back, and the sync starts, once the abort has landed
+            self._landing.append(comps)
+            self._at(land).callbacks.append(partial(self._sync_landed_at, comps, until))
+        else:
+            self.core.sync_aborted(comps)
+            self._sync_started(now, until)
+
+    def _sync_landed_at(self, comps: list[Completion], until: float, _ev) -> None:
+        if self._finished:
+            return
+        self._sync_clock()
+        self._landing.remove(comps)
+        self.core.sync_aborted(comps)
+        self._sync_started(self.now, until)
+        self._drain()
+
+    def _sync_started(self, now: float, until: float) -> None:
         if self.trace is not None:
-            self.trace.phases.append(PhaseSpan("sync", self.version, self.now, until))
+            self.trace.phases.append(PhaseSpan("sync", self.version, now, until))
         self._at(until).callbacks.append(self._weights_synced)
-        return comps
 
     def _weights_synced(self, _ev) -> None:
         self._sync_clock()
@@ -559,6 +650,9 @@ class Simulation:
                 s = core.final_ended(c.rid, c.tokens, c.reason)
                 if self.trace is not None:
                     self._close_span(c, s)
+        self._held = []
+        for rid in list(core.inflight):  # held behind engine I/O, never sent (as live)
+            core.final_ended(rid, 0, "abort")
         return core.end_state()
 
     def _peak_tokens_per_s(self) -> float:

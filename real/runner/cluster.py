@@ -66,6 +66,7 @@ class Slot:
     index: int
     alive: bool = True
     outstanding: int = 0
+    picked: int = 0  # routed here and not started yet: a batch's router sees its earlier picks
     tokens: int = 0  # output tokens of every result it returned
     _busy: float = 0.0
     _since: float | None = None
@@ -103,6 +104,8 @@ class Slot:
         return self._busy + ((time.monotonic() if now is None else now) - self._since)
 
     def started(self) -> None:
+        if self.picked:
+            self.picked -= 1
         if self.outstanding == 0:
             self._since = time.monotonic()
             self.last_progress = self.quiet_since = self._since
@@ -167,13 +170,16 @@ class Cluster:
         return sum(s.tokens for s in self.slots)
 
     def pick(self, key: int | None = None) -> Slot:
-        """The live slot the router chooses (loads: outstanding requests; `key`: the request's
-        group, for the group-affinity router); raises AllEnginesDown."""
+        """The live slot the router chooses (loads: requests outstanding or routed there and
+        not started yet; `key`: the request's group, for the group-affinity router); raises
+        AllEnginesDown. The caller sends the slot its request (`generate`)."""
         live = self.alive
         if not live:
             dead = "; ".join(f"{s.name}: {s.hung or 'failed a health check'}" for s in self.slots)
             raise AllEnginesDown(f"{len(self.slots)} of {len(self.slots)} dead ({dead})"[:600])
-        return live[self.router.pick([s.outstanding for s in live], key)]
+        slot = live[self.router.pick([s.outstanding + s.picked for s in live], key)]
+        slot.picked += 1  # counted at once, as the simulator counts a request it routes
+        return slot
 
     # ---- the progress deadline -------------------------------------------------------------
     def _ensure_watchdog(self) -> None:

@@ -12,7 +12,7 @@ rate of ``efficiency_vs_ideal`` is measured: the best tokens per busy engine-sec
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from aprilsim.metrics.records import StepRecord
 from aprilsim.rollout.ports import Reading
@@ -23,12 +23,13 @@ from .cluster import Cluster
 class LiveMeter:
     """The cluster's counters as the ledger's Meter (busy time on the monotonic clock)."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, clock: Callable[[], float] = time.monotonic) -> None:
         self.cluster = cluster
+        self.clock = clock  # the clock the slots' busy time runs on
         self.tokens0 = 0  # engines may be shared by consecutive runs: this run's share only
 
     def read(self, now: float) -> Reading:
-        mono = time.monotonic()
+        mono = self.clock()
         slots = self.cluster.slots
         return Reading(tokens=self.cluster.tokens, busy_by_engine=[s.busy_time(mono) for s in slots],
                        retractions=0, kv_peak=max((s.kv_peak for s in slots), default=0))

@@ -5,10 +5,13 @@ actions, same ledger, same records); this driver owns the wall clock, the HTTP (
 engines, the trainer stand-in, faults, the stall watchdog and the load sampler. One *pump* task
 is the only caller of the core: everything that happens (a request ended, the RL loop starts a
 rollout, the trainer finished, a weight sync finished) is posted to its inbox and handed to the
-core in order, then the core drains the scheduler's events. Engine I/O the core asks for (an
-abort, the pause or abort of a weight sync) runs in the pump right after the drain, so nothing
-else reaches the ledger meanwhile; the requests an abort or a sync holds up are parked here and
-sent once it is over (the core has them RUNNING already, as in simulation).
+core in order (what arrived together is credited together), then the core drains the scheduler's
+events. Engine I/O the core asks for starts right after the drain: a weight sync's pause or
+abort in the pump (nothing else reaches the ledger meanwhile), an AbortAll in the background
+(its landing is posted like any result, and other events are heard while it is on its way, as
+in simulation); the requests an abort or a sync holds up are parked here and sent once it is
+over (the core has them RUNNING already, as in simulation). The clock is injectable (the
+parity test runs this driver in virtual time: `real.runner.virtual`).
 
 Faults that the scheduler did not ask for (an engine died, a stream was cut or timed out for good,
 a 5xx after retries) keep the partial output (its ids are re-sent as prompt + partial) and the core
@@ -35,7 +38,7 @@ from aprilsim.metrics.records import RunResult, StepRecord
 from aprilsim.metrics.trace import EngineSample, PhaseSpan, RequestSpan, Trace
 from aprilsim.policies.base import MOST_ROOM, Scheduler, SchedulerError
 from aprilsim.rollout.core import MAX_FAULT_RESUBMITS, RolloutCore, effective_cap
-from aprilsim.rollout.ports import Placement
+from aprilsim.rollout.ports import Meter, Placement
 from aprilsim.types import Group, Sample, SampleStatus
 from real.protocol import GenerateResult
 
@@ -62,11 +65,13 @@ class _Flight:
 
 @dataclass(frozen=True, slots=True)
 class _Ended:
-    """A request that came back, as the core reads it (rid, tokens, reason)."""
+    """A request that came back, as the core reads it (rid, tokens, reason, and when it ended
+    on the run's clock: a request that finished while an abort landed finished then)."""
 
     rid: int
     tokens: int
     reason: str
+    time: float
 
 
 def _how(res: GenerateResult) -> str:
@@ -88,10 +93,14 @@ class LiveRuntime:
         progress: Callable[[int, int], None] | None = None,
         trace: Trace | None = None,
         stall_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+        meter: Meter | None = None,
     ) -> None:
         self.source, self.cluster, self.scheduler = source, cluster, scheduler
         self.steps, self.trainer = steps, trainer
-        self.meter = LiveMeter(cluster)
+        # the run's clock (seconds; a virtual one in the parity test) and the engines' figures
+        self._clock = clock
+        self.meter: Meter = meter if meter is not None else LiveMeter(cluster, clock)
         self.core = RolloutCore(
             scheduler=scheduler, groups=source, batch_size=batch_size, steps=steps,
             max_len=source.max_len, group_size=source.group_size, meter=self.meter, commands=self,
@@ -104,7 +113,8 @@ class LiveRuntime:
         self._closing: dict[int, _Flight] = {}  # brought back by an abort, its span still open
         # sends an abort or a sync holds up
         self._parked: list[tuple[int, Sample, int | None, Placement | None]] = []
-        self._aborting = False
+        self._aborting = 0  # AbortAlls on their way (sends wait for every one to land)
+        self._landings: list[asyncio.Task] = []  # AbortAll's on their way (the pump goes on)
         self._io: deque[Callable[[], Awaitable[None]]] = deque()  # engine I/O the core asked for
         self._training = False
         self._finished = False
@@ -118,11 +128,11 @@ class LiveRuntime:
         self.faults: list[Fault] = []
         self.overhead_s = 0.0  # runner time spent per request outside the engines (submit + credit)
         self.requests = 0
-        self._t0 = time.monotonic()
+        self._t0 = clock()
 
     # ------------------------------------------------------------------ clock and state
     def now(self) -> float:
-        return time.monotonic() - self._t0
+        return self._clock() - self._t0
 
     @property
     def clock_origin(self) -> float:
@@ -148,8 +158,9 @@ class LiveRuntime:
     # ------------------------------------------------------------------ running
     async def run(self) -> RunResult:
         """Run to the last step; the engines are left idle (everything in flight aborted)."""
-        self._t0 = time.monotonic()
-        self.meter.tokens0 = self.cluster.tokens  # engines may be shared by consecutive runs
+        self._t0 = self._clock()
+        if isinstance(self.meter, LiveMeter):
+            self.meter.tokens0 = self.cluster.tokens  # engines may be shared by consecutive runs
         loop = self._colocated() if self.core.colocated else self._disaggregated()
         rl = asyncio.create_task(loop, name="rl-loop")
         pump = asyncio.create_task(self._pump(), name="pump")
@@ -225,10 +236,10 @@ class LiveRuntime:
 
     async def _sync_weights(self, version: int) -> float:
         """Update every engine to ``version``; pad to the modelled sync time. Returns seconds."""
-        t0 = time.monotonic()
+        t0 = self._clock()
         await self.cluster.update_weights(version, self.trainer.checkpoint)
-        await self.trainer.sync_pad(time.monotonic() - t0)
-        return time.monotonic() - t0
+        await self.trainer.sync_pad(self._clock() - t0)
+        return self._clock() - t0
 
     async def _sample_loads(self, every_s: float = 0.05) -> None:
         """Read the engines' own load reports (running requests, KV tokens) where they give one:
@@ -257,12 +268,18 @@ class LiveRuntime:
                         f"live run stalled at t={self.now():.1f}s",
                         f"nothing in flight for {self._stall_s:.0f}s") from None
                 continue
-            if kind == "call":
-                payload()
-            elif kind == "result":
-                flight = self._flights.get(payload)
-                if flight is not None:
-                    await self._on_result(flight)
+            # what arrived together is credited together before the scheduler reacts (as the
+            # simulator credits every request an engine event ends, then drains once)
+            items = [(kind, payload)]
+            while not self._inbox.empty():
+                items.append(self._inbox.get_nowait())
+            for kind, payload in items:
+                if kind == "call":
+                    payload()
+                elif kind == "result":
+                    flight = self._flights.get(payload)
+                    if flight is not None:
+                        await self._on_result(flight)
             await self._drain()
 
     async def _drain(self) -> None:
@@ -331,18 +348,32 @@ class LiveRuntime:
     def abort_all(self) -> list[_Ended] | None:
         if not self.core.inflight:
             return []
-        self._aborting = True
+        self._aborting += 1
         rids = list(self.core.inflight)
+        # their results are the abort's from now on (the pump must not take one for a fault)
+        flights = [self._flights.pop(r) for r in rids if r in self._flights]
 
-        async def land() -> None:
-            ended = await self._abort(rids)
-            self._aborting = False
-            self.core.now = self.now()
-            self.core.abort_landed(ended)
-            self._release()
+        async def land(prev: asyncio.Task | None) -> list[_Ended]:
+            ended = await self._abort(rids, flights)
+            if prev is not None:  # aborts land in the order asked: not before one on its way
+                await asyncio.wait({prev})
+            return ended
 
-        self._io.append(land)
+        async def start() -> None:  # the abort lands in the background: the pump goes on
+            prev = self._landings[-1] if self._landings else None
+            task = asyncio.create_task(land(prev), name="abort")
+            self._landings.append(task)
+            task.add_done_callback(lambda t: self._post(lambda: self._abort_landed(t)))
+
+        self._io.append(start)
         return None
+
+    def _abort_landed(self, task: asyncio.Task) -> None:
+        self._landings.remove(task)
+        self._aborting -= 1
+        self.core.now = self.now()
+        self.core.abort_landed(task.result())
+        self._release()
 
     def sync_weights(self, interrupt: bool) -> None:
         rids = list(self.core.inflight)
@@ -386,23 +417,26 @@ class LiveRuntime:
             self.trace.phases.append(PhaseSpan("rollout", rec.step, rec.rollout_start_s, self.now()))
         self._batches.put_nowait(batch)
 
-    async def _abort(self, rids: Sequence[int]) -> list[_Ended]:
-        """Abort requests ``rids`` (sent or parked); what each brought back, in order."""
-        flights = [self._flights[r] for r in rids if r in self._flights]
+    async def _abort(self, rids: Sequence[int], flights: Sequence[_Flight] | None = None) -> list[_Ended]:
+        """Abort requests ``rids`` (sent or parked; ``flights``: those sent, taken from the map
+        already); what each brought back, in order."""
+        if flights is None:
+            flights = [self._flights.pop(r) for r in rids if r in self._flights]
         if flights:
             with contextlib.suppress(Exception):
                 await self.cluster.abort(list({f.slot for f in flights}))
             await asyncio.gather(*(f.task for f in flights), return_exceptions=True)
         parked, wanted = {p[0] for p in self._parked}, set(rids)
         self._parked = [p for p in self._parked if p[0] not in wanted]
+        sent = {f.rid: f for f in flights}
         ended: list[_Ended] = []
         for rid in rids:
-            f = self._flights.pop(rid, None)
+            f = sent.get(rid)
             if f is not None:
                 ended.append(self._took(f, f.task.result()))
                 self._closing[rid] = f
             elif rid in parked:
-                ended.append(_Ended(rid, 0, "abort"))
+                ended.append(_Ended(rid, 0, "abort", self.now()))
         return ended
 
     # ------------------------------------------------------------------ results
@@ -415,7 +449,8 @@ class LiveRuntime:
             flight.span.end_s, flight.span.tokens = self.now(), n
             if res.timings.first_token is not None:
                 flight.span.first_token_s = res.timings.first_token - self._t0
-        return _Ended(flight.rid, n, how or _how(res))
+        end = res.timings.finished
+        return _Ended(flight.rid, n, how or _how(res), self.now() if end is None else end - self._t0)
 
     def _ended_hook(self, c: _Ended, s: Sample) -> None:
         """The core credited a request that an abort or a sync brought back: close its span."""
@@ -466,6 +501,14 @@ class LiveRuntime:
         self._finished = True
         core = self.core
         core.finish()
+        for task in self._landings:  # an AbortAll on its way: what it brought back is final
+            with contextlib.suppress(Exception):
+                for e in await task:
+                    s = core.final_ended(e.rid, e.tokens, e.reason)
+                    f = self._closing.pop(e.rid, None)
+                    if f is not None:
+                        self._close_span(f, e.reason, s)
+        self._landings = []
         flights = list(self._flights.values())
         if flights:
             with contextlib.suppress(Exception):

@@ -29,17 +29,18 @@ class TrainerStandIn:
     model: TrainerModel
     train_fn: TrainFn | None = None
     checkpoint: str | None = None  # weights to load on every update (/update_weights_from_disk)
+    clock: Callable[[], float] = time.monotonic  # what "seconds it took" is read on (virtual: tests)
 
     async def train(self, groups: Sequence[Group], step: int, tokens: int) -> float:
         """Train on ``groups``; return the seconds it took."""
-        t0 = time.monotonic()
+        t0 = self.clock()
         if self.train_fn is None:
             await asyncio.sleep(self.model.train_time(tokens))
         else:
             out = self.train_fn(groups, step)
             if inspect.isawaitable(out):
                 await out
-        return time.monotonic() - t0
+        return self.clock() - t0
 
     async def sync_pad(self, spent: float) -> None:
         """Sleep what is left of the modelled sync time after ``spent`` seconds of real update

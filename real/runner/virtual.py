@@ -1,0 +1,355 @@
+"""The live driver on simulated engines in virtual time: what the parity test runs.
+
+`run_virtual` runs the asyncio live driver (`real.runner.runtime.LiveRuntime`, unchanged) with
+the simulator's engines (`aprilsim.engine.fast.FastEngine`) behind the live `Engine` protocol,
+on an asyncio event loop whose clock is virtual: time moves only when nothing is ready to run,
+to the earliest of the next timer (the trainer, a weight sync, an abort landing) and the next
+engine event, so a run is deterministic and takes no wall time. Its records must equal those of
+`aprilsim simulate` (`tests/real/test_parity.py`); `check_scheduler(..., run=run_under_live)`
+runs the conformance checks through this driver too.
+
+The pieces, each the live counterpart of a piece of `aprilsim.sim.runtime`:
+
+* `VirtualLoop`: the event loop with the virtual clock; at each idle point it first hands the
+  engines the requests sent since, then carries out one engine event (the simulator's engine loop
+  also handles one engine event, then lets the scheduler react, before the next);
+* `VirtualEngine`: one FastEngine as an `Engine` + `WeightSync`: a request is queued on it at the
+  moment the driver sends it (`VirtualCluster.generate`), its result comes when the engine ends it;
+  an abort lands as the simulator's does (`abort_steps`), a pause lasts the modelled sync time;
+* `VirtualCluster`: the live `Cluster`, routing included, whose requests reach their engine at once
+  (as the simulator's `send`), so a router sees every request of a batch;
+* `VirtualMeter`: the simulator's meter (`SimMeter`), reading the engines exactly at the time given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import selectors
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from aprilsim.config import Scenario
+from aprilsim.conformance import ConformanceRun, recorder_for
+from aprilsim.engine.fast import FastEngine
+from aprilsim.engine.request import Completion, Request
+from aprilsim.engine.router import make_router
+from aprilsim.metrics.records import RunResult
+from aprilsim.metrics.trace import Trace
+from aprilsim.metrics.warmup import clamp_warmup
+from aprilsim.policies.base import Scheduler
+from aprilsim.policies.registry import make_scheduler
+from aprilsim.sim.runtime import EngineFactory, SimMeter
+from aprilsim.types import FinishReason, Sample
+from real.protocol import (
+    GenerateRequest,
+    GenerateResult,
+    Progress,
+    ServerInfo,
+    Timings,
+    stream_via_generate,
+)
+
+from .cluster import Cluster, Slot
+from .runtime import LiveRuntime
+from .source import ReplaySource
+from .trainer import TrainerStandIn
+
+__all__ = ["VirtualCluster", "VirtualEngine", "VirtualLoop", "VirtualMeter", "VirtualRun",
+           "run_under_live", "run_virtual"]
+
+INF = math.inf
+_TOKEN = 7  # the id every simulated output token carries (a replayed run reads lengths only)
+
+
+class _IdleSelector(selectors.DefaultSelector):
+    """The loop's selector: where asyncio would block, the virtual clock moves on instead."""
+
+    def __init__(self, loop: VirtualLoop) -> None:
+        super().__init__()
+        self._loop = loop
+
+    def select(self, timeout: float | None = None):
+        if timeout != 0:  # nothing ready to run: move virtual time on
+            self._loop._idle()
+        return super().select(0)
+
+
+class VirtualLoop(asyncio.SelectorEventLoop):
+    """An asyncio event loop on a virtual clock that also steps the simulated engines."""
+
+    def __init__(self) -> None:
+        self._vt = 0.0
+        self.engines: list[VirtualEngine] = []
+        super().__init__(_IdleSelector(self))
+        self._clock_resolution = math.ulp(0.0)
+
+    def time(self) -> float:
+        return self._vt
+
+    def _advance(self, t: float) -> None:
+        if t > self._vt:
+            self._vt = t
+            # asyncio runs the timers due before time() + resolution: exactly those due by t
+            self._clock_resolution = math.ulp(t)
+
+    def _idle(self) -> None:
+        """Hand the engines what was sent; then one engine event, or the next timer's time."""
+        for e in self.engines:
+            e.flush()
+        scheduled = self._scheduled  # type: ignore[attr-defined]  # asyncio's timer heap
+        t_timer = scheduled[0].when() if scheduled else INF
+        t_engine, first = INF, None
+        for e in self.engines:
+            t = e.engine.t_event
+            if t < t_engine:
+                t_engine, first = t, e
+        if first is not None and t_engine <= t_timer:  # an engine event first, as simulated
+            self._advance(t_engine)
+            first.step()
+        elif t_timer < INF:
+            self._advance(t_timer)
+        else:
+            raise RuntimeError(f"virtual loop stalled at t={self._vt:.3f}s: no timer, no engine event")
+
+
+class VirtualEngine:
+    """One simulated engine (`FastEngine`) behind the live `Engine` and `WeightSync` protocols."""
+
+    def __init__(self, engine: FastEngine, loop: VirtualLoop, sync_s: float, name: str,
+                 sample_of: Callable[[GenerateRequest], Sample] | None = None) -> None:
+        self.engine, self.loop, self.sync_s, self.name = engine, loop, sync_s, name
+        # the sample a request generates (its group's prefix, its retained run, its first
+        # scheduling), as the simulator's send reads them
+        self.sample_of = sample_of
+        self.spec = engine.spec
+        self._next = 0
+        self._pending: list[Request] = []
+        self._transit: dict[int, list[Request]] = {}  # on their way (`client_overhead_s`)
+        self._n_sent = 0
+        self._waiting: dict[int, tuple[asyncio.Future, GenerateRequest, float]] = {}
+        self.version: str | None = None
+        loop.engines.append(self)
+
+    # ---- what the virtual cluster and loop use
+    def submit(self, request: GenerateRequest) -> asyncio.Future:
+        """Queue ``request`` now; the future gets its result when the engine ends it."""
+        rid = self._next
+        self._next += 1
+        req = Request(rid, len(request.prompt_ids), request.max_new_tokens,
+                      request.tokens_to_generate)
+        if self.sample_of is not None:  # as the simulator's send
+            s, spec = self.sample_of(request), self.spec
+            if spec.shares_prefixes and s.prompt_len > 1:  # the prompt but its last token
+                req.prefix, req.shared = s.group_id, s.prompt_len - 1
+                req.input_len -= req.shared
+            if spec.retains_prefixes:
+                req.seq = s.uid
+            if s.start_s < 0:  # the engine stamps its first scheduling
+                req.owner = s
+        self._pending.append(req)
+        fut = self.loop.create_future()
+        self._waiting[rid] = (fut, request, self.loop.time())
+        return fut
+
+    def flush(self) -> None:
+        """Hand the engine the requests queued since the last flush (one submission, as the
+        simulator's `send` hands each engine its share of a batch), `client_overhead_s` later
+        where the spec charges the client's own time per request."""
+        if self._pending:
+            reqs, self._pending = self._pending, []
+            delay = self.spec.client_overhead_s
+            if delay > 0:
+                self._n_sent += 1
+                self._transit[self._n_sent] = reqs
+                self.loop.call_at(self.loop.time() + delay, self._arrive, self._n_sent)
+            else:
+                self.engine.submit(reqs, self.loop.time())
+
+    def _arrive(self, key: int) -> None:
+        reqs = self._transit.pop(key, None)
+        if reqs:  # unless an abort dropped them on their way
+            self.engine.submit(reqs, self.loop.time())
+
+    def step(self) -> None:
+        """Carry out the engine's next event (the loop's clock is at it)."""
+        self._deliver(self.engine.advance())
+
+    def _deliver(self, comps: Sequence[Completion]) -> None:
+        for c in comps:  # each ended at its own time (an abort's steps: before it landed)
+            fut, req, t0 = self._waiting.pop(c.rid)
+            reason = FinishReason(c.reason)
+            if not fut.done():
+                fut.set_result(GenerateResult(f"{self.name}-{c.rid}", req, [_TOKEN] * c.tokens,
+                                              reason, Timings(t0, None, c.time),
+                                              prompt_tokens=len(req.prompt_ids),
+                                              weight_version=self.version, worker=self.name))
+
+    # ---- Engine
+    async def generate(self, request: GenerateRequest,
+                       on_progress: Callable[[Progress], None] | None = None) -> GenerateResult:
+        return await self.submit(request)
+
+    def stream(self, request: GenerateRequest) -> AsyncIterator[Progress | GenerateResult]:
+        return stream_via_generate(self, request)
+
+    async def abort_all(self) -> None:
+        """Abort everything: at once, or (``abort_steps`` k) once the step in flight and k more
+        decode steps have run, as the simulator's AbortAll lands."""
+        self.flush()
+        e, now = self.engine, self.loop.time()
+        if self._transit:  # requests on their way never reach the engine (no token generated)
+            dropped = [r for reqs in self._transit.values() for r in reqs]
+            self._transit.clear()
+            self._deliver([Completion(r.rid, 0, "abort", now) for r in dropped])
+        if e.is_idle():
+            return
+        k = self.spec.abort_steps
+        if k is None:
+            self._deliver(e.abort_all(now))
+            return
+        land, comps = e.abort_after_steps(now, k)
+        if land > now:
+            landed = self.loop.create_future()
+            self.loop.call_at(land, landed.set_result, None)
+            await landed
+        self._deliver(comps)
+
+    async def health(self) -> bool:
+        return True
+
+    async def server_info(self) -> ServerInfo:
+        return ServerInfo(max_running_requests=self.spec.max_running,
+                          kv_capacity_tokens=self.spec.kv_capacity)
+
+    async def weight_version(self) -> str | None:
+        return self.version
+
+    async def close(self) -> None:
+        return None
+
+    # ---- WeightSync
+    async def update_weights(self, version: str, path: str | None = None) -> None:
+        self.version = version
+        if self.spec.prefix_cache_flush:  # the new weights make every kept run stale
+            self.flush()
+            self.engine.flush_prefix_cache()
+
+    async def pause(self) -> bool:
+        """Stop generating for the modelled sync time (the simulator's pause until the sync ends);
+        what was due by now ends as usual."""
+        self.flush()
+        now = self.loop.time()
+        self._deliver(self.engine.pause(now, now + self.sync_s))
+        return True
+
+    async def resume(self) -> bool:
+        return True  # the engine was planned to go on when the sync ends
+
+
+class VirtualCluster(Cluster):
+    """The live cluster whose requests reach their simulated engine the moment they are sent."""
+
+    def generate(self, slot: Slot, request: GenerateRequest):  # type: ignore[override]
+        """Not a coroutine function: queue the request now, return the coroutine of its result."""
+        slot.started()
+        fut = slot.engine.submit(request)  # type: ignore[attr-defined]
+        return self._result(slot, fut)
+
+    async def _result(self, slot: Slot, fut: asyncio.Future) -> GenerateResult:
+        res = await fut
+        slot.ended(res)
+        return res
+
+
+class VirtualMeter(SimMeter):
+    """The simulator's meter on the virtual engines (what was sent is on them before a read)."""
+
+    __slots__ = ("virtual",)
+
+    def __init__(self, engines: Sequence[VirtualEngine]) -> None:
+        super().__init__([e.engine for e in engines])
+        self.virtual = engines
+
+    def read(self, now: float):
+        for e in self.virtual:
+            e.flush()
+        return super().read(now)
+
+    def new_window(self, now: float) -> None:
+        for e in self.virtual:
+            e.flush()
+        super().new_window(now)
+
+
+@dataclass
+class VirtualRun:
+    """A finished virtual-time live run: its result and the runtime (groups, records, faults)."""
+
+    result: RunResult
+    runtime: LiveRuntime
+
+
+def run_virtual(
+    scenario: Scenario,
+    scheduler: str | Scheduler,
+    *,
+    seed: int | None = None,
+    steps: int | None = None,
+    settings: dict[str, Any] | None = None,
+    engine_factory: EngineFactory = FastEngine,
+    trace: Trace | None = None,
+    vocab_size: int = 32_000,
+) -> VirtualRun:
+    """Run `scheduler` on `scenario` with the live driver on simulated engines in virtual time
+    (the arguments of `aprilsim.sim.run.simulate`; the same groups for the same seed)."""
+    if isinstance(scheduler, str):
+        policy = make_scheduler(scheduler, {**scenario.settings_for(scheduler), **(settings or {})})
+    else:
+        if settings:
+            raise ValueError("settings apply to a scheduler given by name, not to an instance")
+        policy = scheduler
+    loop = VirtualLoop()
+    try:
+        return loop.run_until_complete(_run(loop, scenario, policy, seed, steps, engine_factory,
+                                            trace, vocab_size))
+    finally:
+        loop.close()
+
+
+async def _run(loop: VirtualLoop, scenario: Scenario, policy: Scheduler, seed: int | None,
+               steps: int | None, engine_factory: EngineFactory, trace: Trace | None,
+               vocab_size: int) -> VirtualRun:
+    spec, tm = scenario.engine_spec(), scenario.trainer_model()
+    samples: dict[int, Sample] = {}
+
+    def sample_of(request: GenerateRequest) -> Sample:
+        uid = request.tag
+        if uid not in samples:  # a group drawn since the last look
+            samples.update((s.uid, s) for g in rt.groups.values() for s in g.samples)
+        return samples[uid]  # type: ignore[index]
+
+    engines = [VirtualEngine(engine_factory(spec, i), loop, tm.sync_s, f"sim-{i}",  # type: ignore[arg-type]
+                             sample_of) for i in range(scenario.cluster.engines)]
+    cluster = VirtualCluster(engines, progress_deadline_s=None)
+    cluster.router = make_router(scenario.cluster.router)
+    rt = LiveRuntime(
+        source=ReplaySource(scenario.workload_for(seed), vocab_size), cluster=cluster,
+        scheduler=policy, batch_size=scenario.batch_size,
+        steps=steps if steps is not None else scenario.steps,
+        trainer=TrainerStandIn(replace(tm), clock=loop.time), trace=trace,
+        clock=loop.time, meter=VirtualMeter(engines),
+    )
+    result = await rt.run()
+    result.warmup_steps = clamp_warmup(scenario.warmup_steps, len(result.steps))
+    return VirtualRun(result, rt)
+
+
+def run_under_live(scheduler: str | type, settings: dict[str, Any] | None, scenario: Scenario,
+                   *, force_sample_events: bool = False, **build: Any) -> ConformanceRun:
+    """`aprilsim.conformance.run_under_check` through the live driver in virtual time: pass it as
+    `check_scheduler(..., run=run_under_live)` to check a scheduler on both drivers."""
+    rec = recorder_for(scheduler, settings, force_sample_events=force_sample_events)
+    run = run_virtual(scenario, rec, **build)  # type: ignore[arg-type]
+    return ConformanceRun(run.runtime, rec, scenario, run.result)
