@@ -71,6 +71,8 @@ CLUSTERS: dict[str, dict[str, Any]] = {
 
 
 def _close(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is b
     if isinstance(a, float) or isinstance(b, float):
         return math.isclose(a, b, rel_tol=TOL, abs_tol=TOL)
     if isinstance(a, list) and isinstance(b, list):
