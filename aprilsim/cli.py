@@ -16,15 +16,35 @@ __all__ = ["EXIT_USAGE", "fail", "main", "with_overrides"]
 
 
 class _LazyGroup(OneLineGroup):
-    """Commands that live outside `aprilsim` (the live runner in `real/`) load when invoked, so
-    that importing aprilsim never imports real/, torch or aiohttp."""
+    """Commands load when invoked: those outside `aprilsim` (the live runner in `real/`), so that
+    importing aprilsim never imports real/, torch or aiohttp, and those beside the code they drive
+    (fit, sweep, calibrate, ...), so that `aprilsim simulate` loads none of their modules.
 
-    lazy = {"run": ("real.runner.cli", "run_command"), "validate": ("real.validate", "validate_command")}
-    # what `aprilsim --help` lists for them, so that listing imports neither (test_startup checks
+    `lazy`: name -> (module, attribute), the attribute a click command or a function returning
+    one; a loaded command is added to the group, so it loads once."""
+
+    lazy = {
+        "run": ("real.runner.cli", "run_command"),
+        "validate": ("real.validate", "validate_command"),
+        "fit": ("aprilsim.workload.fitting.cli", "fit_command"),
+        "plot": ("aprilsim.cli", "_plot_group"),
+        "sweep": ("aprilsim.sweep.cli", "sweep_command"),
+        "tune": ("aprilsim.sweep.cli", "tune_command"),
+        "calibrate": ("aprilsim.cli", "_calibrate_command"),
+        "replay-validate": ("aprilsim.replay_cli", "replay_validate_command"),
+    }
+    live = frozenset({"run", "validate"})  # the live-engine extra's commands
+    # what `aprilsim --help` lists for them, so that listing imports none (test_startup checks
     # these are the commands' own short help)
     lazy_help = {
         "run": "Run schedulers on live engines and record what simulate records.",
         "validate": "Simulation vs live engines: calibrate, run both, report the errors.",
+        "fit": "Fit length distributions to generation logs.",
+        "plot": "Figures from simulation outputs (needs matplotlib).",
+        "sweep": "Sweep scenario keys x schedulers x seeds; tidy table out.",
+        "tune": "Best knob setting under constraints (seed-noise aware).",
+        "calibrate": "Fit the engine cost model to measured timings; write a preset file.",
+        "replay-validate": "Replay a run's logged groups, compare predicted and logged step times.",
     }
     _listing = False
 
@@ -65,15 +85,30 @@ class _LazyGroup(OneLineGroup):
         if cmd is None and name in self.lazy and self._listing:
             return click.Command(name, short_help=self.lazy_help[name])
         if cmd is None and name in self.lazy:
-            import importlib
+            cmd = self.load(name)
+        return cmd
 
-            module, attr = self.lazy[name]
+    def load(self, name: str) -> click.Command:
+        """Import lazy command `name` and add it to the group (one line, exit 2, when the
+        live-engine extra it needs is missing)."""
+        import importlib
+
+        module, attr = self.lazy[name]
+        if name not in self.live:
+            found = getattr(importlib.import_module(module), attr)
+            cmd = found if isinstance(found, click.Command) else found()
+        else:
             try:
                 cmd = getattr(importlib.import_module(module), attr)
             except ImportError as e:  # the `real` extra is not installed
                 fail(f"`aprilsim {name}` needs the live-engine extra (pip install 'aprilsim[real]'): {e}")
             cmd.invoke = _missing_extra_is_one_line(cmd.invoke, name)  # torch loads on --local
+        self.add_command(cmd, name)
         return cmd
+
+    def all_commands(self) -> dict[str, click.Command]:
+        """Every command, the lazy ones loaded (tests, documentation)."""
+        return {n: self.get_command(None, n) for n in self.list_commands(None)}
 
 
 def _missing_extra_is_one_line(invoke, name: str):
@@ -237,23 +272,19 @@ def schedulers_command(names, as_json) -> None:
                 click.echo(f"      allowed: {k['allowed']}")
 
 
-def _register_subcommands() -> None:
-    """Sub-commands that live beside the code they drive."""
+def _plot_group() -> click.Group:
+    """`aprilsim plot` with its sub-commands (`sweep` lives with the sweeps)."""
     from aprilsim.report.plot_cli import plot
-    from aprilsim.sweep.cli import plot_sweep_command, sweep_command, tune_command
-    from aprilsim.workload.fitting.cli import fit_command
+    from aprilsim.sweep.cli import plot_sweep_command
 
-    main.add_command(fit_command, "fit")
-    main.add_command(plot, "plot")
-    main.add_command(sweep_command, "sweep")
-    main.add_command(tune_command, "tune")
     plot.add_command(plot_sweep_command, "sweep")
+    return plot
+
+
+def _calibrate_command() -> click.Command:
     from aprilsim.engine.calibration.cli import make_calibrate_command
 
-    main.add_command(make_calibrate_command(_measure_live), "calibrate")
-    from aprilsim.replay_cli import replay_validate_command
-
-    main.add_command(replay_validate_command, "replay-validate")
+    return make_calibrate_command(_measure_live)
 
 
 def _measure_live(**kwargs):
@@ -266,5 +297,3 @@ def _measure_live(**kwargs):
                          f"(pip install 'aprilsim[real]'): {e}") from None
     return measure(**kwargs)
 
-
-_register_subcommands()

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from aprilsim.engine.cost import PRESETS, CostModel, EngineSpec, TabulatedCost
 from aprilsim.engine.router import ROUTERS
+from aprilsim.metrics.warmup import clamp_warmup
 from aprilsim.scenario_limits import LimitError, check_limits, parse_toml, read_text_bounded
 from aprilsim.suggest import did_you_mean
 from aprilsim.trainer import TrainerModel
@@ -89,6 +90,10 @@ class ClusterSection(_Strict):
     abort_steps: int | None = Field(default=None, ge=-1)  # -1: the abort lands at once
     chunked_prefill_size: int | None = Field(default=None, ge=-1)  # 0 or -1: off
     prefix_sharing: bool | None = None  # a group's prompt held once per engine (radix cache)
+    # none; group (= prefix_sharing); lru: kept past a request's life in free KV (docs/simulator.md)
+    prefix_cache: Literal["none", "group", "lru"] | None = None
+    prefix_cache_flush: bool | None = None  # a weight update empties the cache (default true)
+    client_overhead_s: float | None = Field(default=None, ge=0)  # per request, client to engine
     cost: CostSection | None = None
 
     @field_validator("preset")
@@ -120,6 +125,9 @@ class PresetFile(_Strict):
     new_token_ratio: float | None = Field(default=None, ge=0, le=1)
     max_prefill_tokens: int | None = Field(default=None, ge=1)
     tp: int | None = Field(default=None, ge=1)
+    client_overhead_s: float | None = Field(default=None, ge=0)
+    prefix_cache: Literal["none", "group", "lru"] | None = None
+    prefix_cache_flush: bool | None = None
     cost: CostSection
 
 
@@ -139,7 +147,8 @@ def load_preset_file(path: str | Path) -> EngineSpec:
     except ValueError as e:
         raise ScenarioError(f"cluster.preset: {p}: cost: {e}") from None
     over: dict[str, Any] = {k: getattr(pf, k) for k in
-                            ("kv_capacity", "max_running", "new_token_ratio", "max_prefill_tokens", "tp")
+                            ("kv_capacity", "max_running", "new_token_ratio", "max_prefill_tokens", "tp",
+                             "client_overhead_s", "prefix_cache", "prefix_cache_flush")
                             if getattr(pf, k) is not None}
     return replace(PRESETS[ClusterSection().preset], cost=cost, label=pf.label,
                    source=pf.source or f"preset file {p}", **over)
@@ -221,12 +230,17 @@ class Scenario(_Strict):
                 "kv_capacity", "max_running", "new_token_ratio", "max_prefill_tokens",
                 "new_token_ratio_decay_steps", "min_new_token_ratio_factor",
                 "retract_decode_steps", "clip_max_new_tokens", "retract_to", "abort_steps",
-                "chunked_prefill_size", "prefix_sharing",
+                "chunked_prefill_size", "prefix_sharing", "prefix_cache", "prefix_cache_flush",
+                "client_overhead_s",
             )
             if getattr(c, k) is not None
         }
         if over.get("abort_steps") == -1:
             over["abort_steps"] = None
+        if c.prefix_sharing and c.prefix_cache == "none":
+            raise ScenarioError("cluster: prefix_sharing = true and prefix_cache = \"none\" "
+                                "contradict each other (prefix_cache = \"group\" is the same "
+                                "as prefix_sharing = true)")
         if c.cost is not None:
             try:
                 over["cost"] = c.cost.model()
@@ -437,14 +451,18 @@ def with_overrides(sc: Scenario, *, steps: int | None = None, warmup: int | None
         update["steps"] = steps
     if warmup is not None:
         update["warmup_steps"] = warmup
-    elif steps is not None and sc.warmup_steps >= steps:
-        update["warmup_steps"] = max(0, steps - 1)
+    elif steps is not None:
+        update["warmup_steps"] = clamp_warmup(sc.warmup_steps, steps)
     if not update:
         return sc
     out = sc.model_copy(update=update)
     if out.warmup_steps >= out.steps:
         flag = "--warmup" if warmup is not None else "warmup_steps"
         raise ScenarioError(f"{flag} {out.warmup_steps} leaves none of the {out.steps} steps to summarise")
+    try:  # --steps meets the bounds a file's `steps` meets (run size, simulated clock)
+        check_limits(out)
+    except LimitError as e:
+        raise ScenarioError(str(e)) from None
     return out
 
 

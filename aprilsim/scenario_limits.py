@@ -21,6 +21,8 @@ else:  # pragma: no cover
 
 MAX_ENGINES = 16_384  # engine replicas: each is simulated every step, busy or idle (10k: ~6 s)
 MAX_REQUESTS_PER_STEP = 1_000_000  # samples a scheduler may submit in one step (estimate)
+MAX_STEPS = 100_000  # training steps of one run: each costs >= ~2 ms of CPU and keeps its record
+MAX_RUN_REQUESTS = 200_000_000  # samples of one run (steps x per step): ~1 h of CPU at ~50k/s
 MAX_CLOCK_S = 1e9  # simulated seconds: past this, float64 seconds stop resolving a decode step
 MAX_FILE_BYTES = 16 * 2**20  # a scenario, preset or length-model file
 MAX_TOML_DEPTH = 64  # nested tables/arrays in one file (tomllib recurses per level)
@@ -129,6 +131,11 @@ def check_limits(sc: Any) -> None:
         raise LimitError(
             f"batch_size: {sc.batch_size:,} groups x {sc.group_size:,} samples per step is more "
             f"than the {MAX_REQUESTS_PER_STEP:,} requests one step may simulate")
+    if sc.steps > MAX_STEPS:
+        raise LimitError(
+            f"steps: {sc.steps:,} training steps is more than the {MAX_STEPS:,} one run may "
+            "simulate (each step costs at least ~2 ms of CPU and keeps its record)")
+    check_run_size(sc.steps, float(sc.batch_size) * sc.group_size, "steps")
     max_prompt = _finite_int(sc.prompts.get("max_len", 2048), "prompts.max_len")
     if max_prompt < 1:
         raise LimitError(f"prompts.max_len: must be >= 1, got {max_prompt}")
@@ -165,3 +172,14 @@ def check_limits(sc: Any) -> None:
                 f"x {sc.group_size:,} samples with its knobs) is more than the "
                 f"{MAX_REQUESTS_PER_STEP:,} one step may simulate; lower batch_size, "
                 "group_size or the scheduler's over-provisioning knobs")
+        check_run_size(sc.steps, est, f"schedulers.{name}")
+
+
+def check_run_size(steps: int, per_step: float, key: str) -> None:
+    """LimitError when `steps` x `per_step` requests is more than one run may simulate."""
+    total = steps * per_step
+    if total > MAX_RUN_REQUESTS:
+        raise LimitError(
+            f"{key}: about {total:,.0f} requests in the run ({steps:,} steps x {per_step:,.0f} "
+            f"a step) is more than the {MAX_RUN_REQUESTS:,} one run may simulate (about an hour "
+            "of CPU at ~50,000 samples per CPU second); lower steps or the work per step")

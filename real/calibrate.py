@@ -103,13 +103,17 @@ class _Timing:
 
         self.engine = stamped(engine)
         self.label = label
+        self.walls: list[tuple[int, float]] = []  # (prompt tokens, client seconds), one token each
 
     async def begin(self) -> None:
         self.engine.take()
 
     async def run(self, batch: int, prompt_len: int, gen: int, vocab: int, seed: int) -> list[Record]:
         await self.begin_run()
+        t0 = time.perf_counter()
         await _run_batch(self.engine, batch, prompt_len, gen, vocab, seed)
+        if batch == 1 and gen == 1:  # client time of a one-token request (`client_overhead_s`)
+            self.walls.append((prompt_len, time.perf_counter() - t0))
         return await self.end_run(batch, prompt_len, gen)
 
     async def begin_run(self) -> None:
@@ -151,6 +155,7 @@ class _MetricsTiming(_Timing):
     """vLLM: per run, the deltas of the engine core's latency histograms."""
 
     name = "vLLM /metrics"
+    prefix_hits = prefix_queries = 0.0  # prompt tokens vLLM's prefix cache was asked / served
 
     async def begin_run(self) -> None:
         self.before = await self.engine.inner.counters() or {}
@@ -164,6 +169,8 @@ class _MetricsTiming(_Timing):
             if d.get("itl_count", 0) >= want and d.get("prefill_count", 0) >= batch:
                 break
             await asyncio.sleep(0.05)
+        self.prefix_hits += d.get("prefix_hits", 0)  # the engine's prefix cache, if it has one
+        self.prefix_queries += d.get("prefix_queries", 0)
         out = []
         if d.get("prefill_count", 0) > 0 and d.get("prefill_sum_s", 0) > 0:
             out.append(Record("prefill", batch, 0.0, batch * prompt_len,
@@ -273,10 +280,18 @@ async def _measure_engine(engine: Engine, timing: _Timing, vocab: tuple[int, str
         measured.append(f"kv_capacity {info.kv_capacity_tokens} (reported by the server)")
     else:
         assumed.append("kv_capacity: not reported (not written: the scenario's preset holds)")
+    queries = getattr(timing, "prefix_queries", 0)
+    share = timing.prefix_hits / queries if queries else None  # type: ignore[attr-defined]
+    if share is not None:  # the sweep's prompts are distinct: this says the cache is on
+        measured.append(f"prefix caching on: {int(queries)} prompt tokens looked up in the sweep, "
+                        f"{100 * share:.1f}% served (distinct prompts; a workload figure: model "
+                        "it with [cluster] prefix_cache = \"lru\")")
     known = bool(info.max_running_requests) or any(m.startswith("max_running") for m in measured)
     out = {"max_running": conc if known else None, "kv_capacity": info.kv_capacity_tokens, "vocab_size": vocab[0],
            "measured": measured, "assumed": assumed, "timing": timing.name,
-           "batch_sizes": decode_b}
+           "batch_sizes": decode_b, "client_walls": list(timing.walls)}
+    if share is not None:
+        out["prefix_hit_share"] = share
     return records, out
 
 
@@ -291,6 +306,7 @@ async def _measure_local(n: int, batch_sizes, kv_loads, gen_tokens, progress, ma
     workers = await start_local(n, spec)
     records: list[Record] = []
     info: dict = {}
+    walls: list[tuple[int, float]] = []
     try:
         for w in workers:
             timing = await _timing_for(w, w.name, None)
@@ -298,12 +314,14 @@ async def _measure_local(n: int, batch_sizes, kv_loads, gen_tokens, progress, ma
                                                max_batch, batch_sizes, kv_loads, gen_tokens,
                                                progress, w.name)
             records += recs
+            walls += info["client_walls"]
     finally:
         for w in workers:
             await w.close()
     info["source"] = (f"{n} bundled engine(s) in process (d_model {spec.d_model}, "
                       f"{spec.n_layers} layers, CPU), live sweep")
     info["label"] = "bundled-local"
+    info["client_walls"] = walls
     return records, info
 
 
@@ -314,6 +332,7 @@ async def _measure_http(specs: Sequence[str], batch_sizes, kv_loads, gen_tokens,
     records: list[Record] = []
     info: dict = {}
     timing_names, measured, assumed = [], [], []
+    walls: list[tuple[int, float]] = []
     for spec in specs:
         kind, url = split_engine_url(spec)
         engine = connect(spec)
@@ -326,11 +345,13 @@ async def _measure_http(specs: Sequence[str], batch_sizes, kv_loads, gen_tokens,
             recs, info = await _measure_engine(engine, timing, vocab, max_batch, batch_sizes,
                                                kv_loads, gen_tokens, progress, spec)
             records += recs
+            walls += info["client_walls"]
             measured += [f"{spec}: {m}" for m in info["measured"]]
             assumed += [f"{spec}: {a}" for a in info["assumed"]]
         finally:
             await engine.close()
-    info.update(measured=measured, assumed=assumed,
+    info.update(measured=measured, assumed=assumed, client_walls=walls,
+                timing=timing_names[0] if len(set(timing_names)) == 1 else "mixed timings",
                 source=f"engines {', '.join(specs)} ({', '.join(sorted(set(timing_names)))}), live sweep",
                 label="calibrated-live")
     return records, info

@@ -16,23 +16,17 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from aprilsim.cli_errors import OneLineCommand
-from aprilsim.config import Scenario
-from aprilsim.metrics.records import RunResult
-from aprilsim.metrics.trace import Trace
-from aprilsim.validate.compare import compare_runs
-from aprilsim.validate.costfit import (
-    BUSY_GAP_S,
-    CostFit,
-    cost_errors,
-    fit_iterations,
-    load_calibration,
-)
-from aprilsim.validate.scaled import make_policy, matched_engine, simulate_matched
+
+if TYPE_CHECKING:  # loaded where used: `aprilsim validate --help` stays under 0.5 s CPU
+    from aprilsim.config import Scenario
+    from aprilsim.metrics.records import RunResult
+    from aprilsim.metrics.trace import Trace
+    from aprilsim.validate.costfit import CostFit
 
 
 @dataclass
@@ -142,6 +136,7 @@ async def precheck(opts: dict[str, Any]) -> tuple[int | None, list[str]]:
     """Everything validate needs, checked before the first live run (one line each on failure):
     the calibration file loads, every engine answers ``/health``, the vocabulary is known
     (``--vocab-size``, the server's, or probed). Returns (vocabulary or None for --local, notes)."""
+    from aprilsim.validate.costfit import load_calibration
     from real.engines import connect, engine_vocab
 
     notes = []
@@ -249,6 +244,9 @@ async def run_live(sc: Scenario, specs: list[str], opts: dict[str, Any], progres
         list[LiveOutcome], dict[str, int], str, list[str]]:
     """Check what is needed, then run every scheduler on one cluster, in rounds when repeated
     (A B A B ...; round numbers from 0); return outcomes, engine limits, what ran, the checks."""
+    from aprilsim.metrics.trace import Trace
+    from aprilsim.metrics.warmup import clamp_warmup
+    from aprilsim.validate.scaled import make_policy
     from real.engines import stamped
     from real.runner.api import build_runtime
     from real.runner.cli import build_cluster
@@ -296,7 +294,7 @@ async def run_live(sc: Scenario, specs: list[str], opts: dict[str, Any], progres
                 finally:
                     samples = [await sm.stop() for sm in samplers]
                 wall = time.monotonic() - t0
-                result.warmup_steps = min(sc.warmup_steps, max(0, len(result.steps) - 1))
+                result.warmup_steps = clamp_warmup(sc.warmup_steps, len(result.steps))
                 # iteration stamps are time.time(); the run's clock is monotonic from rt._t0
                 shift = (time.time() - time.monotonic()) + rt._t0
                 o = LiveOutcome(spec, result, [], trace, wall,
@@ -335,6 +333,10 @@ def validate(sc: Scenario, specs: list[str], opts: dict[str, Any], progress=lamb
 
     ``opts["repeats"]`` R > 1: the judged runs are R interleaved rounds; without a calibration
     file one more round runs first, for the fit alone (held out of every comparison)."""
+    from aprilsim.metrics.trace import Trace
+    from aprilsim.validate.costfit import CostFit, cost_errors, fit_iterations, load_calibration
+    from aprilsim.validate.scaled import matched_engine, simulate_matched
+
     repeats = int(opts.get("repeats") or 1)
     holdout = repeats > 1 and not opts.get("calibration")
     t0 = time.monotonic()
@@ -388,6 +390,7 @@ def validate(sc: Scenario, specs: list[str], opts: dict[str, Any], progress=lamb
 
 def comparisons(v: Validation, round_: int | None = 0):
     """The per-scheduler comparisons of one round of a validation (all rounds: ``None``)."""
+    from aprilsim.validate.compare import compare_runs
     from aprilsim.validate.pricing import per_step
 
     return [compare_runs(o.label, v.sim[o.label], o.result, per_step(o.result, o.rows),
@@ -478,6 +481,7 @@ def validate_command(scenario, schedulers, local, engines, router, calibration, 
     from aprilsim.cli import fail, with_overrides
     from aprilsim.config import ScenarioError, load_scenario
     from aprilsim.policies.base import SchedulerError
+    from aprilsim.validate.scaled import make_policy
     from real.runner.cli import local_scale
 
     if sum(x is not None for x in (local, engines, router)) != 1:
@@ -537,5 +541,5 @@ def validate_command(scenario, schedulers, local, engines, router, calibration, 
     sys.stdout.flush()
 
 
-__all__ = ["BUSY_GAP_S", "LiveOutcome", "abort_steps_of", "retract_to_of", "Validation", "comparisons", "run_live",
+__all__ = ["LiveOutcome", "abort_steps_of", "retract_to_of", "Validation", "comparisons", "run_live",
            "validate", "validate_command", "write_all"]

@@ -17,41 +17,15 @@ if str(EXAMPLES) not in sys.path:
 
 USER_SCHEDULER = "my_scheduler:EarlyStopScheduler"
 
-# The option settings the suites run besides each scheduler's defaults: one hand-kept list;
-# `tests/test_conformance.py::test_every_knob_is_varied` fails when a registered scheduler's knob
-# is varied by none of them.
-OPTION_VARIANTS: list[tuple[str, dict[str, Any]]] = [
-    ("april", {"recycle": False}),
-    ("april", {"resume_order": "most_progress"}),
-    ("april", {"resume_order": "oldest_version", "ratio": 1.5}),
-    ("april", {"max_staleness": 1, "stale_action": "complete"}),
-    ("april", {"max_staleness": 2, "stale_action": "discard"}),
-    ("april", {"token_budget": 600}),
-    ("april", {"max_new_groups": 2.0}),
-    ("april", {"surplus": "recycle", "mask_offpolicy": True}),
-    ("slime_dapo", {"refill": "one_for_one", "surplus": "recycle", "mask_offpolicy": True}),
-    ("async_april", {"dynamic_filter": True}),
-    ("april_ds", {"token_budget": 800, "resume_order": "most_progress"}),
-    ("april_ds", {"std_threshold": 0.05}),
-    ("fully_async", {"eta": 0, "interrupt": True}),
-    ("fully_async", {"eta": 1, "interrupt": False}),
-    ("fully_async", {"eta": 2, "interrupt": True, "inflight_ratio": 1.0}),
-    ("dynamic_sampling", {"gen_batch_size": 3, "on_cap": "train", "max_rounds": 2}),
-    ("dynamic_sampling", {"std_threshold": 0.05, "on_cap": "train"}),
-    ("tail_batching", {"prompt_ratio": 1.5, "extra_responses": 1, "long_round_size": 3}),
-]
-
-
-def registered() -> list[tuple[str, dict[str, Any]]]:
-    """Every registered scheduler with its defaults (from the registry), and the example user one."""
-    from aprilsim.policies.registry import REGISTRY
-
-    return [(name, {}) for name in sorted(REGISTRY)] + [(USER_SCHEDULER, {})]
-
 
 def every_variant() -> list[tuple[str, dict[str, Any]]]:
-    """`registered()` and every option variant: what the conformance suites run."""
-    return registered() + OPTION_VARIANTS
+    """Every registered scheduler and the example user one, each with its defaults and then every
+    option variant its class declares (`registry.variants`): what the conformance, whole-run
+    equivalence and live suites run; `tests/test_conformance.py::test_every_knob_is_varied` fails
+    when a registered scheduler's knob is varied by none."""
+    from aprilsim.policies.registry import variants
+
+    return variants(USER_SCHEDULER)
 
 
 def variant_ids(cases: list[tuple[str, dict[str, Any]]]) -> list[str]:

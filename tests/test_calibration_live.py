@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from cli_helpers import Result, aprilsim
 
 pytest.importorskip("torch")
 pytest.importorskip("aiohttp")
@@ -29,9 +30,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _aprilsim(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aprilsim", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+def _aprilsim(*args: str) -> Result:
+    """The command in this process (the calibration is the point here, not the interpreter)."""
+    return aprilsim(*args, cwd=ROOT)
 
 
 @pytest.mark.slow
@@ -47,6 +48,10 @@ def test_calibrate_local_1_end_to_end(tmp_path):
     cost = out["cost"]
     assert cost["a"] + cost["b"] > 0  # an iteration takes time
     assert "[cost]" in (tmp_path / "cal.toml").read_text()
+    # timed by the engine's own log: the client's time per request is fitted and recorded
+    assert out["client_overhead_s"] >= 0
+    assert "client_overhead_s = " in (tmp_path / "cal.toml").read_text()
+    assert any(m.startswith("client_overhead_s") for m in out["measured"])
     assert wall < 90, f"calibrate --local 1 took {wall:.0f} s"
 
 

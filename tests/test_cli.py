@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import subprocess
 import sys
-from dataclasses import dataclass
 
 import pytest
 import tomllib
+from cli_helpers import aprilsim
 
 from aprilsim.config import default_scenario_text
 
@@ -25,28 +23,6 @@ REQUIRED = {
     "mean_trained_length",
     "wasted_tokens",
 }
-
-
-@dataclass
-class Result:
-    """What a command printed and returned (the fields of subprocess.CompletedProcess used here)."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-def aprilsim(*args, cwd=None):
-    """Run `aprilsim ARGS` in this process (click's runner: no interpreter start per call)."""
-    from click.testing import CliRunner
-
-    from aprilsim.cli import main
-
-    with contextlib.chdir(cwd or os.getcwd()):
-        r = CliRunner().invoke(main, [str(a) for a in args])
-    if r.exception is not None and not isinstance(r.exception, SystemExit):
-        raise r.exception
-    return Result(r.exit_code, r.stdout, r.stderr)
 
 
 def test_module_entry_point_runs():

@@ -74,6 +74,33 @@ def test_set_any_scenario_key(tmp_path):
     assert mus.exit_code == 2 and "its keys: family, mu, sigma" in mus.stderr
 
 
+def test_set_takes_toml_values_inline_tables_and_arrays(tmp_path):
+    """`--set KEY=VALUE` parses VALUE as TOML: an inline table replaces the whole table, as the
+    same line in the file does (it used to be taken as the string '{family=...}')."""
+    s = scenario(tmp_path)
+    r = cli("simulate", s, "--json", "--set", 'lengths={family="lognormal", mu=6, sigma=0.25}',
+            "--set", 'compare=["sync"]')
+    assert r.exit_code == 0, r.output
+    via_file = scenario(tmp_path, TINY.replace("mu = 5.0\nsigma = 0.5", "mu = 6\nsigma = 0.25")
+                        .replace('compare = ["sync", "april"]', 'compare = ["sync"]'))
+    same = cli("simulate", via_file, "--json")
+    strip = [{k: v for k, v in row.items() if k != "run"} for row in json.loads(r.stdout)]
+    assert strip == [{k: v for k, v in row.items() if k != "run"} for row in json.loads(same.stdout)]
+    # a table replaces the table: a family's missing parameter is named, as in a file
+    part = cli("simulate", s, "--set", 'lengths={family="lognormal", mu=7}')
+    assert part.exit_code == 2 and "missing ['sigma']" in part.stderr
+    for bad, why in [("lengths={family=", "invalid value"), ('compare=["sync",', "invalid value"),
+                     ("lengths={mu=7,,}", "key"), ("x=1\ny=2", "a second key")]:
+        key, _, value = bad.partition("=")
+        e = cli("simulate", s, "--set", bad)
+        lines = e.stderr.strip().splitlines()
+        assert e.exit_code == 2 and len(lines) == 1, (bad, e.stderr)
+        assert lines[0].startswith(f"aprilsim: error: --set {key}=") and "not a TOML value" in lines[0]
+        assert why in lines[0], (bad, lines[0])
+    word = cli("simulate", s, "--set", "cluster.preset=qwen3-4b-h100-tp2", "--json")  # a bare word
+    assert word.exit_code == 0, word.output
+
+
 def test_scheduler_at_knob_settings(tmp_path):
     s = scenario(tmp_path)
     r = cli("simulate", s, "-s", "april@ratio=1.5", "-s", "april", "--json")

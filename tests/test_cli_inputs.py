@@ -132,6 +132,37 @@ def test_unsimulatable_values_are_bounded(tmp_path, extra, cluster, needle):
     one_line_error(run(tmp_path, tiny(extra, cluster=cluster)), needle)
 
 
+def test_total_steps_and_run_size_are_bounded():
+    """`steps` had no bound (10 million steps ran for days); nor had steps x requests a step."""
+    from aprilsim.config import with_overrides
+    from aprilsim.scenario_limits import MAX_RUN_REQUESTS, MAX_STEPS
+
+    d = _tiny_dict()
+    with pytest.raises(ScenarioError, match=r"^steps: 10,000,000 training steps .* at least ~2 ms"):
+        scenario_from_dict({**d, "steps": 10_000_000})
+    per_step = d["batch_size"] * d["group_size"]
+    steps = MAX_RUN_REQUESTS // per_step + 1
+    big = {**d, "steps": steps, "batch_size": d["batch_size"], "compare": ["sync"]}
+    if steps > MAX_STEPS:  # a tiny step: reach the run-size bound with bigger steps instead
+        big = {**big, "steps": 1000, "batch_size": MAX_RUN_REQUESTS // (1000 * d["group_size"]) + 1}
+    with pytest.raises(ScenarioError, match=r"^steps: about [\d,]+ requests in the run"):
+        scenario_from_dict(big)
+    with pytest.raises(ScenarioError, match=r"^schedulers.april: about [\d,]+ requests in the run"):
+        scenario_from_dict({**d, "steps": 1000, "batch_size": 1024, "group_size": 64,
+                            "compare": ["sync", "april"], "schedulers": {"april": {"ratio": 4.0}}})
+    sc = scenario_from_dict(d)  # --steps meets the same bound as the file's key
+    with pytest.raises(ScenarioError, match="^steps: "):
+        with_overrides(sc, steps=MAX_STEPS + 1)
+    assert with_overrides(sc, steps=MAX_STEPS).steps == MAX_STEPS
+
+
+def test_cli_steps_past_the_bound_is_one_line(tmp_path):
+    p = tmp_path / "s.toml"
+    p.write_text(tiny())
+    r = CliRunner().invoke(main, ["simulate", str(p), "--steps", "10000000000"])
+    one_line_error(r, "steps: 10,000,000,000 training steps")
+
+
 # ------------------------------------------------------------------ tracebacks and hangs
 @pytest.mark.parametrize("extra,compare,cluster,max_len,needle", [
     ("[schedulers.april]\nratio = inf\n", '["april"]', "", "256", "schedulers.april.ratio"),

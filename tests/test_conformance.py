@@ -11,7 +11,6 @@ import functools
 
 import pytest
 from sched_helpers import (
-    OPTION_VARIANTS,
     USER_SCHEDULER,
     every_variant,
     run,
@@ -176,7 +175,7 @@ def test_every_knob_is_varied():
     some option variant of a scheduler that has it, so a new knob cannot go untested."""
     from aprilsim.policies.registry import knobs
 
-    varied = {(n, k) for n, s in OPTION_VARIANTS for k in s}
+    varied = {(n, k) for n, s in CASES for k in s}
     names_with = {}
     for name, cls in REGISTRY.items():
         for k in knobs(cls):

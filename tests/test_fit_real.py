@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import aprilsim
 from click.testing import CliRunner
 
 from aprilsim.workload.fitting.cli import fit_command
@@ -101,23 +100,12 @@ def test_mooncake_done_criterion(tmp_path):
     assert code == 0, stderr
     assert "cap 2000 (given): 30 lengths" in stdout
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
-    aprilsim = shutil.which("aprilsim")
-    if aprilsim is None:
-        pytest.skip("the aprilsim console script is not installed")
     scen = tmp_path / "scen.toml"
     scen.write_text(
         'name = "fit"\nsteps = 2\nbatch_size = 4\ngroup_size = 4\nmax_response_len = 2000\n'
         'compare = ["sync"]\nlengths = { from = "m.toml" }\n'
     )
-    proc = subprocess.run(
-        [aprilsim, "simulate", str(scen), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
-    if proc.returncode != 0 and "No such command" in proc.stderr:
-        pytest.skip("aprilsim simulate is not available in this build")
+    proc = aprilsim("simulate", scen, "--json", cwd=tmp_path)  # in-process: the model is the point
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out[0]["trained_samples"] == out[0]["steps"] * 4 * 4 and out[0]["warmup_steps"] == 1

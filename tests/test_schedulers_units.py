@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import pytest
-from sched_helpers import run, small_scenario
+from sched_helpers import USER_SCHEDULER, run, small_scenario
 
 from aprilsim.config import ScenarioError
 from aprilsim.policies.base import (
@@ -206,3 +206,40 @@ def test_misbehaving_scheduler_raises_scheduler_error(sched, match):
 def test_make_scheduler_rejects_unknown_knob():
     with pytest.raises(ValueError, match="unknown knob"):
         make_scheduler("tail_batching", {"speed": 2})
+
+
+def test_registry_variants_are_every_scheduler_then_its_own_settings():
+    """`registry.variants()`: each registered name (sorted), then the extra ones, with `{}` first
+    and then the settings its class declares; each variant sets knobs of its own scheduler, at
+    least one of them away from its default, and no case repeats."""
+    from aprilsim.policies.registry import REGISTRY, knobs, resolve, variants
+
+    cases = variants(USER_SCHEDULER)
+    order = [*sorted(REGISTRY), USER_SCHEDULER]
+    assert [n for n, s in cases if not s] == order
+    assert [n for n, _ in cases] == sorted((n for n, _ in cases), key=order.index)  # grouped
+    assert len({(n, tuple(sorted(s.items()))) for n, s in cases}) == len(cases)
+    for name, settings in cases:
+        defaults = {k.name: k.default for k in knobs(resolve(name))}
+        assert settings.keys() <= defaults.keys()
+        assert not settings or any(settings[k] != defaults[k] for k in settings), (name, settings)
+        make_scheduler(name, settings)  # and of the declared types
+    assert sum(bool(s) for _, s in cases) >= len(REGISTRY)  # most schedulers have knobs to vary
+
+
+def test_registry_variants_are_not_inherited_and_must_name_knobs():
+    from aprilsim.policies.april import AprilScheduler
+    from aprilsim.policies.registry import declared_variants
+
+    @dataclass
+    class Child(AprilScheduler):
+        name: ClassVar[str] = "child"
+
+    @dataclass
+    class Typo(AprilScheduler):
+        name: ClassVar[str] = "typo"
+        variants: ClassVar[tuple[dict[str, object], ...]] = ({"ratoi": 3.0},)
+
+    assert AprilScheduler.variants and declared_variants(Child) == ()
+    with pytest.raises(TypeError, match="ratoi"):
+        declared_variants(Typo)

@@ -77,3 +77,31 @@ def test_over_sampling_ratios_are_searched_at_whole_numbers_of_groups():
     assert 4 / 3 not in values and math.ceil(4 / 3 * 32) / 32 in values  # 1.3333 -> 43/32
     other = _grid_values(Knob(("trainer.base_s",), 1.0, 2.0), 1.0, 2.0, 7, batch=32)
     assert len(other) == 7 and any(abs(v * 32 - round(v * 32)) > 1e-6 for v in other)
+
+
+BUDGET = "schedulers.april.token_budget"
+
+
+def test_a_setting_that_trains_nothing_is_infeasible_and_the_search_goes_on():
+    """token_budget = 1 trains no sample: tune marks that setting infeasible with the reason
+    and picks among the others (it used to stop with the simulator's error)."""
+    res = tune(tiny(), [Knob((BUDGET,), 1, 20_000, integer=True)], "rollout_throughput_tok_s",
+               seeds=3, rounds=1, grid=3, jobs=1)
+    bad = [i for i in res.infeasible if i["setting"][BUDGET] == 1]
+    assert len(bad) == 1 and "trained no samples" in bad[0]["reason"], res.infeasible
+    assert res.setting[BUDGET] > 1 and res.mean > 0
+    with pytest.raises(ValueError, match="trains any sample.*trained no samples"):
+        tune(tiny(), [Knob((BUDGET,), 1, 2, integer=True)], "rollout_throughput_tok_s",
+             seeds=3, rounds=1, grid=2, jobs=1)
+
+
+def test_cli_lists_the_infeasible_setting_and_still_writes_the_tuned_file(tmp_path):
+    (tmp_path / "tiny.toml").write_text(TINY_TOML)
+    out = tmp_path / "tuned.toml"
+    r = CliRunner().invoke(main, [
+        "tune", str(tmp_path / "tiny.toml"), "--knob", f"{BUDGET}=1:20000", "--maximize",
+        "rollout_throughput_tok_s", "--seeds", "3", "--rounds", "1", "--jobs", "1",
+        "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert f"{BUDGET}=1: infeasible, april: trained no samples" in r.stderr
+    assert "1 setting(s) infeasible" in r.stdout and out.exists()

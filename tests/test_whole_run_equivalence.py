@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from sched_helpers import USER_SCHEDULER, run, small_scenario
+from sched_helpers import every_variant, run, small_scenario, variant_ids
 
 from aprilsim.engine.reference import ReferenceEngine
 from aprilsim.policies.registry import REGISTRY
@@ -23,23 +23,20 @@ SIMPLE = {"new_token_ratio": 0.1, "new_token_ratio_decay_steps": 0, "clip_max_ne
           "retract_to": "head", "abort_steps": -1, "chunked_prefill_size": 0}
 
 
+def _base():
+    """The one scenario of this module: 2 engines, 6 groups of 4, 3,072-token cap, 3 steps."""
+    return small_scenario(engines=2, batch=6, group=4, max_len=3072, steps=3, seed=4, alpha=0.5,
+                          beta=0.5)
+
+
 def _tight(sc, **cluster):
     """The scenario on a tight KV cache (5,000 tokens) with the simpler rules and `cluster`."""
     return sc.model_copy(update={"cluster": sc.cluster.model_copy(
         update={**SIMPLE, "kv_capacity": 5000, **cluster})})
 
 
-CASES = [(name, {}) for name in sorted(REGISTRY)] + [
-    (USER_SCHEDULER, {}),
-    ("april", {"token_budget": 500}),
-    ("april", {"max_staleness": 1, "stale_action": "discard"}),
-    ("april", {"recycle": False, "ratio": 3.0}),
-    ("fully_async", {"eta": 0, "interrupt": True}),
-    ("fully_async", {"eta": 1, "interrupt": False}),
-    ("dynamic_sampling", {"on_cap": "train", "max_rounds": 2}),
-    ("tail_batching", {"prompt_ratio": 1.5, "long_round_size": 3}),
-]
-IDS = [f"{n}-{'-'.join(f'{k}={v}' for k, v in s.items())}" if s else n for n, s in CASES]
+CASES = every_variant()  # every registered scheduler and option variant (the registry's)
+IDS = variant_ids(CASES)
 
 
 def _fingerprint(r):
@@ -69,8 +66,7 @@ def _assert_same_run(fast, ref):
 
 @pytest.mark.parametrize(("name", "settings"), CASES, ids=IDS)
 def test_fast_and_reference_engines_give_the_same_run(name, settings):
-    sc = small_scenario(engines=2, batch=6, group=4, max_len=3072, steps=3, seed=4, alpha=0.5,
-                        beta=0.5)
+    sc = _base()
     tight = _tight(sc)
     fast = run(tight, name, settings)
     ref = run(tight, name, settings, engine_factory=ReferenceEngine)
@@ -88,8 +84,7 @@ def test_aborts_that_land_after_the_step_in_flight_agree_on_both_engines(name, k
     lands are reached by the engine-level property test, tests/test_engine_equivalence.py.)"""
     from aprilsim.engine.fast import FastEngine
 
-    sc = small_scenario(engines=2, batch=6, group=4, max_len=3072, steps=3, seed=4, alpha=0.5,
-                        beta=0.5)
+    sc = _base()
     sc = _tight(sc, abort_steps=k)
     made_f: list = []
     fast = run(sc, name, {}, engine_factory=_recording(FastEngine, made_f))
@@ -121,8 +116,7 @@ def test_whole_runs_agree_with_chunked_prefill(name, settings, cluster):
     """Chunked prefill (passes of 256 tokens, batches of at most 1,000): fast == reference over
     whole runs, its batches do span several passes and join open ones, and it changes the run
     (also with aborts that land after the step in flight: `abort_steps`)."""
-    sc = small_scenario(engines=2, batch=6, group=4, max_len=3072, steps=3, seed=4, alpha=0.5,
-                        beta=0.5)
+    sc = _base()
     tight = _tight(sc, max_prefill_tokens=1000, **cluster)
     chunked = _tight(sc, max_prefill_tokens=1000, **cluster, chunked_prefill_size=256)
     fast = run(chunked, name, settings)
@@ -145,8 +139,7 @@ def test_prefix_sharing_runs_agree_on_both_engines(name, router):
     fewer prefill tokens than the same run without sharing."""
     from aprilsim.engine.fast import FastEngine
 
-    sc = small_scenario(engines=2, batch=6, group=4, max_len=3072, steps=3, seed=4, alpha=0.5,
-                        beta=0.5)
+    sc = _base()
     shared = _tight(sc, prefix_sharing=True, router=router)
     cl = shared.cluster
     made: list = []
@@ -167,8 +160,7 @@ def test_whole_runs_agree_under_the_presets_sglang_rules():
     landing one decode step late, chunked prefill 8,192): fast == reference for every registered
     scheduler on a tight KV cache, and some of them retract (SGLang reserves cautiously: at 5,000
     tokens sync, april, fully_async and dynamic_sampling do, tail_batching does not)."""
-    sc = small_scenario(engines=2, batch=6, group=4, max_len=3072, steps=3, seed=4, alpha=0.5,
-                        beta=0.5)
+    sc = _base()
     tight = sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"kv_capacity": 5000})})
     assert tight.engine_spec().sglang_ratio and tight.engine_spec().abort_steps == 1
     retracted = 0

@@ -280,6 +280,9 @@ def _walk_passes(
     return ends, passes, left
 
 
+PREFIX_CACHES = ("none", "group", "lru")
+
+
 @dataclass(frozen=True)
 class EngineSpec:
     """One engine = one SGLang server (a DP replica with tensor parallelism `tp`)."""
@@ -312,6 +315,19 @@ class EngineSpec:
     # prompt once (all but its last token, which SGLang always recomputes). Pair it with the
     # group_affinity router.
     prefix_sharing: bool = False
+    # The prefix cache (`prefix_cache`): "none"; "group", the within-group sharing above (the
+    # same as prefix_sharing = True); "lru", that and SGLang's radix cache past a request's life:
+    # a prompt and each sample's tokens stay in free KV after their last request left, evicted
+    # oldest first when live requests need the KV, so a resubmitted sample (recycled, partial,
+    # retracted) and a prompt already seen cost no prefill while kept (`parts.PrefixCache`).
+    # `prefix_cache_flush`: a weight update empties it (SGLang's flush_cache, vLLM's
+    # reset_prefix_cache); False for a live setting whose engines keep their weights.
+    prefix_cache: str = "none"
+    prefix_cache_flush: bool = True
+    # Seconds from a client's submission to the engine seeing the request (HTTP, tokenising,
+    # the client's own loop): the simulated driver delivers each request this late
+    # (`aprilsim calibrate` fits it from live timings; 0 in the presets).
+    client_overhead_s: float = 0.0
     # SGLang's chunked prefill: a prefill batch runs as forward passes of at most this many input
     # tokens, each paying p0 (`prefill_passes`); 0 or -1 (SGLang's "off"): one pass per batch.
     chunked_prefill_size: int = 0  # SGLang on H100/H200: 8192
@@ -333,6 +349,20 @@ class EngineSpec:
             raise ValueError("abort_steps must be >= 0 (or unset: the abort lands at once)")
         if self.chunked_prefill_size < -1:
             raise ValueError("chunked_prefill_size must be >= 1, or 0 or -1 (off)")
+        if not self.client_overhead_s >= 0:
+            raise ValueError("client_overhead_s must be >= 0")
+        if self.prefix_cache not in PREFIX_CACHES:
+            raise ValueError(f"prefix_cache must be one of {', '.join(PREFIX_CACHES)}")
+
+    @property
+    def shares_prefixes(self) -> bool:
+        """True when a group's prompt is held once per engine (prefix cache "group" or "lru")."""
+        return self.prefix_sharing or self.prefix_cache != "none"
+
+    @property
+    def retains_prefixes(self) -> bool:
+        """True when token runs outlive their requests (prefix cache "lru")."""
+        return self.prefix_cache == "lru"
 
     @property
     def prefill_chunk(self) -> int:

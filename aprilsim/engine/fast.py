@@ -44,6 +44,7 @@ from aprilsim.engine.parts import (
     EngineStats,
     NewTokenRatio,
     PrefillBatch,
+    PrefixCache,
     PrefixRefs,
 )
 from aprilsim.engine.request import Completion, Request, check_requests
@@ -93,8 +94,10 @@ class FastEngine(EngineFace):
         self.decay = spec.new_token_ratio_decay
         self.clip = spec.clip_max_new_tokens
         self.clipped = ClippedReserve(self.clip) if self.clip else None
-        self.share = spec.prefix_sharing
+        self.share = spec.shares_prefixes
         self.prefixes = PrefixRefs()
+        self.cache = PrefixCache() if spec.retains_prefixes else None
+        self._freed: list[int] = []  # prompts freed at this event (for the retained cache)
 
     # ---------------------------------------------------------------- public API
     def prefilling(self) -> list[Request]:
@@ -142,6 +145,8 @@ class FastEngine(EngineFace):
             self.tokens += mb
             if self.kv > self.kv_peak:
                 self.kv_peak = self.kv
+            if self.cache is not None:
+                self.cache.fit(self.kv_capacity - self.kv, self.stats)
             done = self._pop_finished()
         elif phase == PREFILL:
             done = self._end_prefill()
@@ -163,6 +168,9 @@ class FastEngine(EngineFace):
         self.t = max(self.t, now)
         for r in self.running.values():
             r.gen = r.base + self.it
+        if self.cache is not None:  # what ran stays cached; the batch in flight computed nothing
+            self.cache.leave(self.running.values(),
+                             {r.prefix for r in self.running.values() if r.shared})
         for r in [*self.running.values(), *self.pf.reqs, *self.waiting]:
             out.append(Completion(r.rid, r.gen, "abort", now))
         self._empty()
@@ -230,6 +238,11 @@ class FastEngine(EngineFace):
         """The prefill batch ends: each request gets its next token and runs (or finishes, when
         that was its last)."""
         pf, done = self.pf, []
+        cache = self.cache
+        if cache is not None:
+            cache.commit(pf.got, self.stats)  # type: ignore[arg-type]
+            cache.fit(self.kv_capacity - self.kv, self.stats)
+            left = []
         self.stats.count_batch(pf)
         self.busy_time += pf.time
         self.t = t = self.t + pf.time
@@ -244,6 +257,8 @@ class FastEngine(EngineFace):
                 self.kv -= r.input_len + gen - 1
                 if r.shared:
                     self._release(r)
+                if cache is not None:
+                    left.append(r)
                 self.reserve -= r.max_new - gen
                 self.hold = False
                 done.append(Completion(r.rid, gen, "length" if gen == r.max_new else "stop", t))
@@ -264,6 +279,8 @@ class FastEngine(EngineFace):
             heapq.heapify(self._victims)
         pf.clear()
         self.open_room = pf.room_out  # the next plan continues the open pass if it prefills
+        if cache is not None and left:
+            self._cache_leave(left)
         return done
 
     def _pop_finished(self) -> list[Completion]:
@@ -277,6 +294,8 @@ class FastEngine(EngineFace):
         done = []
         running, t, pop, clipped = self.running, self.t, heapq.heappop, self.clipped
         freed = base_sum = max_new_sum = 0
+        cache = self.cache
+        left = []
         while heap and heap[0][0] <= it:
             rid = pop(heap)[1]
             r = running.pop(rid)
@@ -289,19 +308,23 @@ class FastEngine(EngineFace):
             max_new_sum += max_new
             if r.shared:
                 self._release(r)
+            if cache is not None:
+                left.append(r)
             self.reserve -= max_new - gen
             done.append(Completion(rid, gen, "length" if gen == max_new else "stop", t))
         self.kv -= freed
         self._base_sum -= base_sum
         self._max_new_sum -= max_new_sum
         self.hold = False
+        if cache is not None:
+            self._cache_leave(left)
         return done
 
     def _pop_finished_checked(self) -> list[Completion]:
         """`_pop_finished` while `_finish` holds entries of retracted requests: those are
         skipped (an entry is live when its request runs and ends at the entry's iteration)."""
-        heap, it, running = self._finish, self.it, self.running
-        done = []
+        heap, it, running, cache = self._finish, self.it, self.running, self.cache
+        done, left = [], []
         while heap and heap[0][0] <= it:
             end, rid = heapq.heappop(heap)
             r = running.get(rid)
@@ -317,10 +340,14 @@ class FastEngine(EngineFace):
             self._max_new_sum -= r.max_new
             if r.shared:
                 self._release(r)
+            if cache is not None:
+                left.append(r)
             self.reserve -= r.max_new - gen
             done.append(Completion(rid, gen, "length" if gen == r.max_new else "stop", self.t))
         self._drop_stale_head()
         self.hold = False
+        if cache is not None:
+            self._cache_leave(left)
         return done
 
     def _drop_stale_head(self) -> None:
@@ -394,12 +421,21 @@ class FastEngine(EngineFace):
         self.tokens += m * b
         if self.kv > self.kv_peak:
             self.kv_peak = self.kv
+        if self.cache is not None:
+            self.cache.fit(self.kv_capacity - self.kv, self.stats)
+
+    def _cache_leave(self, left: list[Request]) -> None:
+        """Requests left at one event: their runs (and the prompts freed with them) are kept."""
+        self.cache.leave(left, self._freed)  # type: ignore[union-attr]
+        self._freed.clear()
 
     def _release(self, r: Request) -> None:
         """A request holding a shared prefix leaves: the prefix goes with the last holder."""
         if self.prefixes.unref(r.prefix):
             self.kv -= r.shared
             self.stats.prefix_drops += 1
+            if self.cache is not None:
+                self._freed.append(r.prefix)
 
     def _retract_until_fits(self) -> None:
         """Evict the requests with the fewest generated tokens (latest rid on ties) until the
@@ -432,6 +468,8 @@ class FastEngine(EngineFace):
             r.retractions += 1
             self.stats.retractions += 1
             victims.append(r)
+        if self.cache is not None:
+            self._cache_leave(victims)
         if spec.retract_to == "tail":
             self.waiting.extend(victims)
         else:
@@ -508,8 +546,16 @@ class FastEngine(EngineFace):
         pf.reqs, tokens, sq, added, capped = select_prefill_batch(
             self.spec, self.waiting, len(running), self.kv, reserve, ratio, refs
         )
+        comp = tokens  # the tokens it computes
         if self.share:
-            if self.chunk:  # what an abort in mid-batch walks (`_pass_in_flight_end`)
+            if self.cache is not None:  # the retained cache may serve some (taken at its end)
+                got = pf.got = self.cache.lookup(pf.reqs, refs)
+                pf.pieces = (got.lens, got.cached)
+                if got.saved:
+                    pf.saved = got.saved
+                    comp = tokens - got.saved
+                    sq = sum((c + n) * (c + n) - c * c for n, c in zip(got.lens, got.cached))
+            elif self.chunk:  # what an abort in mid-batch walks (`_pass_in_flight_end`)
                 pf.pieces = prefill_pieces(pf.reqs, refs)
             pf.hits = sum(refs.hold(r.prefix) for r in pf.reqs if r.shared)
         pf.tokens = tokens
@@ -519,11 +565,11 @@ class FastEngine(EngineFace):
             self.kv_peak = kv
         self.phase = PREFILL
         if self.chunk:
-            pf.passes, left = prefill_passes(tokens, self.chunk, pf.room_in)
+            pf.passes, left = prefill_passes(comp, self.chunk, pf.room_in)
             pf.room_out = left if capped else 0
-            dur = self.cost.prefill_time(tokens, sq, pf.passes, len(pf.reqs))
+            dur = self.cost.prefill_time(comp, sq, pf.passes, len(pf.reqs))
         else:
-            dur = self.cost.prefill_time(tokens, sq, 1, len(pf.reqs))
+            dur = self.cost.prefill_time(comp, sq, 1, len(pf.reqs))
         pf.time = dur
         self.t_event = self.t + dur
         return True

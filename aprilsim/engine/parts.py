@@ -3,12 +3,15 @@
 `EngineStats` holds the counters tests and reports read (so two engines' statistics compare with
 one `==`); `PrefillBatch` the batch being prefilled and what it costs; `NewTokenRatio` SGLang's
 decaying admission ratio; `PrefixRefs` the shared prompt prefixes an engine holds (radix cache
-within a group). `EngineFace` is the read-only public block both engines expose to the runtime.
+within a group); `PrefixCache` the token runs kept after their last request left (radix cache
+past a request's life: `prefix_cache = "lru"`). `EngineFace` is the read-only public block both engines expose to the runtime.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -41,11 +44,17 @@ class EngineStats:
     abort_steps_run: int = 0  # steps run while an abort was on its way (in flight + k)
     abort_finishes: int = 0  # requests finished while an abort was on its way
     abort_pass_cuts: int = 0  # aborts that landed after a pass in flight, mid-batch
+    # the retained prefix cache (`prefix_cache = "lru"`, `PrefixCache`)
+    cache_hits: int = 0  # requests prefilled onto tokens the cache kept
+    cache_partial_hits: int = 0  # of those, requests that still computed more than one token
+    cache_hit_tokens: int = 0  # tokens the cache served (not computed)
+    cache_evictions: int = 0  # runs evicted for KV that live requests needed
+    cache_flushes: int = 0  # flushes of a non-empty cache (weight updates)
     ratio_cuts: int = field(default=0, compare=False)
 
     def count_batch(self, batch: PrefillBatch) -> None:
         """A prefill batch ended: count its tokens, hits and passes."""
-        self.prefill_tokens += batch.tokens
+        self.prefill_tokens += batch.tokens - batch.saved
         self.prefix_hits += batch.hits
         self.prefill_passes += batch.passes
         joined = batch.room_in > 0
@@ -70,11 +79,14 @@ class PrefillBatch:
     room_out: int = 0
     hits: int = 0
     pieces: tuple[list[int], list[int]] = ((), ())  # type: ignore[assignment]
+    saved: int = 0  # of `tokens` (KV it adds), those the retained cache serves (not computed)
+    got: CacheLookup | None = None  # what it takes from the retained cache (`PrefixCache`)
 
     def clear(self) -> None:
         """No batch in progress."""
         self.reqs = []
-        self.tokens = self.hits = 0
+        self.tokens = self.hits = self.saved = 0
+        self.got = None
 
 
 @dataclass(slots=True)
@@ -124,6 +136,144 @@ class PrefixRefs(dict):
         return True
 
 
+@dataclass(slots=True)
+class CacheLookup:
+    """What a prefill batch gets from the retained cache (`PrefixCache.lookup`): per request the
+    tokens it computes and the cached tokens it attends to (`admission.prefill_pieces`' form),
+    the runs it takes and what that saves."""
+
+    lens: list[int]
+    cached: list[int]
+    taken: list[tuple[int, int]]
+    saved: int = 0  # tokens served by the cache
+    hits: int = 0  # requests served some
+    partial: int = 0  # of those, requests computing more than their last token
+
+
+class PrefixCache:
+    """SGLang's radix cache past a request's life, as a two-level tree of token runs.
+
+    A run is a group's shared prompt (key (0, group)) or one sample's own tokens after it (key
+    (1, seq): the prompt's last token and the response so far). A run enters when no live request
+    holds it any more (its request finished, was aborted or retracted; a prompt with its group's
+    last holder); it is unlocked: it occupies free KV, which admission counts as free, and is
+    evicted least recently inserted first when live requests need the KV (`fit`). A prefill batch
+    takes the runs it uses (`lookup`, then `commit` when the batch ends): they become live KV
+    again, and come back longer when the request leaves. A sample's run is used only on top of
+    its prompt (live, cached or brought by the batch); a run never outlives its prompt's, since
+    the prompt enters last. A weight update flushes it all (`clear`).
+    """
+
+    __slots__ = ("runs", "heap", "size", "clock")
+
+    def __init__(self) -> None:
+        self.runs: dict[tuple[int, int], tuple[int, int]] = {}  # key -> (stamp, tokens)
+        self.heap: list[tuple[int, tuple[int, int]]] = []  # (stamp, key), stale entries skipped
+        self.size = 0  # tokens held
+        self.clock = 0
+
+    def __len__(self) -> int:
+        return len(self.runs)
+
+    def put(self, key: tuple[int, int], tokens: int) -> None:
+        """Keep a run that no live request holds (newest: evicted last)."""
+        old = self.runs.pop(key, None)
+        if old is not None:
+            self.size -= old[1]
+        if tokens <= 0:
+            return
+        self.clock += 1
+        self.runs[key] = (self.clock, tokens)
+        self.size += tokens
+        heapq.heappush(self.heap, (self.clock, key))
+
+    def leave(self, reqs: Iterable[Request], freed: Iterable[int]) -> None:
+        """Requests left the engine at one event (each holding input_len + gen - 1 own tokens),
+        and with them the shared prompts keyed `freed` (no live holder left): their runs enter
+        in a canonical order (samples by rid, then prompts by key), so every engine model ages
+        them alike."""
+        shared = {}
+        for r in sorted(reqs, key=_rid):
+            if r.seq >= 0:
+                self.put((1, r.seq), r.input_len + r.gen - 1)
+            if r.shared:
+                shared[r.prefix] = r.shared
+        for p in sorted(freed):
+            self.put((0, p), shared[p])
+
+    def fit(self, room: int, stats: EngineStats) -> None:
+        """Evict the oldest runs until the cache fits in `room` free KV tokens."""
+        runs, heap = self.runs, self.heap
+        while self.size > room:
+            stamp, key = heapq.heappop(heap)
+            got = runs.get(key)
+            if got is None or got[0] != stamp:
+                continue  # taken or replaced since
+            del runs[key]
+            self.size -= got[1]
+            stats.cache_evictions += 1
+
+    def clear(self, stats: EngineStats) -> None:
+        """A weight update: every kept run is stale."""
+        if self.runs:
+            stats.cache_flushes += 1
+        self.runs.clear()
+        self.heap.clear()
+        self.size = 0
+
+    def lookup(self, batch: list[Request], resident: Container[int]) -> CacheLookup:
+        """Price a prefill batch over what is live (`resident` prompts) and kept: as
+        `admission.prefill_pieces`, but a prompt neither live nor brought earlier in the batch
+        comes from the cache when kept there, and a request's own run covers its input but the
+        last token (SGLang always computes one). Takes nothing yet (`commit`)."""
+        runs = self.runs
+        lens: list[int] = []
+        cached: list[int] = []
+        out = CacheLookup(lens, cached, [])
+        have: set[int] = set()
+        for r in batch:
+            n = r.input_len + r.gen
+            s = r.shared
+            pre = s
+            saved = 0
+            if s and r.prefix not in resident and r.prefix not in have:
+                have.add(r.prefix)
+                if (0, r.prefix) in runs:
+                    out.taken.append((0, r.prefix))
+                    saved = s
+                else:  # computed here, with the rest of this request's input
+                    n += s
+                    pre = 0
+            if (pre or not s) and r.seq >= 0 and (1, r.seq) in runs:
+                h = min(runs[1, r.seq][1], n - 1)
+                if h > 0:
+                    out.taken.append((1, r.seq))
+                    n -= h
+                    pre += h
+                    saved += h
+            lens.append(n)
+            cached.append(pre)
+            if saved:
+                out.saved += saved
+                out.hits += 1
+                out.partial += n > 1
+        return out
+
+    def commit(self, got: CacheLookup, stats: EngineStats) -> None:
+        """The batch `got` priced has run: the runs it used are live KV again."""
+        for key in got.taken:
+            old = self.runs.pop(key, None)
+            if old is not None:
+                self.size -= old[1]
+        stats.cache_hits += got.hits
+        stats.cache_partial_hits += got.partial
+        stats.cache_hit_tokens += got.saved
+
+
+def _rid(r: Request) -> int:
+    return r.rid
+
+
 class EngineFace:
     """The public block both engines share: what a router and the runtime read.
 
@@ -137,6 +287,12 @@ class EngineFace:
     kv_peak: int
     t: float
     stats: EngineStats
+    cache: PrefixCache | None
+
+    def flush_prefix_cache(self) -> None:
+        """A weight update: drop every run the retained prefix cache kept (none without one)."""
+        if self.cache is not None:
+            self.cache.clear(self.stats)
 
     def prefilling(self) -> list[Request]:  # pragma: no cover - each engine defines it
         raise NotImplementedError

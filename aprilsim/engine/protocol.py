@@ -71,6 +71,10 @@ class SimEngine(Protocol):
         """Stop generating from `now` to `until` (a weight update); work resumes after."""
         ...
 
+    def flush_prefix_cache(self) -> None:
+        """A weight update: forget the token runs the retained prefix cache kept."""
+        ...
+
     def block_until(self, t: float) -> None:
         """Start nothing before time `t` (an interrupting weight update flushed the engine)."""
         ...

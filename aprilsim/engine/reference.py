@@ -23,7 +23,15 @@ from aprilsim.engine.admission import (
     select_prefill_batch,
 )
 from aprilsim.engine.cost import EngineSpec, chunked_prefill_time, pass_ends
-from aprilsim.engine.parts import DECODE, IDLE, PREFILL, EngineFace, EngineStats
+from aprilsim.engine.parts import (
+    DECODE,
+    IDLE,
+    PREFILL,
+    CacheLookup,
+    EngineFace,
+    EngineStats,
+    PrefixCache,
+)
 from aprilsim.engine.request import Completion, Request, check_requests
 
 INF = math.inf
@@ -55,6 +63,8 @@ class ReferenceEngine(EngineFace):
         # chunked prefill: tokens free in the open last pass of a batch the token budget ended
         self.room = self.room_in = self.batch_room = 0
         self.batch_passes = 1  # forward passes the prefill batch in progress starts
+        self.cache = PrefixCache() if spec.retains_prefixes else None
+        self.batch_got: CacheLookup | None = None  # what the batch takes from the cache
 
     @property
     def kv(self) -> int:
@@ -102,6 +112,9 @@ class ReferenceEngine(EngineFace):
             st.joined_open_pass += int(self.room_in > 0)
             st.multi_pass_batches += int(self.batch_passes + (self.room_in > 0) > 1)
             self.t = self.t_event
+            if self.cache is not None:
+                self.cache.commit(self.batch_got, st)  # type: ignore[arg-type]
+                self.cache.fit(self.spec.kv_capacity - self.kv, st)
             left = []
             for r in self.batch:
                 r.gen += 1
@@ -125,6 +138,8 @@ class ReferenceEngine(EngineFace):
             for r in self.running:
                 r.gen += 1
             self.kv_peak = max(self.kv_peak, self.kv)
+            if self.cache is not None:
+                self.cache.fit(self.spec.kv_capacity - self.kv, self.stats)
             still, left = [], []
             for r in self.running:
                 if r.gen == r.target_new:
@@ -147,6 +162,8 @@ class ReferenceEngine(EngineFace):
         if self.phase != IDLE and now > self.t:
             self.busy_time += now - self.t
         self.t = max(self.t, now)
+        if self.cache is not None:
+            self.cache.leave(self.running, {r.prefix for r in self.running if r.shared})
         for r in [*self.running, *self.batch, *self.waiting]:
             out.append(Completion(r.rid, r.gen, "abort", now))
         self.running, self.batch = [], []
@@ -210,7 +227,10 @@ class ReferenceEngine(EngineFace):
         gone = {r.prefix for r in left if r.shared}
         if gone:
             held = {r.prefix for r in [*self.running, *self.batch] if r.shared}
-            self.stats.prefix_drops += len(gone - held)
+            gone -= held
+            self.stats.prefix_drops += len(gone)
+        if self.cache is not None and left:  # their runs and the prompts freed stay cached
+            self.cache.leave(left, gone)
 
     def _plan(self) -> None:
         spec = self.spec
@@ -225,14 +245,19 @@ class ReferenceEngine(EngineFace):
                 spec, self.waiting, len(self.running), kv, reserve, ratio, resident
             )
             # recounted: the oracle trusts no shortcut
-            lens, cached = self.batch_pieces = prefill_pieces(self.batch, resident)
+            if self.cache is not None:
+                got = self.batch_got = self.cache.lookup(self.batch, resident)
+                lens, cached = self.batch_pieces = got.lens, got.cached
+            else:
+                lens, cached = self.batch_pieces = prefill_pieces(self.batch, resident)
             tokens = self.batch_tokens = sum(lens)
             self.batch_hits = 0
             for r in self.batch:  # admitted onto a prefix already held (or brought just before)
                 if r.shared:
                     self.batch_hits += r.prefix in resident
                     resident.add(r.prefix)
-            self.kv_peak = max(self.kv_peak, kv + tokens)
+            saved = self.batch_got.saved if self.cache is not None else 0  # type: ignore[union-attr]
+            self.kv_peak = max(self.kv_peak, kv + tokens + saved)  # cached tokens are live KV too
             self.phase = PREFILL
             dur, self.batch_passes, left = chunked_prefill_time(
                 self.cost, lens, spec.prefill_chunk, room, cached

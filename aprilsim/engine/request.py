@@ -16,7 +16,9 @@ class Request:
     With prefix sharing (`EngineSpec.prefix_sharing`), the first `shared` tokens of the input
     are a prefix that every request with the same `prefix` key shares on one engine (a group's
     prompt in SGLang's radix cache): `input_len` is then what follows it, and the prefix is
-    prefilled and held once per engine while any request holding it runs there.
+    prefilled and held once per engine while any request holding it runs there. With the
+    retained cache (`prefix_cache = "lru"`), `seq` names the sample: a resubmission of it finds
+    the tokens its previous request left in the cache (`parts.PrefixCache`).
     """
 
     rid: int
@@ -29,6 +31,7 @@ class Request:
     retractions: int = 0
     prefix: int = -1  # key of the shared prefix (the group), -1: none
     shared: int = 0  # its length, not counted in input_len
+    seq: int = -1  # the sample it continues (key of its run in the retained cache), -1: none
 
 
 @dataclass(slots=True)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aprilsim.config import Scenario, default_scenario_text, scenario_from_dict
+from aprilsim.metrics.warmup import clamp_warmup
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -59,8 +60,9 @@ def fit_warmup(res: ImportResult) -> None:
     steps, warmup = int(data.get("steps", 1)), int(data.get("warmup_steps", default))
     if field is None:
         return
-    if warmup >= steps:
-        data["warmup_steps"] = max(0, steps - 1)
+    fitted = clamp_warmup(warmup, steps)
+    if fitted < warmup:
+        data["warmup_steps"] = fitted
         res.notes.append(f"warmup_steps: {warmup} -> {data['warmup_steps']} so that one of the "
                          f"{steps} steps is summarised")
 

@@ -90,6 +90,18 @@ class AprilScheduler:
     name: ClassVar[str] = "april"
     mode: ClassVar[Mode] = "colocated"
     sample_events: ClassVar[bool] = False  # group completions (and SampleCapped) suffice
+    variants: ClassVar[tuple[dict[str, object], ...]] = (
+        {"recycle": False},
+        {"recycle": False, "ratio": 3.0},
+        {"resume_order": "most_progress"},
+        {"resume_order": "oldest_version", "ratio": 1.5},
+        {"max_staleness": 1, "stale_action": "complete"},
+        {"max_staleness": 1, "stale_action": "discard"},
+        {"max_staleness": 2, "stale_action": "discard"},
+        {"token_budget": 600},
+        {"max_new_groups": 2.0},
+        {"surplus": "recycle", "mask_offpolicy": True},
+    )
     ratio: float = 2.0
     recycle: bool = True
     resume_order: str = "fifo"
@@ -289,6 +301,10 @@ class AprilDSScheduler(AprilScheduler):
     """APRIL with DAPO's dynamic-sampling filter (slime: --partial-rollout + dynamic sampling)."""
 
     name: ClassVar[str] = "april_ds"
+    variants: ClassVar[tuple[dict[str, object], ...]] = (
+        {"token_budget": 800, "resume_order": "most_progress"},
+        {"std_threshold": 0.05},
+    )
     std_threshold: float = 0.0
     refill: str = "chunk"  # slime: a whole over-sampling batch when fewer than N remain
 

@@ -38,6 +38,7 @@ class AsyncAprilScheduler(AprilDSScheduler):
 
     name: ClassVar[str] = "async_april"
     mode: ClassVar[Mode] = "disaggregated"
+    variants: ClassVar[tuple[dict[str, object], ...]] = ({"dynamic_filter": True},)
     dynamic_filter: bool = False  # slime --dynamic-sampling-filter-path (zero-std filter)
     _step: int = field(default=-1, repr=False)  # the rollout step waiting to start, -1: none
     _open: bool = field(default=False, repr=False)  # a rollout is running

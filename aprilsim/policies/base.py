@@ -206,7 +206,9 @@ class Scheduler(Protocol):
     """Events in, actions out. `mode` says whether training blocks the engines (colocated).
 
     A scheduler may set a class attribute `sample_events = False` to skip SampleFinished events
-    (group completions still arrive); runtimes honour it to save work on large clusters.
+    (group completions still arrive); runtimes honour it to save work on large clusters. A class
+    attribute `variants` (knob settings) names what the test suites run besides its defaults
+    (`registry.variants`).
     """
 
     name: ClassVar[str]

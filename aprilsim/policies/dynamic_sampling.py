@@ -39,6 +39,11 @@ class DynamicSamplingScheduler:
     name: ClassVar[str] = "dynamic_sampling"
     mode: ClassVar[Mode] = "colocated"
     sample_events: ClassVar[bool] = False  # only group completions matter
+    variants: ClassVar[tuple[dict[str, object], ...]] = (
+        {"on_cap": "train", "max_rounds": 2},
+        {"gen_batch_size": 3, "on_cap": "train", "max_rounds": 2},
+        {"std_threshold": 0.05, "on_cap": "train"},
+    )
     gen_batch_size: int | None = None  # groups per round; None: N
     std_threshold: float = 0.0
     max_rounds: int = 10

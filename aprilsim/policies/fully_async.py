@@ -58,6 +58,11 @@ class FullyAsyncScheduler:
     name: ClassVar[str] = "fully_async"
     mode: ClassVar[Mode] = "disaggregated"
     sample_events: ClassVar[bool] = False  # only group completions matter
+    variants: ClassVar[tuple[dict[str, object], ...]] = (
+        {"eta": 0, "interrupt": True},
+        {"eta": 1, "interrupt": False},
+        {"eta": 2, "interrupt": True, "inflight_ratio": 1.0},
+    )
     eta: int = 4
     inflight_ratio: float = 2.0
     interrupt: bool = True

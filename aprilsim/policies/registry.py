@@ -1,8 +1,10 @@
 """The scheduler registry: names -> classes, their knobs, and loading a user's own scheduler.
 
 A scheduler class is a dataclass; its public fields are its knobs (set from a scenario's
-`[schedulers.NAME]` table), and the first line of its docstring is its description. A user's class
-loads from a module path: `--scheduler my_pkg.my_mod:MyScheduler`.
+`[schedulers.NAME]` table), and the first line of its docstring is its description. A class may
+declare `variants`, knob settings worth running besides its defaults: `variants()` lists every
+registered scheduler with each of them (what the test suites run). A user's class loads from a
+module path: `--scheduler my_pkg.my_mod:MyScheduler`.
 """
 
 from __future__ import annotations
@@ -67,6 +69,29 @@ def knobs(cls: type) -> list[Knob]:
         else:
             default = None
         out.append(Knob(f.name, default, str(f.type)))
+    return out
+
+
+def declared_variants(cls: type) -> tuple[dict[str, Any], ...]:
+    """The knob settings `cls` itself declares in `variants` (a subclass states its own: the
+    parent's are not inherited, its knobs may mean other things there)."""
+    out = tuple(vars(cls).get("variants", ()))
+    allowed = {k.name for k in knobs(cls)}
+    for v in out:
+        if not isinstance(v, dict) or not v or set(v) - allowed:
+            raise TypeError(f"{cls.__name__}.variants: {v!r} must set some of its knobs "
+                            f"{sorted(allowed)}")
+    return out
+
+
+def variants(*extra: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every registered scheduler by name, then each `extra` one (`module:Class`): its defaults
+    (`{}`) followed by every variant its class declares. One list for the conformance, engine
+    equivalence and live suites, so a new scheduler or variant reaches all of them."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for name in [*sorted(REGISTRY), *extra]:
+        out.append((name, {}))
+        out.extend((name, dict(v)) for v in declared_variants(resolve(name)))
     return out
 
 

@@ -23,5 +23,8 @@ class SlimeDapoScheduler(AprilDSScheduler):
     """slime's DAPO baseline: over-sample, abort at N valid groups, discard the rest."""
 
     name: ClassVar[str] = "slime_dapo"
+    variants: ClassVar[tuple[dict[str, object], ...]] = (
+        {"refill": "one_for_one", "surplus": "recycle", "mask_offpolicy": True},
+    )
     ratio: float = 1.0  # --over-sampling-batch-size / --rollout-batch-size (slime's default: 1)
     recycle: bool = False  # no --partial-rollout: what the abort returns is discarded

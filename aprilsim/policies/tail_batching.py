@@ -46,6 +46,10 @@ class TailBatchingScheduler:
 
     name: ClassVar[str] = "tail_batching"
     mode: ClassVar[Mode] = "colocated"
+    variants: ClassVar[tuple[dict[str, object], ...]] = (
+        {"prompt_ratio": 1.5, "long_round_size": 3},
+        {"prompt_ratio": 1.5, "extra_responses": 1, "long_round_size": 3},
+    )
     prompt_ratio: float = 1.25
     extra_responses: int = 2
     long_round_size: int | None = None  # deferred prompts that trigger a long round; None: N

@@ -21,15 +21,17 @@ def plot() -> None:
 @plot.command("steps", short_help="Per-step curves of a --steps-out file, one line per scheduler.")
 @click.argument("steps_file", metavar="STEPS.jsonl", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("steps.png"), show_default=True, help="Figure file (PNG, PDF or SVG by suffix).")
-def plot_steps_command(steps_file, out) -> None:
+@click.option("--each-seed", is_flag=True, help="With several seeds (simulate --seeds N): one line per seed, not the mean with a min-max band.")
+def plot_steps_command(steps_file, out, each_seed) -> None:
     """Rollout time, throughput, buffer size and off-policy share per step, for each scheduler.
 
-    STEPS.jsonl is what `aprilsim simulate --steps-out STEPS.jsonl` writes.
+    STEPS.jsonl is what `aprilsim simulate --steps-out STEPS.jsonl` writes; runs of several seeds
+    are drawn as the mean over seeds with a min-max band (or one line per seed: --each-seed).
     """
     from aprilsim.report.steps_plot import plot_steps, read_steps
 
     try:
-        plot_steps(read_steps(steps_file), out)
+        plot_steps(read_steps(steps_file), out, each_seed=each_seed)
     except ImportError:
         fail("plotting needs matplotlib: pip install 'aprilsim[plot]'")
         return

@@ -46,12 +46,16 @@ def simulate(
     return run
 
 
+class NothingTrained(SchedulerError):
+    """A run trained no sample: its setting is infeasible (`tune` marks it so and goes on)."""
+
+
 def check_trained(run: RunResult) -> None:
-    """SchedulerError when a run trained no sample in its summarised steps: a table row of
+    """NothingTrained when a run trained no sample in its summarised steps: a table row of
     zeros is not a result (a token budget of 1, a filter no group passes)."""
     if run.steps and sum(s.trained_samples for s in run.steps[run.warmup_steps:]) == 0:
         n = len(run.steps) - run.warmup_steps
-        raise SchedulerError(
+        raise NothingTrained(
             f"{run.scheduler}: trained no samples in {n} step(s) after warm-up "
             f"({sum(s.generated_tokens for s in run.steps):,} tokens generated, "
             f"{sum(s.wasted_tokens for s in run.steps):,} wasted): its knobs leave nothing to "

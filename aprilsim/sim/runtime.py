@@ -158,6 +158,9 @@ class Simulation:
         self._batches = simpy.Store(self.env)
         self._synced: simpy.Event | None = None
         self._landing: list[list[Completion]] = []  # aborts on their way (`abort_steps` set)
+        # requests on their way to the engines (`client_overhead_s`): id -> engine -> requests
+        self._pending: dict[int, dict[int, list[Request]]] = {}
+        self._n_sent = 0
         self._finished = False
         self._progress = progress  # called with (steps done, steps) after each training step
         self.trace = trace
@@ -232,6 +235,9 @@ class Simulation:
                 ]
             yield self._at(self.now + train + self.trainer.sync_s)
             self._sync_clock()
+            if self.spec.prefix_cache_flush:  # the new weights make every kept run stale
+                for e in self.engines:
+                    e.flush_prefix_cache()
             core.colocated_synced()
             rec.step_time_s = self.now - rec.rollout_start_s
             if self._progress is not None:
@@ -280,7 +286,8 @@ class Simulation:
         per_engine: dict[int, list[Request]] = {}
         loads = [e.load for e in self.engines]
         pick = self.router.pick
-        share = self.spec.prefix_sharing
+        share = self.spec.shares_prefixes
+        retain = self.spec.retains_prefixes
         rid = first_rid
         for s in samples:
             g = s.generated
@@ -291,6 +298,8 @@ class Simulation:
             if share and s.prompt_len > 1:  # the prompt but its last token, held once per engine
                 req.prefix, req.shared = s.group_id, s.prompt_len - 1
                 req.input_len -= req.shared
+            if retain:  # its run in the retained cache: what its earlier requests left
+                req.seq = s.uid
             i = pick(loads, s.group_id)
             loads[i] += 1
             rid += 1
@@ -301,9 +310,15 @@ class Simulation:
                 reqs.append(req)
         spans = self._spans if self.trace is not None else None
         inflight = self.core.inflight
+        delay = self.spec.client_overhead_s
+        if delay > 0:  # each request reaches its engine that much later (the client's own time)
+            self._n_sent += 1
+            self._pending[self._n_sent] = per_engine
+            self._at(self.now + delay).callbacks.append(partial(self._deliver, self._n_sent))
         for i, reqs in per_engine.items():
-            self.engines[i].submit(reqs, self.now)
-            self._dirty.add(i)
+            if not delay:
+                self.engines[i].submit(reqs, self.now)
+                self._dirty.add(i)
             if spans is not None:
                 for r in reqs:
                     smp = inflight[r.rid]
@@ -312,12 +327,31 @@ class Simulation:
                         carried=smp.generated,
                     )
 
+    def _deliver(self, key: int, _ev) -> None:
+        """Requests sent `client_overhead_s` ago reach their engines (unless aborted meanwhile)."""
+        per_engine = self._pending.pop(key, None)
+        if self._finished or per_engine is None:
+            return
+        self._sync_clock()
+        for i, reqs in per_engine.items():
+            self.engines[i].submit(reqs, self.now)
+            self._dirty.add(i)
+        self._drain()
+
+    def _drop_pending(self) -> list[Completion]:
+        """An abort: requests still on their way never reach an engine (no token generated)."""
+        out = [Completion(r.rid, 0, "abort", self.now)
+               for per_engine in self._pending.values() for reqs in per_engine.values()
+               for r in reqs]
+        self._pending.clear()
+        return out
+
     def abort_all(self) -> list[Completion] | None:
         # with `abort_steps` k, as on a live engine: each engine finishes its step in flight (and
         # k more decode steps); the samples stay in flight, and the scheduler hears of them, when
         # the last one lands. Without it the abort lands at once (heard after the action list).
         k = self.spec.abort_steps
-        comps: list[Completion] = []
+        comps: list[Completion] = self._drop_pending() if self._pending else []
         land = self.now
         for i, e in enumerate(self.engines):
             if e.is_idle():
@@ -345,11 +379,14 @@ class Simulation:
 
     def sync_weights(self, interrupt: bool) -> list[Completion]:
         until = self.now + self.trainer.sync_s
-        comps: list[Completion] = []
+        flush = self.spec.prefix_cache_flush
+        comps: list[Completion] = self._drop_pending() if interrupt and self._pending else []
         for i, e in enumerate(self.engines):
             comps += e.abort_all(self.now) if interrupt else e.pause(self.now, until)
             if interrupt:
                 e.block_until(until)
+            if flush:
+                e.flush_prefix_cache()
             self._dirty.add(i)
         if self.trace is not None:
             self.trace.phases.append(PhaseSpan("sync", self.version, self.now, until))
@@ -459,7 +496,8 @@ class Simulation:
         """Stop the engines at the end; count where every sample is (the conservation ledger)."""
         landing, self._landing = [c for comps in self._landing for c in comps], []
         core = self.core
-        for comps in [landing, *(e.abort_all(self.now) for e in self.engines)]:
+        pending = self._drop_pending()
+        for comps in [landing, pending, *(e.abort_all(self.now) for e in self.engines)]:
             for c in comps:
                 s = core.final_ended(c.rid, c.tokens, c.reason)
                 if self.trace is not None:

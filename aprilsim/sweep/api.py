@@ -13,12 +13,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import aprilsim.sweep.worker as worker
 from aprilsim.config import (
     Scenario,
     ScenarioError,
     as_scenario,
     with_overrides,
 )
+from aprilsim.policies.base import SchedulerError
 from aprilsim.sweep.execute import default_jobs, local_pool, on_ray
 from aprilsim.sweep.journal import Journal, journal_path
 from aprilsim.sweep.keys import Axis
@@ -60,11 +62,14 @@ def run_plan(
     journal: Journal | None = None,
     progress: Callable[[int, int], None] | None = None,
     dedupe: bool = True,
+    untrained_ok: bool = False,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run what is not yet in the journal; return (rows of the whole journal or plan, stats).
 
     Identical runs (e.g. sync at every APRIL ratio) are simulated once and copied to each row;
-    each finished run is appended to the journal at once.
+    each finished run is appended to the journal at once. A run that trains nothing stops the
+    whole plan with SchedulerError naming its point, unless `untrained_ok` (`tune`): then its row
+    carries the reason in column `untrained` and no metrics.
     """
     done = journal.done() if journal else set()
     runs = [r for r in plan.runs() if (r.point_id, r.scheduler, r.seed) not in done]
@@ -87,6 +92,9 @@ def run_plan(
             sim_s += metrics.get("sim_s", 0.0)
             new = []
             first = unique[index]
+            if worker.UNTRAINED in metrics and not untrained_ok:
+                raise SchedulerError(f"{metrics[worker.UNTRAINED]} "
+                                     f"{worker.where(points[first.point_id].overrides, first.seed)}")
             for r in by_key[plan.run_key(first) if dedupe else repr(first)]:
                 row = {"point_id": r.point_id,
                        **{k: _cell(v) for k, v in points[r.point_id].overrides},

@@ -245,6 +245,9 @@ def tune_command(scenario, knobs, maximize, constraints, scheduler, seeds, round
                f"seeds, {res.runs} simulations; figures below on {len(res.fresh_seeds)} fresh seeds")
     for k, v in res.setting.items():
         click.echo(f"  {k} = {v:g}" if isinstance(v, float) else f"  {k} = {v}")
+    if res.infeasible:
+        click.echo(f"  ({len(res.infeasible)} setting(s) infeasible: they trained no samples; "
+                   "listed above)")
     click.echo(f"  {res.objective} = {_fmt(res.mean)}  (95% CI {_fmt(res.lo)} .. {_fmt(res.hi)})")
     for c in res.constraints:
         click.echo(f"  {c['constraint']}: mean {c['mean']:.4g} (95% CI {c['lo']:.4g} .. "

@@ -33,6 +33,7 @@ from aprilsim.config import Scenario, ScenarioError
 from aprilsim.sweep.keys import apply, linspace
 from aprilsim.sweep.plan import Plan, Point
 from aprilsim.sweep.stats import t_interval
+from aprilsim.sweep.worker import UNTRAINED
 
 FRESH_SEED_OFFSET = 100_000
 MIN_SEEDS = 3  # a t interval with 1 degree of freedom is 12.7 standard errors wide
@@ -120,6 +121,11 @@ class Candidate:
     point: Point
     rows: Any = None  # DataFrame of its runs on the tuning seeds
 
+    @property
+    def infeasible(self) -> str | None:
+        """Why the setting cannot be a result whatever the constraints (a run trained nothing)."""
+        return _untrained(self.rows)
+
     def objective(self, metric: str) -> float:
         return float(np.mean(self.rows[metric].to_numpy(dtype=float)))
 
@@ -141,6 +147,7 @@ class TuneResult:
     seeds: list[int]
     fresh_seeds: list[int]
     history: list[dict[str, Any]] = field(default_factory=list)
+    infeasible: list[dict[str, Any]] = field(default_factory=list)  # {setting, reason}
 
     def scenario_toml(self, header: str = "") -> str:
         from aprilsim.interop.toml_out import dumps
@@ -208,11 +215,15 @@ def tune(
         nonlocal total_runs
         plan = Plan(base.base, base.base_dir, [], [name, *paired], seed_list, points)
         plan.check_points(points)
-        rows, stats = run_plan(plan, jobs=jobs, ray=ray)
+        rows, stats = run_plan(plan, jobs=jobs, ray=ray, untrained_ok=True)
         total_runs += stats["simulated"]
         return with_paired(to_frame(rows, [], plan), name, paired)
 
     def check_metric(df) -> None:
+        if UNTRAINED in df.columns:
+            df = df[df[UNTRAINED].isna()]
+        if df.empty:  # every run trained nothing: no metric to check yet
+            return
         for m in [maximize, *(c.metric for c in constraints)]:
             if m not in df.columns:
                 raise ScenarioError(f"{m}: not a metric; known: {', '.join(sorted(_metrics(df)))}")
@@ -231,6 +242,8 @@ def tune(
             check_metric(df)
             for c in new:
                 c.rows = df[df["point_id"] == c.point.id]
+                if c.infeasible and log:
+                    log(f"{_fmt_setting(c.values)}: infeasible, {c.infeasible}")
         feasible = [c for c in cands.values() if _feasible(c, constraints)]
         if not feasible:
             break
@@ -250,17 +263,29 @@ def tune(
             new_box.append((max(k.lo, centre - step), min(k.hi, centre + step)))
         box = new_box
     if best is None:
-        closest = max(cands.values(), key=lambda c: min(
+        ran = [c for c in cands.values() if not c.infeasible]
+        if not ran:
+            raise ValueError(f"no setting in the knob box trains any sample (e.g. "
+                             f"{_fmt_setting(next(iter(cands.values())).values)}: "
+                             f"{next(iter(cands.values())).infeasible})")
+        closest = max(ran, key=lambda c: min(
             (con.margin(c.rows[con.metric].to_numpy(dtype=float), True)[0] for con in constraints),
             default=0.0))
         raise ValueError(f"no setting in the knob box satisfies {', '.join(map(str, constraints))} "
                          f"(closest: {_fmt_setting(closest.values)})")
+    infeasible = [{"setting": c.values, "reason": c.infeasible}
+                  for c in cands.values() if c.infeasible]
     ranked = sorted((c for c in cands.values() if _feasible(c, constraints)),
                     key=lambda c: -c.objective(maximize))
     fresh = [s + FRESH_SEED_OFFSET for s in tune_seeds]
     chosen, fdf = None, None
     for c in ranked[:3]:
         fdf = measure([c.point], fresh)
+        if _untrained(fdf):
+            if log:
+                log(f"{_fmt_setting(c.values)} trains nothing on a fresh seed; trying the next")
+            infeasible.append({"setting": c.values, "reason": _untrained(fdf)})
+            continue
         if all(con.margin(fdf[con.metric].to_numpy(dtype=float), False)[0] >= 0
                for con in constraints):
             chosen = c
@@ -280,10 +305,20 @@ def tune(
                      "margin_at_interval": margin})
     tuned = apply(base.base, chosen.point.overrides)
     return TuneResult(name, chosen.values, maximize, mean, lo, hi, cons, tuned, len(cands),
-                      total_runs, tune_seeds, fresh, history)
+                      total_runs, tune_seeds, fresh, history, infeasible)
+
+
+def _untrained(rows) -> str | None:
+    """The reason of the first run in `rows` that trained nothing (None: every run trained)."""
+    if rows is None or UNTRAINED not in rows.columns:
+        return None
+    bad = rows[UNTRAINED].dropna()
+    return str(bad.iloc[0]) if len(bad) else None
 
 
 def _feasible(c: Candidate, constraints: list[Constraint]) -> bool:
+    if c.infeasible:
+        return False
     return all(con.margin(c.rows[con.metric].to_numpy(dtype=float), True)[0] >= 0
                for con in constraints)
 

@@ -56,18 +56,31 @@ def flatten(summary: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+UNTRAINED = "untrained"  # the column of a run that trained nothing: why (no metrics beside it)
+
+
+def where(overrides, seed: int) -> str:
+    """`(at KEY=V, ..., seed S)`: which point and seed of a sweep an error is about."""
+    at = ", ".join(f"{k}={v}" for k, v in overrides) or "the base scenario"
+    return f"(at {at}, seed {seed})"
+
+
 def run_one(point_id: str, overrides, scheduler: str, seed: int) -> dict[str, Any]:
-    """Simulate one run and return its flat metrics plus `sim_s`, the wall time of the simulation."""
+    """Simulate one run and return its flat metrics plus `sim_s`, the wall time of the simulation.
+
+    A run that trains nothing returns `{UNTRAINED: reason}` instead: the parent decides whether
+    that stops the sweep (`sweep`) or marks the setting infeasible (`tune`)."""
     from aprilsim.policies.base import SchedulerError
-    from aprilsim.sim.run import simulate
+    from aprilsim.sim.run import NothingTrained, simulate
 
     sc = _scenario(point_id, overrides)
     t0 = time.perf_counter()
     try:
         summary = simulate(sc, scheduler, seed=seed).summary()
+    except NothingTrained as e:
+        return {UNTRAINED: str(e), "sim_s": time.perf_counter() - t0}
     except SchedulerError as e:  # say which point and seed of the sweep
-        where = ", ".join(f"{k}={v}" for k, v in overrides) or "the base scenario"
-        raise SchedulerError(f"{e} (at {where}, seed {seed})") from None
+        raise SchedulerError(f"{e} {where(overrides, seed)}") from None
     row = flatten(summary)
     row["sim_s"] = time.perf_counter() - t0
     return row

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from aprilsim.metrics.records import RunResult
+from aprilsim.metrics.warmup import clamp_warmup
 
 # summary key -> (label, unit); what the report compares for every scheduler
 METRICS: dict[str, tuple[str, str]] = {
@@ -105,7 +106,7 @@ def compare_runs(label: str, sim: RunResult, live: RunResult, meas_logged_s: Seq
                  meas_priced_s: Sequence[float] = ()) -> SchedulerComparison:
     """Pair a simulated and a live run of one scheduler (both with their warm-up set)."""
     n = min(len(sim.steps), len(live.steps))
-    warm = min(live.warmup_steps, max(0, n - 1))
+    warm = clamp_warmup(live.warmup_steps, n)
     busy = [max(s.busy_by_engine_s) if s.busy_by_engine_s else s.busy_time_s for s in sim.steps[:n]]
     return SchedulerComparison(
         label=label, predicted=sim.summary(warm), measured=live.summary(warm),

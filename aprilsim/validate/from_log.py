@@ -17,6 +17,7 @@ from typing import Any
 
 from aprilsim.config import Scenario, ScenarioError
 from aprilsim.metrics.records import RunResult
+from aprilsim.metrics.warmup import clamp_warmup
 from aprilsim.policies.base import CloseBatch, Context, Event
 from aprilsim.sim.build import build_simulation
 from aprilsim.types import Group
@@ -73,7 +74,7 @@ def replay_run(sc: Scenario, spec: str, *, steps: int | None = None) -> OfflineR
     if not isinstance(sim.workload, ReplayWorkload):
         raise ScenarioError("lengths: offline validation needs lengths = { replay = LOG, ... }")
     run = sim.run()
-    run.warmup_steps = min(sc.warmup_steps, max(0, len(run.steps) - 1))
+    run.warmup_steps = clamp_warmup(sc.warmup_steps, len(run.steps))
     return OfflineRun(spec, run, rec, sim.workload, [sim.workload.usage()])
 
 
@@ -90,7 +91,7 @@ def replay_scenario(sc: Scenario, log_spec: dict[str, Any], *, fit_batch: bool =
         run = wl.run  # type: ignore[attr-defined]
         steps = len(run.steps)
         data.update(batch_size=run.batch_size, group_size=run.group_size, steps=steps,
-                    warmup_steps=min(sc.warmup_steps, max(0, steps - 1)))
+                    warmup_steps=clamp_warmup(sc.warmup_steps, steps))
         out = scenario_from_dict(data, sc.base_dir)
     return out
 
@@ -117,7 +118,7 @@ def compare_to_log(o: OfflineRun) -> SchedulerComparison:
     run_log = o.workload.run
     steps = run_log.steps
     n = min(len(o.result.steps), len(steps))
-    warm = min(o.result.warmup_steps, max(0, n - 1))
+    warm = clamp_warmup(o.result.warmup_steps, n)
     meas = [float(run_log.rollout_s.get(s) or 0.0) for s in steps[:n]]  # 0: not logged, left out
     if not any(meas):
         raise ScenarioError(f"{run_log.source}: no per-step rollout times for the replayed steps "

@@ -1,21 +1,38 @@
-"""Workloads: response-length models, rewards, drift, and the seeded group generator."""
+"""Workloads: response-length models, rewards, drift, and the seeded group generator.
 
-from aprilsim.workload.lengths import (
-    FAMILIES,
-    Empirical,
-    LengthModel,
-    LognormalMixture,
-    Parametric,
-    cap_lengths,
-    length_model_from_dict,
-)
+The names below load on first use (PEP 562): the command line's options import modules of this
+package (`aprilsim fit`'s), and `aprilsim --help` should not load numpy for them.
+"""
 
-__all__ = [
-    "FAMILIES",
-    "Empirical",
-    "LengthModel",
-    "LognormalMixture",
-    "Parametric",
-    "cap_lengths",
-    "length_model_from_dict",
-]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aprilsim.workload.lengths import FAMILIES as FAMILIES
+    from aprilsim.workload.lengths import Empirical as Empirical
+    from aprilsim.workload.lengths import LengthModel as LengthModel
+    from aprilsim.workload.lengths import LognormalMixture as LognormalMixture
+    from aprilsim.workload.lengths import Parametric as Parametric
+    from aprilsim.workload.lengths import cap_lengths as cap_lengths
+    from aprilsim.workload.lengths import length_model_from_dict as length_model_from_dict
+
+_LAZY = {name: "lengths" for name in (
+    "FAMILIES", "Empirical", "LengthModel", "LognormalMixture", "Parametric", "cap_lengths",
+    "length_model_from_dict")}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -9,7 +9,9 @@ steps written, engines the command started stopped).
 
 ``--progress-deadline S`` (default 60): an engine that holds requests and streams no token for
 S seconds is health-checked, and declared dead when it does not answer (its requests are
-resubmitted to the others and the fault is reported); 0 turns it off.
+resubmitted to the others and the fault is reported); 0 turns it off. ``--stalled-after N``
+(default 3): an engine that answers healthy but streams no token for N such deadlines in a row
+is treated as dead the same way (0: a healthy engine never is).
 """
 
 from __future__ import annotations
@@ -66,9 +68,15 @@ async def _vocab_of(url: str) -> int | None:
 async def build_cluster(opts: dict[str, Any], max_context: int):
     """The cluster of the run and the vocabulary size its prompts must use; raises
     EnginesUnreachable (exit 2) when a URL does not answer before the first step."""
-    from real.runner.cluster import DEFAULT_PROGRESS_DEADLINE_S, Cluster, check_reachable
+    from real.runner.cluster import (
+        DEFAULT_PROGRESS_DEADLINE_S,
+        DEFAULT_STALLED_AFTER,
+        Cluster,
+        check_reachable,
+    )
 
     deadline = opts.get("progress_deadline", DEFAULT_PROGRESS_DEADLINE_S)
+    stalled = opts.get("stalled_after", DEFAULT_STALLED_AFTER)
 
     if opts["local"]:
         import torch
@@ -77,13 +85,14 @@ async def build_cluster(opts: dict[str, Any], max_context: int):
 
         torch.set_num_threads(1)  # one intra-op thread per engine: tiny models, shared CPUs
         spec = LocalSpec(max_context=max_context, min_step_seconds=opts.get("local_step_s") or 0.0)
-        cluster = Cluster(await start_local(opts["local"], spec), progress_deadline_s=deadline)
+        cluster = Cluster(await start_local(opts["local"], spec), progress_deadline_s=deadline,
+                          stalled_after=stalled)
         return cluster, spec.vocab_size, "bundled engines in-process"
     from real.engines import connect, split_engine_url
 
     urls = [u.strip() for u in (opts["engines"] or "").split(",") if u.strip()] or [opts["router"]]
     engines = [connect(u) for u in urls]  # vllm+http://... -> VLLMEngine, else SGLangClient
-    cluster = Cluster(engines, names=urls, progress_deadline_s=deadline)
+    cluster = Cluster(engines, names=urls, progress_deadline_s=deadline, stalled_after=stalled)
     try:
         await check_reachable(cluster)
     except BaseException:
@@ -232,16 +241,17 @@ def main_async(sc, names: list[str], opts: dict[str, Any], progress_for) -> Outc
 @click.option("--trainer", help="Training callable module:function(groups, step) instead of the modelled sleep.")
 @click.option("--checkpoint", help="Weights to load on every update (/update_weights_from_disk).")
 @click.option("--progress-deadline", type=click.FloatRange(min=0), default=60.0, show_default=True, help="Seconds an engine holding requests may stream no token before it is health-checked and, if it does not answer, treated as dead (0: never).")
+@click.option("--stalled-after", type=click.IntRange(min=0), default=3, show_default=True, help="Progress deadlines in a row an engine may answer /health healthy yet stream no token before it is treated as dead anyway (0: never).")
 @click.option("--local-step-s", type=float, default=0.0, hidden=True, help="Pad each step of the --local engines (tests).")
 def run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trace, timeline, local, engines,
                 router, scale, vocab_size, temperature, prompts, reward, eos_id, lengths_out, trainer,
-                checkpoint, progress_deadline, local_step_s) -> None:
+                checkpoint, progress_deadline, stalled_after, local_step_s) -> None:
     """Run SCENARIO's schedulers, unchanged, on live engines (one of --local, --engines, --router)."""
     with _early_signals_interrupt():
         _run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trace,
                      timeline, local, engines, router, scale, vocab_size, temperature, prompts,
                      reward, eos_id, lengths_out, trainer, checkpoint, progress_deadline,
-                     local_step_s)
+                     local_step_s, stalled_after)
 
 
 class _Interrupted(BaseException):
@@ -273,7 +283,8 @@ def _early_signals_interrupt():
 
 def _run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trace, timeline,
                  local, engines, router, scale, vocab_size, temperature, prompts, reward, eos_id,
-                 lengths_out, trainer, checkpoint, progress_deadline, local_step_s) -> None:
+                 lengths_out, trainer, checkpoint, progress_deadline, local_step_s,
+                 stalled_after) -> None:
     from aprilsim.cli import _per_scheduler_paths, fail, with_overrides
     from aprilsim.config import ScenarioError, load_scenario
     from aprilsim.policies.base import SchedulerError
@@ -298,7 +309,8 @@ def _run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, 
                 scale=scale if scale is not None else (local_scale(sc.max_response_len) if local else 1.0),
                 temperature=temperature, prompts=prompts, reward=reward, eos_id=eos_id,
                 lengths_out=lengths_out, trainer=trainer, checkpoint=checkpoint, outputs=outputs,
-                local_step_s=local_step_s, progress_deadline=progress_deadline)
+                local_step_s=local_step_s, progress_deadline=progress_deadline,
+                stalled_after=stalled_after)
     live = sys.stderr.isatty()
 
     def progress_for(name: str, done: int, total: int) -> None:

@@ -14,7 +14,12 @@ token came from any of its streams for ``progress_deadline_s`` (default
 answer healthy within ``health_timeout_s`` is marked dead, its requests come back failed with
 the tokens they had streamed (the runtime resubmits them elsewhere, as for a dead engine) and
 control calls waiting on it (abort, pause, weight sync) stop waiting. An engine that answers
-healthy gets another deadline. :func:`check_reachable` asks every engine once before a run.
+healthy gets another deadline, but not forever: a server whose /health answers while its
+scheduler is wedged streams nothing either, so after ``stalled_after`` consecutive deadlines
+healthy but without a token (default :data:`DEFAULT_STALLED_AFTER`: 3 minutes at the default
+deadline) it is treated as dead the same way. Deadlines while the cluster is paused for a weight
+sync do not count, nor do engines that cannot stream (no ``on_progress``: silence is all they
+show). :func:`check_reachable` asks every engine once before a run.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from real.protocol import Engine, GenerateRequest, GenerateResult, WeightSync
 
 DEFAULT_PROGRESS_DEADLINE_S = 60.0  # no token for this long while holding requests: health check
 DEFAULT_HEALTH_TIMEOUT_S = 5.0
+DEFAULT_STALLED_AFTER = 3  # consecutive healthy deadlines without a token: then treated as dead
 
 
 class AllEnginesDown(RuntimeError):
@@ -67,6 +73,8 @@ class Slot:
     faults: list[Fault] = field(default_factory=list)
     last_progress: float = 0.0  # monotonic time of its last token (or of its first request)
     hung: str | None = None  # why the progress deadline declared it dead
+    stalls: int = 0  # consecutive deadlines it answered /health healthy but streamed nothing
+    quiet_since: float = 0.0  # monotonic time of its last token (not moved by a healthy answer)
     _dead: asyncio.Event | None = None
     _dead_loop: object = None
     _probing: bool = False
@@ -97,8 +105,13 @@ class Slot:
     def started(self) -> None:
         if self.outstanding == 0:
             self._since = time.monotonic()
-            self.last_progress = self._since
+            self.last_progress = self.quiet_since = self._since
         self.outstanding += 1
+
+    def progressed(self) -> None:
+        """A token arrived: the deadline and the count of healthy silences start again."""
+        self.last_progress = self.quiet_since = time.monotonic()
+        self.stalls = 0
 
     def ended(self, result: GenerateResult) -> None:
         self.outstanding -= 1
@@ -118,20 +131,27 @@ class Cluster:
 
     ``progress_deadline_s``: seconds without a token from a slot that holds requests before it
     is health-checked (and, failing that, declared dead); None or 0 turns the watchdog off.
+    ``stalled_after``: consecutive deadlines answered healthy without a token before the slot is
+    declared dead anyway; None or 0: a healthy engine is never declared dead.
     """
 
     def __init__(self, engines: Sequence[Engine], names: Sequence[str] | None = None, *,
                  progress_deadline_s: float | None = DEFAULT_PROGRESS_DEADLINE_S,
-                 health_timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S) -> None:
+                 health_timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S,
+                 stalled_after: int | None = DEFAULT_STALLED_AFTER) -> None:
         if not engines:
             raise ValueError("a cluster needs at least one engine")
         if progress_deadline_s is not None and progress_deadline_s < 0:
             raise ValueError("progress_deadline_s must be >= 0")
+        if stalled_after is not None and stalled_after < 0:
+            raise ValueError("stalled_after must be >= 0")
         names = list(names or [getattr(e, "name", f"engine-{i}") for i, e in enumerate(engines)])
         self.slots = [Slot(e, n, i) for i, (e, n) in enumerate(zip(engines, names, strict=True))]
         self.router: Router = RoundRobin()
         self.progress_deadline_s = progress_deadline_s or None
         self.health_timeout_s = health_timeout_s
+        self.stalled_after = stalled_after or None
+        self._paused = False  # between pause() and resume(): silence is expected
         self._watchdog: asyncio.Task | None = None
         self._probes: set[asyncio.Task] = set()
 
@@ -187,8 +207,17 @@ class Cluster:
             ok = False
             with contextlib.suppress(Exception):
                 ok = bool(await asyncio.wait_for(slot.engine.health(), self.health_timeout_s))
-            if ok:  # busy (a long prefill, a paused engine) but alive: another deadline
+            if ok:  # busy (a long prefill, a paused engine) but alive: another deadline ...
                 slot.last_progress = time.monotonic()
+                if not self._paused and _takes_progress(slot.engine):
+                    slot.stalls += 1
+                if self.stalled_after and slot.stalls >= self.stalled_after and slot.alive:
+                    # ... but not forever: healthy yet tokenless deadline after deadline is wedged
+                    slot.mark_dead(
+                        f"stalled: /health answered but no token came for "
+                        f"{slot.last_progress - slot.quiet_since:.1f}s from its {slot.outstanding} "
+                        f"requests ({slot.stalls} progress deadlines of "
+                        f"{self.progress_deadline_s:g}s in a row)")
             elif slot.alive:
                 slot.mark_dead(f"hung: no token for {silent_s:.1f}s from its {slot.outstanding} "
                                f"requests and /health did not answer within "
@@ -224,7 +253,10 @@ class Cluster:
         streamed: list[int] = []
 
         def progressed(p) -> None:
-            slot.last_progress = time.monotonic()
+            if p.new_ids:
+                slot.progressed()
+            else:
+                slot.last_progress = time.monotonic()
             streamed.extend(p.new_ids)
 
         try:
@@ -267,12 +299,18 @@ class Cluster:
         await asyncio.gather(*(one(s) for s in targets))
 
     async def pause(self) -> None:
+        self._paused = True
         await asyncio.gather(*(self._unless_dead(s, s.engine.pause()) for s in self.alive
                                if isinstance(s.engine, WeightSync)))
 
     async def resume(self) -> None:
         await asyncio.gather(*(self._unless_dead(s, s.engine.resume()) for s in self.alive
                                if isinstance(s.engine, WeightSync)))
+        self._paused = False
+        now = time.monotonic()
+        for s in self.slots:  # the pause was no stall: every slot's silence starts again
+            s.last_progress = s.quiet_since = now
+            s.stalls = 0
 
     async def update_weights(self, version: int, path: str | None = None) -> None:
         """Every live engine serves ``version`` (loads ``path`` first when given)."""

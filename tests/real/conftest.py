@@ -32,6 +32,8 @@ pytest.importorskip("aiohttp")
 torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT / "tests") not in sys.path:  # the shared helpers of tests/ (cli_helpers, sched_helpers)
+    sys.path.insert(0, str(ROOT / "tests"))
 SCHEMA_PATH = Path(__file__).parent / "sglang_schema" / "api_types.py"
 
 # What the bundled test servers run: tiny and slowed to >= STEP_S per step.

@@ -8,11 +8,10 @@ a GPU; its client path is this one (SGLang's schema: tests/real/sglang_schema)."
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 
 import pytest
+from cli_helpers import Result, aprilsim
 from conftest import ROOT, VOCAB, free_port, run
 from vllm_fake import FakeVLLM
 
@@ -39,9 +38,9 @@ max_len = 2048
 """
 
 
-def _aprilsim(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aprilsim", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+def _aprilsim(*args: str) -> Result:
+    """The command in this process: calibrate and validate are the point, not the interpreter."""
+    return aprilsim(*args, cwd=ROOT)
 
 
 def test_the_vocabulary_comes_from_the_server_or_a_probe(servers):
@@ -124,14 +123,14 @@ def test_validate_checks_engines_and_calibration_before_any_live_run(tmp_path):
     sc.write_text(SMALL)
     t = time.monotonic()
     res = _aprilsim("validate", str(sc), "--engines", f"http://127.0.0.1:{free_port()}",
-                    "--out", str(tmp_path / "rep"), timeout=60)
+                    "--out", str(tmp_path / "rep"))
     assert res.returncode == 2 and time.monotonic() - t < 30
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "does not answer /health" in lines[0], res.stderr
     bad = tmp_path / "cal.toml"
     bad.write_text("[cost]\na = 0.001\n")
     res = _aprilsim("validate", str(sc), "--engines", f"http://127.0.0.1:{free_port()}",
-                    "--calibration", str(bad), "--out", str(tmp_path / "rep"), timeout=60)
+                    "--calibration", str(bad), "--out", str(tmp_path / "rep"))
     assert res.returncode == 2 and "lacks b" in res.stderr and "live" not in res.stderr
 
 

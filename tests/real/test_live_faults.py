@@ -108,7 +108,7 @@ def test_a_busy_but_healthy_engine_gets_another_deadline(servers):
 
     async def main():
         eng = Silent(SGLangClient(servers[0].url))
-        cluster = Cluster([eng], progress_deadline_s=0.5, health_timeout_s=1.0)
+        cluster = Cluster([eng], progress_deadline_s=0.5, health_timeout_s=1.0, stalled_after=10)
         try:
             res = await cluster.generate(cluster.slots[0], GenerateRequest((1, 2, 3), 4))
             return res, eng.health_calls, cluster.slots[0]
@@ -118,6 +118,125 @@ def test_a_busy_but_healthy_engine_gets_another_deadline(servers):
     res, calls, slot = run(main())
     assert res.error is None and len(res.output_ids) == 4
     assert calls >= 2 and slot.alive and slot.hung is None
+
+
+class Wedged:
+    """Streams two tokens, then nothing ever again; /health keeps answering healthy (a wedged
+    scheduler behind a live HTTP server)."""
+
+    def __init__(self) -> None:
+        self.health_calls = 0
+
+    async def generate(self, request, on_progress=None):
+        from real.protocol import Progress
+
+        on_progress(Progress("r", (7, 8), 2))
+        await asyncio.Event().wait()  # forever, until cancelled
+
+    async def health(self):
+        self.health_calls += 1
+        return True
+
+    async def close(self):
+        pass
+
+
+def test_a_healthy_engine_that_streams_nothing_is_dead_after_n_deadlines():
+    """/health answers but no token comes: before, every deadline ended in "healthy, wait
+    again", forever. Now ``stalled_after`` such deadlines in a row make it dead; the request
+    comes back failed with the tokens it had streamed."""
+    from real.protocol import GenerateRequest
+
+    async def main():
+        eng = Wedged()
+        cluster = Cluster([eng], progress_deadline_s=0.2, health_timeout_s=1.0, stalled_after=3)
+        t0 = time.monotonic()
+        try:
+            res = await asyncio.wait_for(
+                cluster.generate(cluster.slots[0], GenerateRequest((1, 2, 3), 8)), 20)
+            return res, eng.health_calls, cluster.slots[0], time.monotonic() - t0
+        finally:
+            await cluster.close()
+
+    res, calls, slot, wall = run(main())
+    assert calls == 3 and not slot.alive
+    assert slot.hung.startswith("stalled: /health answered but no token came for")
+    assert "3 progress deadlines of 0.2s in a row" in slot.hung
+    assert res.error and "stalled" in res.error and res.output_ids == [7, 8]
+    assert 0.6 <= wall < 10, wall
+
+
+def test_stalls_need_consecutive_deadlines_and_pauses_do_not_count():
+    """A token between healthy deadlines starts the count again, and a deadline met while the
+    cluster is paused (a weight sync) is no stall."""
+    from real.protocol import GenerateRequest, Progress
+
+    class Trickle(Wedged):
+        async def generate(self, request, on_progress=None):
+            for _ in range(6):  # a token every 2.5 deadlines: two healthy deadlines between
+                on_progress(Progress("r", (5,), 1))
+                await asyncio.sleep(0.5)
+            return await Wedged().generate(request, on_progress)
+
+    async def main():
+        eng = Trickle()
+        cluster = Cluster([eng], progress_deadline_s=0.2, health_timeout_s=1.0, stalled_after=3)
+        try:
+            task = asyncio.ensure_future(cluster.generate(cluster.slots[0], GenerateRequest((1,), 9)))
+            await asyncio.sleep(3.2)  # 6 tokens: never 3 healthy deadlines in a row
+            alive_while_trickling = cluster.slots[0].alive
+            await cluster.pause()  # now silent for good, but paused: nothing counts
+            await asyncio.sleep(1.5)
+            alive_while_paused = cluster.slots[0].alive
+            await cluster.resume()
+            res = await asyncio.wait_for(task, 20)
+            return alive_while_trickling, alive_while_paused, res, cluster.slots[0]
+        finally:
+            await cluster.close()
+
+    trickling, paused, res, slot = run(main())
+    assert trickling and paused
+    assert not slot.alive and "stalled" in slot.hung and "stalled" in res.error
+
+
+def test_a_wedged_local_engine_is_dead_its_work_resubmitted_and_reported():
+    """A run on two in-process engines, one of which stops generating mid-rollout while its
+    /health stays healthy: after 2 stalled deadlines it is dead, its requests finish on the other
+    engine, the ledger balances and the fault says why."""
+    from runner_helpers import local_spec
+
+    from real.runner.local import start_local
+
+    sc = tiny_scenario(max_len=48, steps=3)
+
+    async def main():
+        engines = await start_local(2, local_spec())
+        cluster = Cluster(engines, names=["victim", "ok"], progress_deadline_s=0.3,
+                          health_timeout_s=1.0, stalled_after=2)
+
+        async def wedge_it():
+            slot = cluster.slots[0]
+            while slot.outstanding < 2 or slot.tokens + slot.outstanding < 3:
+                await asyncio.sleep(0.005)
+            await engines[0].pause()  # its scheduler stops; /health still answers
+
+        k = asyncio.create_task(wedge_it())
+        try:
+            case = await asyncio.wait_for(live_run(sc, "sync", cluster), 60)
+            return case, cluster.slots[0]
+        finally:
+            k.cancel()
+            await cluster.close()
+
+    case, slot = run(main())
+    faults = case.run.faults
+    assert faults and {f.engine for f in faults} == {"victim"}
+    assert {f.kind for f in faults} == {"engine_died"}
+    assert all("stalled: /health answered" in f.message for f in faults), faults
+    assert not slot.alive
+    assert_ledger(case)
+    assert_batches(case)
+    assert len(case.run.result.steps) == 3
 
 
 def test_unreachable_engines_are_refused_before_the_first_step_in_one_line(tmp_path, servers):

@@ -1,5 +1,6 @@
-"""The conformance suite on the live runner: every registered scheduler and the example user
-scheduler, unchanged, on bundled engines in-process (ledger, max length, each one's promise)."""
+"""The conformance suite on the live runner: every registered scheduler and option variant and the
+example user scheduler, unchanged, on bundled engines in-process (ledger, max length, each one's
+promise)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import functools
 
 import pytest
 from runner_helpers import assert_batches, assert_ledger, run_local, tiny_scenario
-from sched_helpers import USER_SCHEDULER, registered, variant_ids
+from sched_helpers import USER_SCHEDULER, every_variant, variant_ids
 
 USER = USER_SCHEDULER
-# every registered scheduler (from the registry) and the user one; options sized to tiny lengths
-CASES: list[tuple[str, dict]] = registered() + [
+# every registered scheduler and option variant (the registry's) and the user one, then options
+# sized to the tiny lengths (a 12-token budget caps; the registry's 600 does not at 48 tokens)
+CASES: list[tuple[str, dict]] = every_variant() + [
     ("april", {"token_budget": 12}),
     ("fully_async", {"eta": 1, "interrupt": True}),
 ]

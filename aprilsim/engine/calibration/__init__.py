@@ -4,47 +4,74 @@ Pure fitting: records from a CSV, the bundled engine's iteration log, SGLang's s
 Vidur-format kernel profiles, fitted to `CostModel` or `TabulatedCost` by relative-error
 non-negative least squares, with a per-regime error table and a preset file. Live measurement of
 an engine lives in `real/calibrate.py` (this package imports neither torch nor aiohttp).
+
+The names below load on first use (PEP 562), so that `aprilsim calibrate`'s options (loaded by
+every `aprilsim` command) do not load numpy and the fitting code.
 """
 
 from __future__ import annotations
 
-from .errors import RegimeError, format_error_table, regime_errors
-from .estimator import CostCalibrator
-from .fit import (
-    choose_knots,
-    fit_cost,
-    fit_linear,
-    fit_prefill,
-    fit_tables,
-    predict,
-    relative_errors,
-)
-from .iteration_log import read_iteration_log, records_from_iterations
-from .preset import preset_toml, write_preset
-from .records import Record, read_csv, write_csv
-from .sglang_log import read_sglang_log, records_from_sglang_lines
-from .vidur import read_vidur
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "CostCalibrator",
-    "Record",
-    "RegimeError",
-    "choose_knots",
-    "fit_cost",
-    "fit_linear",
-    "fit_prefill",
-    "fit_tables",
-    "format_error_table",
-    "predict",
-    "preset_toml",
-    "read_csv",
-    "read_iteration_log",
-    "read_sglang_log",
-    "read_vidur",
-    "records_from_iterations",
-    "records_from_sglang_lines",
-    "regime_errors",
-    "relative_errors",
-    "write_csv",
-    "write_preset",
-]
+if TYPE_CHECKING:
+    from .errors import RegimeError as RegimeError
+    from .errors import format_error_table as format_error_table
+    from .errors import regime_errors as regime_errors
+    from .estimator import CostCalibrator as CostCalibrator
+    from .fit import choose_knots as choose_knots
+    from .fit import fit_cost as fit_cost
+    from .fit import fit_linear as fit_linear
+    from .fit import fit_prefill as fit_prefill
+    from .fit import fit_tables as fit_tables
+    from .fit import predict as predict
+    from .fit import relative_errors as relative_errors
+    from .iteration_log import read_iteration_log as read_iteration_log
+    from .iteration_log import records_from_iterations as records_from_iterations
+    from .preset import preset_toml as preset_toml
+    from .preset import write_preset as write_preset
+    from .records import Record as Record
+    from .records import read_csv as read_csv
+    from .records import write_csv as write_csv
+    from .sglang_log import read_sglang_log as read_sglang_log
+    from .sglang_log import records_from_sglang_lines as records_from_sglang_lines
+    from .vidur import read_vidur as read_vidur
+
+_LAZY = {
+    "RegimeError": "errors",
+    "format_error_table": "errors",
+    "regime_errors": "errors",
+    "CostCalibrator": "estimator",
+    "choose_knots": "fit",
+    "fit_cost": "fit",
+    "fit_linear": "fit",
+    "fit_prefill": "fit",
+    "fit_tables": "fit",
+    "predict": "fit",
+    "relative_errors": "fit",
+    "read_iteration_log": "iteration_log",
+    "records_from_iterations": "iteration_log",
+    "preset_toml": "preset",
+    "write_preset": "preset",
+    "Record": "records",
+    "read_csv": "records",
+    "write_csv": "records",
+    "read_sglang_log": "sglang_log",
+    "records_from_sglang_lines": "sglang_log",
+    "read_vidur": "vidur",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -11,17 +11,17 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from aprilsim.cli_errors import OneLineCommand, fail
 
-from .errors import format_error_table
-from .estimator import CostCalibrator
-from .records import Record
+if TYPE_CHECKING:  # loaded where used: every `aprilsim` command loads these options
+    from .estimator import CostCalibrator
+    from .records import Record
 
-LiveMeasure = Callable[..., tuple[list[Record], dict[str, Any]]]
+LiveMeasure = Callable[..., "tuple[list[Record], dict[str, Any]]"]
 SOURCES = ("csv", "sglang_log", "iteration_log", "vidur", "local", "engines")
 
 
@@ -44,8 +44,14 @@ def _read(kind: str, value: Any, opts: dict[str, Any], live: LiveMeasure | None,
     if kind == "csv":
         return read_csv(value), {"source": f"CSV {value}"}
     if kind == "sglang_log":
-        return read_sglang_log(value), {
-            "source": f"SGLang scheduler log {value} (decode time = #running-req / gen throughput)"}
+        from .client import prefix_cache_line, sglang_cached_share
+
+        recs = read_sglang_log(value)
+        share = sglang_cached_share(Path(value).read_text(errors="replace").splitlines())
+        which, line = prefix_cache_line(share)
+        return recs, {
+            "source": f"SGLang scheduler log {value} (decode time = #running-req / gen throughput)",
+            which: [line], "prefix_hit_share": share}
     if kind == "iteration_log":
         return read_iteration_log(value), {"source": f"bundled engine iteration log {value}"}
     if kind == "vidur":
@@ -71,6 +77,8 @@ GOOD_FIT = 0.05  # a decode median error above this is a poor fit
 def form_advice(records: list[Record], cal: CostCalibrator, form: str, max_knots: int) -> dict | None:
     """The other form's fit on the same records when the chosen one fits decode badly and the
     other clearly better: {form, median_abs (both), advice}; None otherwise."""
+    from .estimator import CostCalibrator
+
     other = "tables" if form == "linear" else "linear"
     try:
         alt = CostCalibrator(form=other, max_knots=max_knots).fit(records)
@@ -155,7 +163,14 @@ def make_calibrate_command(live: LiveMeasure | None) -> click.Command:
             records, info = _read(kind, value, opts, live)
             if progress is not None and sys.stderr.isatty():
                 click.echo("\r\033[K", err=True, nl=False)
+            from .estimator import CostCalibrator
+
             cal = CostCalibrator(form=form, max_knots=max_knots).fit(records)
+            from .client import client_overhead_lines, prefix_cache_line
+
+            info["client_overhead_s"] = client_overhead_lines(cal.cost_, info)
+            if "prefix_hit_share" not in info:  # the source says nothing of a prefix cache
+                info.setdefault("assumed", []).append(prefix_cache_line(None)[1])
         except ValueError as e:
             fail(str(e))
             return
@@ -175,7 +190,7 @@ def _write_outputs(cal: CostCalibrator, info: dict[str, Any], out: Path | None,
         write_preset(out, cal.cost_, label=info.get("label", "calibrated"),
                      source=f"calibrated ({form}) from {info['source']}",
                      max_running=info.get("max_running"), kv_capacity=info.get("kv_capacity"),
-                     errors=cal.errors_, measured=info.get("measured"),
+                     client_overhead_s=info.get("client_overhead_s"), errors=cal.errors_, measured=info.get("measured"),
                      assumed=info.get("assumed"))
         click.echo(f"wrote {out}", err=True)
     if records_out is not None:
@@ -206,13 +221,16 @@ def cost_dict(cost: Any) -> dict[str, Any]:
 
 def _print(cal: CostCalibrator, info: dict[str, Any], form: str, as_json: bool,
            out: Path | None) -> None:
+    from .errors import format_error_table
+
     if as_json:
         click.echo(json.dumps({
             "form": form, "source": info["source"], "n_decode": cal.n_decode_,
             "n_prefill": cal.n_prefill_, "cost": cost_dict(cal.cost_),
             "errors": [e.to_dict() for e in cal.errors_],
             **{k: info[k] for k in ("max_running", "kv_capacity", "wall_s", "vocab_size",
-                                    "measured", "assumed", "advice") if k in info},
+                                    "measured", "assumed", "advice", "client_overhead_s",
+                                    "prefix_hit_share") if k in info},
             "preset_file": str(out) if out else None}, indent=2))
         return
     click.echo(f"source: {info['source']}")

@@ -3,7 +3,7 @@
 A scenario uses it with ``[cluster] preset = "cal.toml"`` (relative to the scenario file). The
 file holds a ``[cost]`` table in the scenario's own ``[cluster.cost]`` form (``a, b, c`` or
 ``table_b, table_f, table_g``, plus ``p0, p1, p2``) and optional engine limits (``max_running``,
-``kv_capacity``) measured on the engine; `aprilsim.config` validates it like any scenario key.
+``kv_capacity``, ``client_overhead_s``) measured on the engine; `aprilsim.config` validates it like any scenario key.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def _num(v: float) -> str:
 
 def preset_toml(cost: CostModel | TabulatedCost, *, label: str = "calibrated", source: str = "",
                 max_running: int | None = None, kv_capacity: int | None = None,
-                errors: list[RegimeError] | None = None, measured: list[str] | None = None,
+                client_overhead_s: float | None = None, errors: list[RegimeError] | None = None, measured: list[str] | None = None,
                 assumed: list[str] | None = None) -> str:
     """The preset file's text; ``measured`` and ``assumed`` become comment lines saying which
     of its values were measured on the engine and which were assumed."""
@@ -42,6 +42,8 @@ def preset_toml(cost: CostModel | TabulatedCost, *, label: str = "calibrated", s
         lines.append(f"max_running = {int(max_running)}")
     if kv_capacity is not None:
         lines.append(f"kv_capacity = {int(kv_capacity)}")
+    if client_overhead_s is not None:  # seconds per request outside the engine (the driver's)
+        lines.append(f"client_overhead_s = {_num(client_overhead_s)}")
     lines.append("")
     lines.append("[cost]")
     if isinstance(cost, TabulatedCost):

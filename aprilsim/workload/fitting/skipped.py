@@ -9,8 +9,12 @@ minority of a file is more likely wrong than useful.
 
 from __future__ import annotations
 
-from aprilsim.workload.fitting.data import LengthData
+from typing import TYPE_CHECKING
+
 from aprilsim.workload.fitting.errors import LengthDataError
+
+if TYPE_CHECKING:  # numpy: not for `fit --help`
+    from aprilsim.workload.fitting.data import LengthData
 
 WARN_SHARE = 0.01
 MAX_SKIPPED = 0.2
