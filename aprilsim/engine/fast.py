@@ -324,26 +324,34 @@ class FastEngine(EngineFace):
         """`_pop_finished` while `_finish` holds entries of retracted requests: those are
         skipped (an entry is live when its request runs and ends at the entry's iteration)."""
         heap, it, running, cache = self._finish, self.it, self.running, self.cache
+        t, pop, get, clipped = self.t, heapq.heappop, self.running.get, self.clipped
         done, left = [], []
+        freed = base_sum = max_new_sum = reserve = skipped = 0
         while heap and heap[0][0] <= it:
-            end, rid = heapq.heappop(heap)
-            r = running.get(rid)
+            end, rid = pop(heap)
+            r = get(rid)
             if r is None or r.target_new - r.base != end:
-                self._stale -= 1
+                skipped += 1
                 continue
             del running[rid]
-            if self.clipped is not None:
-                self.clipped.drop(rid)
+            if clipped is not None:
+                clipped.drop(rid)
             gen = r.gen = r.target_new
-            self.kv -= r.input_len + gen - 1
-            self._base_sum -= r.base
-            self._max_new_sum -= r.max_new
+            max_new = r.max_new
+            freed += r.input_len + gen - 1
+            base_sum += r.base
+            max_new_sum += max_new
+            reserve += max_new - gen
             if r.shared:
                 self._release(r)
             if cache is not None:
                 left.append(r)
-            self.reserve -= r.max_new - gen
-            done.append(Completion(rid, gen, "length" if gen == r.max_new else "stop", self.t))
+            done.append(Completion(rid, gen, "length" if gen == max_new else "stop", t))
+        self.kv -= freed
+        self._base_sum -= base_sum
+        self._max_new_sum -= max_new_sum
+        self.reserve -= reserve
+        self._stale -= skipped
         self._drop_stale_head()
         self.hold = False
         if cache is not None:
