@@ -9,8 +9,7 @@ from pathlib import Path
 import click
 
 from aprilsim._version import __version__
-from aprilsim.cli_errors import EXIT_USAGE, OneLineGroup, fail
-from aprilsim.simulate_cli import per_scheduler_paths as _per_scheduler_paths  # noqa: F401 - real/ uses it
+from aprilsim.cli_errors import EXIT_USAGE, OneLineGroup, command_line, fail
 
 __all__ = ["EXIT_USAGE", "fail", "main", "with_overrides"]
 
@@ -32,6 +31,7 @@ class _LazyGroup(OneLineGroup):
         "tune": ("aprilsim.sweep.cli", "tune_command"),
         "calibrate": ("aprilsim.cli", "_calibrate_command"),
         "replay-validate": ("aprilsim.replay_cli", "replay_validate_command"),
+        "advise": ("aprilsim.advise_cli", "advise_command"),
     }
     live = frozenset({"run", "validate"})  # the live-engine extra's commands
     # what `aprilsim --help` lists for them, so that listing imports none (test_startup checks
@@ -45,6 +45,7 @@ class _LazyGroup(OneLineGroup):
         "tune": "Best knob setting under constraints (seed-noise aware).",
         "calibrate": "Fit the engine cost model to measured timings; write a preset file.",
         "replay-validate": "Replay a run's logged groups, compare predicted and logged step times.",
+        "advise": "From a launch config and a length log to a ranked recommendation.",
     }
     _listing = False
 
@@ -149,15 +150,7 @@ def simulate(scenario, schedulers, sets, steps, seed, n_seeds, warmup, as_json, 
 
     run_simulate(scenario=scenario, schedulers=schedulers, sets=sets, steps=steps, seed=seed,
                  n_seeds=n_seeds, warmup=warmup, as_json=as_json, steps_out=steps_out,
-                 trace_out=trace_out, timeline=timeline, out_dir=out_dir, command=_command_line())
-
-
-def _command_line() -> str:
-    """The command as typed (`aprilsim simulate ...`), for the JSON and --out metadata."""
-    import shlex
-
-    root = click.get_current_context().find_root().command
-    return shlex.join(["aprilsim", *getattr(root, "argv", sys.argv[1:])])
+                 trace_out=trace_out, timeline=timeline, out_dir=out_dir, command=command_line())
 
 
 def with_overrides(sc, *, steps: int | None = None, warmup: int | None = None):

@@ -1,7 +1,8 @@
-"""How every aprilsim command reports bad input: one line on stderr, exit code 2.
+"""How every aprilsim command reports bad input (one line on stderr, exit code 2), and the
+command line as typed, for the metadata commands write.
 
-Kept apart from `aprilsim.cli` so that command modules (plots, fit, sweep, run) can use it without
-importing the command group that imports them.
+Kept apart from `aprilsim.cli` so that command modules (plots, fit, sweep, and `real/`'s run and
+validate) can use it without importing the command group that imports them.
 
 `fail` is for a command's own checks. Click's usage errors would otherwise print three lines
 (usage, a "Try --help" hint, the error): commands and groups built with `OneLineCommand` /
@@ -24,6 +25,15 @@ def fail(message: str) -> None:
     """One line on stderr, exit code 2: never a traceback for bad input."""
     click.echo(f"aprilsim: error: {message}", err=True)
     sys.exit(EXIT_USAGE)
+
+
+def command_line() -> str:
+    """The command as typed (`aprilsim simulate ...`), for the JSON and --out metadata: the
+    arguments the root group was given (its ``argv``, where it keeps them), else sys.argv."""
+    import shlex
+
+    root = click.get_current_context().find_root().command
+    return shlex.join(["aprilsim", *getattr(root, "argv", sys.argv[1:])])
 
 
 class OneLineError(click.ClickException):

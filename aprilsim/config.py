@@ -87,7 +87,8 @@ class ClusterSection(_Strict):
     retract_decode_steps: int | None = Field(default=None, ge=0)
     clip_max_new_tokens: int | None = Field(default=None, ge=0)
     retract_to: Literal["head", "tail"] | None = None
-    abort_steps: int | None = Field(default=None, ge=-1)  # -1: the abort lands at once
+    # -1: the abort lands at once, as EngineSpec's -1; None here, as for every key: not set
+    abort_steps: int | None = Field(default=None, ge=-1)
     chunked_prefill_size: int | None = Field(default=None, ge=-1)  # 0 or -1: off
     prefix_sharing: bool | None = None  # a group's prompt held once per engine (radix cache)
     # none; group (= prefix_sharing); lru: kept past a request's life in free KV (docs/simulator.md)
@@ -235,8 +236,6 @@ class Scenario(_Strict):
             )
             if getattr(c, k) is not None
         }
-        if over.get("abort_steps") == -1:
-            over["abort_steps"] = None
         if c.prefix_sharing and c.prefix_cache == "none":
             raise ScenarioError("cluster: prefix_sharing = true and prefix_cache = \"none\" "
                                 "contradict each other (prefix_cache = \"group\" is the same "

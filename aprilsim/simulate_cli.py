@@ -183,6 +183,11 @@ def run_simulate(*, scenario: Path | None, schedulers: tuple[str, ...], sets: tu
         return
     if steps_out is not None:
         steps_out.write_text("".join(json.dumps(r) + "\n" for r in records))
+    gains = gain_vs_sync(runs)
+    for jr in json_rows:  # the same seed's decomposition in each --json object
+        got = gains.get(jr["scheduler"])
+        if got is not None:
+            jr["gain_vs_sync"] = got[1][seeds.index(jr["run"]["seed"])]
     head = (f"scenario: {sc.name}  ({sc.cluster.engines} engines, {sc.batch_size} groups x "
             f"{sc.group_size} samples, max {sc.max_response_len} tokens, {sc.steps} steps, "
             f"the first {sc.warmup_steps} left out as warm-up"
@@ -201,6 +206,26 @@ def run_simulate(*, scenario: Path | None, schedulers: tuple[str, ...], sets: tu
         click.echo(end_state_lines([rows[0] for rows in runs.values()]))
         for line in settle_notes(runs, seeds):
             click.echo(line)
+        from aprilsim.metrics.gain import gain_lines
+
+        for line in gain_lines({name: g[0] for name, g in gains.items()}):
+            click.echo(line)
+
+
+def gain_vs_sync(runs: dict[str, list[dict[str, Any]]]) -> dict[str, tuple[dict, list[dict]]]:
+    """scheduler -> (its gain decomposition over sync averaged over the seeds, seed by seed),
+    for every scheduler but sync when sync ran (aprilsim.metrics.gain)."""
+    from aprilsim.metrics.gain import decompose, mean_parts
+
+    base = runs.get("sync")
+    if base is None:
+        return {}
+    out = {}
+    for name, rows in runs.items():
+        if name != "sync":
+            decs = [decompose(r, b) for r, b in zip(rows, base)]
+            out[name] = (mean_parts(decs), decs)
+    return out
 
 
 def settle_notes(runs: dict[str, list[dict[str, Any]]], seeds: list[int]) -> list[str]:

@@ -68,6 +68,10 @@ class Sample:
     submits: int = 0
     submit_version: int = -1
     complete: bool = False  # reached its end (stop token or max_len); set by the runtime
+    # request latency (docs/metrics.md), on the driver's clock; -1.0: not yet, or not known
+    first_submit_s: float = -1.0  # its first request was sent to the engines
+    start_s: float = -1.0  # its first request was first scheduled on an engine (simulated only)
+    finish_s: float = -1.0  # it completed (its last request ended at its end)
 
     @property
     def reward(self) -> float:

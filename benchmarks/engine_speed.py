@@ -5,7 +5,7 @@
 Decode throughput times only decode steps of :class:`real.torch_engine.BatchEngine` (B requests
 running together, prompt 16 tokens, ``--decode-tokens`` each). HTTP overhead is the median
 latency of a 1-token request through ``real.serve``'s HTTP server and
-:class:`real.sglang_http.SGLangClient` (streaming), minus the same request on
+:class:`real.clients.sglang.SGLangClient` (streaming), minus the same request on
 :class:`real.torch_engine.local.LocalEngine` in-process. ``--bench-serving`` also starts
 ``python -m real.serve`` (with the bundled tokenizer) and runs SGLang's own benchmark client
 (vendored in ``tests/real/third_party/sglang_bench``) against it: TTFT and ITL as SGLang reports
@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 from aiohttp import web  # noqa: E402
 
+from real.clients.sglang import SGLangClient  # noqa: E402
 from real.protocol import GenerateRequest, SamplingParams  # noqa: E402
-from real.sglang_http import SGLangClient  # noqa: E402
 from real.torch_engine import BatchEngine, EngineConfig, EngineRequest, ModelConfig, TinyDecoder  # noqa: E402
 from real.torch_engine.http_server import EngineHTTPServer, ServerConfig  # noqa: E402
 from real.torch_engine.local import LocalEngine  # noqa: E402

@@ -28,10 +28,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-from aprilsim.cli import with_overrides
-from aprilsim.config import load_scenario
-from real.runner.cli import local_scale
-from real.validate import validate, write_all
+from aprilsim.config import load_scenario, with_overrides
+from real.runner.options import EngineTarget, local_scale
+from real.validate import ValidateOptions, validate, write_all
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = ["sync", "april", "april@ratio=1.5", "async_one_step"]
@@ -89,8 +88,8 @@ def serve_main(args) -> None:
     procs = start_servers(args.serve, work)
     try:
         urls = [u for _, u in procs]
-        opts = dict(local=None, engines=",".join(urls), router=None, vocab_size=None, seed=args.seed,
-                    steps=args.steps, calibration=None, repeats=args.repeats, scale=scale)
+        opts = ValidateOptions(EngineTarget(engines=tuple(urls)), seed=args.seed, steps=args.steps,
+                               repeats=args.repeats, scale=scale)
         v = validate(sc, SPECS, opts, lambda n, d, t: print(f"{n}: step {d}/{t}", flush=True))
         rep = write_all(v, work / "report", figures=False)
     finally:
@@ -145,8 +144,8 @@ def main() -> None:
         return
     args.steps = args.steps or 5
     sc = with_overrides(load_scenario(None), steps=args.steps, warmup=None)
-    opts = dict(local=args.local, engines=None, router=None, vocab_size=None, seed=args.seed,
-                steps=args.steps, calibration=None, scale=local_scale(sc.max_response_len))
+    opts = ValidateOptions(EngineTarget(local=args.local), seed=args.seed, steps=args.steps,
+                           scale=local_scale(sc.max_response_len))
     t0 = time.monotonic()
     v = validate(sc, SPECS, opts, lambda name, d, t: print(f"{name}: step {d}/{t}", flush=True))
     tmp = Path("/tmp/aprilsim_validation")

@@ -170,7 +170,8 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="leave the servers running")
     args = ap.parse_args()
     from aprilsim.config import load_scenario, with_overrides
-    from real.validate import validate, write_all
+    from real.runner.options import EngineTarget
+    from real.validate import ValidateOptions, validate, write_all
 
     args.work.mkdir(parents=True, exist_ok=True)
     servers: list[VLLMServer] = []
@@ -197,9 +198,9 @@ def main() -> None:
         cal = calibrate(urls, args.scale, args.work / "cal.toml")
         t_cal = time.monotonic() - tc
         sc = with_overrides(load_scenario(SCENARIO), steps=args.steps, warmup=None)
-        opts = dict(local=None, engines=",".join(urls), router=None, vocab_size=None,
-                    seed=args.seed, steps=args.steps, calibration=args.work / "cal.toml",
-                    repeats=args.repeats, max_running=cal.get("max_running"), scale=args.scale)
+        opts = ValidateOptions(EngineTarget(engines=tuple(urls)), seed=args.seed, steps=args.steps,
+                               calibration=args.work / "cal.toml", repeats=args.repeats,
+                               max_running=cal.get("max_running"), scale=args.scale)
         tv = time.monotonic()
         v = validate(sc, SPECS, opts, lambda n, d, t: print(f"{n}: step {d}/{t}", flush=True))
         rep = write_all(v, args.work / "report", figures=False)

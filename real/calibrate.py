@@ -1,10 +1,10 @@
 """Live calibration: drive engines through the Engine protocol with controlled batches and time
 their steps (``aprilsim calibrate --local N | --engines URL,...``).
 
-Every engine family the runner reaches is measured through the same :func:`real.engines.connect`
+Every engine family the runner reaches is measured through the same :func:`real.clients.connect.connect`
 (``vllm+http://...``: vLLM; ``http://...``: SGLang, an sglang-router or a bundled
 ``python -m real.serve``). Before the sweep: the vocabulary (``--vocab-size``, else what the
-server states, else probed: :func:`real.engines.engine_vocab`) and the concurrency (the server's
+server states, else probed: :func:`real.clients.connect.engine_vocab`) and the concurrency (the server's
 ``max_running_requests``, else probed: as many requests as the sweep needs sent at once, the most
 seen running together).
 
@@ -99,7 +99,7 @@ class _Timing:
     name = "token stream"
 
     def __init__(self, engine, label: str) -> None:
-        from .engines import stamped
+        from .clients.connect import stamped
 
         self.engine = stamped(engine)
         self.label = label
@@ -161,7 +161,7 @@ class _MetricsTiming(_Timing):
         self.before = await self.engine.inner.counters() or {}
 
     async def end_run(self, batch: int, prompt_len: int, gen: int) -> list[Record]:
-        from .vllm_wire import counter_delta
+        from .clients.vllm_wire import counter_delta
 
         want = batch * (gen - 1)  # inter-token gaps the run makes
         for _ in range(20):  # the server records a step's stats just after sending its tokens
@@ -183,7 +183,7 @@ class _MetricsTiming(_Timing):
 
 async def _timing_for(engine, label: str, url: str | None) -> _Timing:
     """The best timing the engine offers."""
-    from .engines import unwrap
+    from .clients.connect import unwrap
 
     inner = getattr(engine, "engine", None)
     if inner is not None and hasattr(inner, "iterations"):  # an in-process bundled engine
@@ -216,7 +216,7 @@ async def probe_concurrency(engine: Engine, need: int, vocab: int) -> int:
     most ``/metrics`` reports running while they run)."""
     from aprilsim.validate.reconstruct import reconstruct
 
-    from .engines import stamped, unwrap
+    from .clients.connect import stamped, unwrap
 
     s = stamped(engine)
     base = unwrap(engine)
@@ -325,9 +325,11 @@ async def _measure_local(n: int, batch_sizes, kv_loads, gen_tokens, progress, ma
     return records, info
 
 
-async def _measure_http(specs: Sequence[str], batch_sizes, kv_loads, gen_tokens, progress,
-                        max_batch: int, vocab_size: int | None) -> tuple[list[Record], dict]:
-    from .engines import connect, engine_vocab, split_engine_url
+async def measure_http(specs: Sequence[str], batch_sizes, kv_loads, gen_tokens, progress,
+                       max_batch: int, vocab_size: int | None) -> tuple[list[Record], dict]:
+    """The sweep on engines behind URLs (``specs``, as :func:`real.clients.connect.connect`
+    takes them): the records of every engine and the first engine's server info."""
+    from .clients.connect import connect, engine_vocab, split_engine_url
 
     records: list[Record] = []
     info: dict = {}
@@ -384,7 +386,7 @@ def measure(local: int | None = None, engines: Sequence[str] | None = None,
         records, info = asyncio.run(_measure_local(local, batch_sizes, kv_loads, gen_tokens,
                                                    progress, mb))
     else:
-        records, info = asyncio.run(_measure_http(list(engines or ()), batch_sizes, kv_loads,
+        records, info = asyncio.run(measure_http(list(engines or ()), batch_sizes, kv_loads,
                                                   gen_tokens, progress, mb, vocab_size))
     info["wall_s"] = round(time.monotonic() - t, 2)
     if progress is not None:

@@ -48,9 +48,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="torch intra-op threads (default 1: a tiny model gains nothing from more, "
                         "and OpenMP spin-waits badly on a shared CPU); 0 leaves torch's default")
     e.add_argument("--weight-version", default="default")
-    e.add_argument("--init-new-token-ratio", type=float, default=0.7,
+    e.add_argument("--init-new-token-ratio", type=float, default=EngineConfig.init_new_token_ratio,
                    help="SGLang's SGLANG_INIT_NEW_TOKEN_RATIO (admission reserve)")
-    e.add_argument("--clip-max-new-tokens", type=int, default=4096,
+    e.add_argument("--clip-max-new-tokens", type=int, default=EngineConfig.clip_max_new_tokens,
                    help="SGLang's SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION")
     e.add_argument("--iteration-log", default=None,
                    help="append one JSON line per engine step (phase, batch, KV, duration) here")

@@ -21,12 +21,29 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from aprilsim.cli_errors import OneLineCommand
+from real.runner.options import EngineTarget
 
 if TYPE_CHECKING:  # loaded where used: `aprilsim validate --help` stays under 0.5 s CPU
     from aprilsim.config import Scenario
     from aprilsim.metrics.records import RunResult
     from aprilsim.metrics.trace import Trace
     from aprilsim.validate.costfit import CostFit
+
+
+@dataclass(frozen=True)
+class ValidateOptions:
+    """``aprilsim validate``'s options: the engines, the length scale (and the trainer's fixed
+    times), the workload seed, the steps per run (default: the scenario's), a cost calibration
+    file (default: fitted on the live runs), interleaved rounds of every scheduler, and the
+    concurrency of engines that do not report it."""
+
+    target: EngineTarget
+    scale: float = 1.0
+    seed: int | None = None
+    steps: int | None = None
+    calibration: Path | None = None
+    repeats: int = 1
+    max_running: int | None = None
 
 
 @dataclass
@@ -78,7 +95,7 @@ class Validation:
 async def _iteration_rows(engine, since: int) -> list[dict[str, Any]]:
     """The engine's iteration records with seq > since (in-process: the engine's deque; HTTP:
     ``GET /iteration_log?since=N`` of a bundled server; vLLM and SGLang: none)."""
-    from real.engines import unwrap
+    from real.clients.connect import unwrap
 
     base = unwrap(engine)
     inner = getattr(base, "engine", None)
@@ -102,27 +119,19 @@ async def _iteration_rows(engine, since: int) -> list[dict[str, Any]]:
     return []
 
 
-def abort_steps_of(engine: Any, version: str | None) -> int:
-    """Decode steps an abort lets run after the step in flight, by engine family: the bundled
-    engine applies aborts between steps (0); SGLang runs one more decode pass for a running
-    request it aborts (1, ``scheduler.abort_request`` "Abort method 3"); vLLM frees an aborted
-    request when its engine core next reads its input queue, between steps (0, assumed)."""
-    if (version or "").startswith("aprilsim-torch") or _is_vllm(engine):
-        return 0
-    return 1
+def engine_rules(engine: Any, version: str | None) -> dict[str, Any]:
+    """When a simulated abort lands and where a retracted request re-enters the queue, as the
+    engine's family does (``ENGINE_FAMILY_RULES``: SGLang's are its preset rules)."""
+    from aprilsim.engine.cost import ENGINE_FAMILY_RULES
+    from real.clients.connect import engine_family
 
-
-def retract_to_of(engine: Any) -> str:
-    """Where a retracted (preempted) request re-enters the queue: the tail for SGLang
-    (``_add_request_to_queue`` appends) and the bundled engine, the head for vLLM (its V1
-    scheduler's ``_preempt_request`` prepends it to the waiting queue)."""
-    return "head" if _is_vllm(engine) else "tail"
+    return dict(ENGINE_FAMILY_RULES[engine_family(engine, version)])
 
 
 def _is_vllm(engine: Any) -> bool:
-    from real.engines import unwrap
+    from real.clients.connect import engine_family
 
-    return type(unwrap(engine)).__name__ == "VLLMEngine"
+    return engine_family(engine) == "vllm"
 
 
 def _last_seq(rows: list[dict[str, Any]], prev: int) -> int:
@@ -132,22 +141,21 @@ def _last_seq(rows: list[dict[str, Any]], prev: int) -> int:
 CHECK_TIMEOUT_S = 5.0
 
 
-async def precheck(opts: dict[str, Any]) -> tuple[int | None, list[str]]:
+async def precheck(opts: ValidateOptions) -> tuple[int | None, list[str]]:
     """Everything validate needs, checked before the first live run (one line each on failure):
     the calibration file loads, every engine answers ``/health``, the vocabulary is known
     (``--vocab-size``, the server's, or probed). Returns (vocabulary or None for --local, notes)."""
     from aprilsim.validate.costfit import load_calibration
-    from real.engines import connect, engine_vocab
+    from real.clients.connect import connect, engine_vocab
 
     notes = []
-    if opts.get("calibration"):
-        load_calibration(str(opts["calibration"]))
-        notes.append(f"calibration file {opts['calibration']} loads")
-    if opts.get("local"):
+    if opts.calibration:
+        load_calibration(str(opts.calibration))
+        notes.append(f"calibration file {opts.calibration} loads")
+    if opts.target.local is not None:
         return None, notes
-    urls = [u.strip() for u in (opts.get("engines") or "").split(",") if u.strip()] or [opts["router"]]
     vocabs = []
-    for u in urls:
+    for u in opts.target.urls:
         e = connect(u)
         try:
             try:
@@ -156,7 +164,7 @@ async def precheck(opts: dict[str, Any]) -> tuple[int | None, list[str]]:
                 ok = False
             if not ok:
                 raise ValueError(f"{u}: the engine does not answer /health (within {CHECK_TIMEOUT_S:.0f} s)")
-            v, how = await engine_vocab(e, opts.get("vocab_size"))
+            v, how = await engine_vocab(e, opts.target.vocab_size)
             vocabs.append(v)
             notes.append(f"{u}: healthy, vocabulary {v} ({how})")
         finally:
@@ -165,7 +173,7 @@ async def precheck(opts: dict[str, Any]) -> tuple[int | None, list[str]]:
 
 
 async def _counters(engine) -> dict[str, float] | None:
-    from real.engines import unwrap
+    from real.clients.connect import unwrap
 
     base = unwrap(engine)
     return await base.counters() if hasattr(base, "counters") else None
@@ -180,7 +188,7 @@ class CounterSampler:
     :func:`aprilsim.validate.reconstruct.fit_counts`."""
 
     def __init__(self, engine) -> None:
-        from real.engines import unwrap
+        from real.clients.connect import unwrap
 
         self.base = unwrap(engine)
         self.samples: list[tuple[float, float]] = []
@@ -240,45 +248,43 @@ def rows_for_run(logged: list[dict[str, Any]], logs: list, t0: float, shift: flo
     return recon, "token stream" + (" + /metrics counts" if samples else ""), err
 
 
-async def run_live(sc: Scenario, specs: list[str], opts: dict[str, Any], progress) -> tuple[
-        list[LiveOutcome], dict[str, int], str, list[str]]:
-    """Check what is needed, then run every scheduler on one cluster, in rounds when repeated
+async def run_live(sc: Scenario, specs: list[str], opts: ValidateOptions, progress,
+                   rounds: int = 1) -> tuple[list[LiveOutcome], dict[str, int], str, list[str]]:
+    """Check what is needed, then run every scheduler on one cluster, in ``rounds`` rounds
     (A B A B ...; round numbers from 0); return outcomes, engine limits, what ran, the checks."""
+    from dataclasses import replace
+
     from aprilsim.metrics.trace import Trace
     from aprilsim.metrics.warmup import clamp_warmup
     from aprilsim.validate.scaled import make_policy
-    from real.engines import stamped
-    from real.runner.api import build_runtime
-    from real.runner.cli import build_cluster
+    from real.clients.connect import stamped
+    from real.runner.api import build_runtime, connect_cluster, max_context_of
 
     vocab, notes = await precheck(opts)
-    scale = opts["scale"]
-    max_prompt = int(sc.prompts.get("max_len", 2048))
-    max_context = int(round(max_prompt * scale)) + int(round(sc.max_response_len * scale)) + 8
-    cluster, vocab, what = await build_cluster({**opts, "vocab_size": vocab or opts.get("vocab_size")},
-                                               max(64, max_context))
+    scale = opts.scale
+    conn = await connect_cluster(replace(opts.target, vocab_size=vocab or opts.target.vocab_size),
+                                 max_context_of(sc, scale))
+    cluster, vocab, what = conn.cluster, conn.vocab_size, conn.what
     for sl in cluster.slots:
         sl.engine = stamped(sl.engine)
     outcomes: list[LiveOutcome] = []
     try:
         info = await cluster.slots[0].engine.server_info()
-        limits = {"max_running": int(info.max_running_requests or opts.get("max_running") or 64),
+        limits = {"max_running": int(info.max_running_requests or opts.max_running or 64),
                   "kv_capacity": int(info.kv_capacity_tokens or 1 << 30),
-                  "abort_steps": abort_steps_of(cluster.slots[0].engine, info.version),
-                  "retract_to": retract_to_of(cluster.slots[0].engine)}
+                  **engine_rules(cluster.slots[0].engine, info.version)}
         if not info.max_running_requests:
             notes.append(f"max_running {limits['max_running']}: not reported by the engine "
-                         f"({'--max-running' if opts.get('max_running') else 'assumed'})")
+                         f"({'--max-running' if opts.max_running else 'assumed'})")
         engines = [sl.engine for sl in cluster.slots]
         seqs = [0] * len(engines)
         for i, e in enumerate(engines):
             seqs[i] = _last_seq(await _iteration_rows(e, 0), 0)
-        rounds = int(opts.get("rounds") or 1)
         for rnd in range(rounds):
             for spec in specs:
                 trace = Trace(scheduler=spec, n_engines=len(cluster), source="live")
                 rt = build_runtime(sc, make_policy(sc, spec), cluster, vocab_size=vocab,
-                                   seed=opts["seed"], steps=opts["steps"], scale=scale,
+                                   seed=opts.seed, steps=opts.steps, scale=scale,
                                    progress=lambda d, t, spec=spec, rnd=rnd: progress(
                                        spec if rounds == 1 else f"{spec} (round {rnd + 1}/{rounds})", d, t),
                                    trace=trace)
@@ -295,8 +301,8 @@ async def run_live(sc: Scenario, specs: list[str], opts: dict[str, Any], progres
                     samples = [await sm.stop() for sm in samplers]
                 wall = time.monotonic() - t0
                 result.warmup_steps = clamp_warmup(sc.warmup_steps, len(result.steps))
-                # iteration stamps are time.time(); the run's clock is monotonic from rt._t0
-                shift = (time.time() - time.monotonic()) + rt._t0
+                # iteration stamps are time.time(); the run's clock is monotonic from its origin
+                shift = (time.time() - time.monotonic()) + rt.clock_origin
                 o = LiveOutcome(spec, result, [], trace, wall,
                                 rt.overhead_s / rt.requests if rt.requests else 0.0, round=rnd)
                 for i, e in enumerate(engines):
@@ -305,20 +311,15 @@ async def run_live(sc: Scenario, specs: list[str], opts: dict[str, Any], progres
                     after = await _counters(e)
                     delta = ({k: after[k] - before[i][k] for k in after if k in before[i]}
                              if after and before[i] else None)
-                    rows, how, err = rows_for_run(got, e.take(), rt._t0, shift, delta, samples[i])
+                    rows, how, err = rows_for_run(got, e.take(), rt.clock_origin, shift, delta, samples[i])
                     o.rows.append(rows)
                     o.timing.append(how)
                     o.recon_error.append(err)
                     o.counters.append(delta)
                 outcomes.append(o)
     finally:
-        if opts["local"]:
-            await cluster.close()
-        else:
-            with contextlib.suppress(Exception):
-                await cluster.abort()
-            await cluster.close()
-    return outcomes, limits, (f"{len(engines)} {what}" if opts["local"] else what), notes
+        await conn.close()
+    return outcomes, limits, (f"{len(engines)} {what}" if conn.local else what), notes
 
 
 def _steady_rows(o: LiveOutcome) -> list[list[dict[str, Any]]]:
@@ -328,20 +329,21 @@ def _steady_rows(o: LiveOutcome) -> list[list[dict[str, Any]]]:
     return [[r for r in eng if r["t_run"] >= t_min] for eng in o.rows]
 
 
-def validate(sc: Scenario, specs: list[str], opts: dict[str, Any], progress=lambda *a: None) -> Validation:
+def validate(sc: Scenario, specs: list[str], opts: ValidateOptions,
+             progress=lambda *a: None) -> Validation:
     """Check, run live, calibrate, simulate: the whole of ``aprilsim validate`` but the report.
 
-    ``opts["repeats"]`` R > 1: the judged runs are R interleaved rounds; without a calibration
+    ``opts.repeats`` R > 1: the judged runs are R interleaved rounds; without a calibration
     file one more round runs first, for the fit alone (held out of every comparison)."""
     from aprilsim.metrics.trace import Trace
     from aprilsim.validate.costfit import CostFit, cost_errors, fit_iterations, load_calibration
     from aprilsim.validate.scaled import matched_engine, simulate_matched
 
-    repeats = int(opts.get("repeats") or 1)
-    holdout = repeats > 1 and not opts.get("calibration")
+    repeats = max(1, opts.repeats)
+    holdout = repeats > 1 and not opts.calibration
     t0 = time.monotonic()
     live, limits, what, checks = asyncio.run(run_live(
-        sc, specs, {**opts, "rounds": repeats + (1 if holdout else 0)}, progress))
+        sc, specs, opts, progress, rounds=repeats + (1 if holdout else 0)))
     t_live = time.monotonic() - t0
     calib = [o for o in live if holdout and o.round == 0]
     judged = [o for o in live if not (holdout and o.round == 0)]
@@ -356,14 +358,14 @@ def validate(sc: Scenario, specs: list[str], opts: dict[str, Any], progress=lamb
     source = (f"the iteration rows of a calibration round held out of the comparison "
               f"({len(calib)} runs, warm-up steps left out)" if calib
               else "iteration rows of the live runs (warm-up steps left out; not held out)")
-    if opts.get("calibration"):
-        cost = load_calibration(str(opts["calibration"]))
+    if opts.calibration:
+        cost = load_calibration(str(opts.calibration))
         de, pe, nd, npre = cost_errors(cost, logs) if any(logs) else (0.0, 0.0, 0, 0)
         fit = CostFit(cost=cost, wall=cost, overhead_s=fit.overhead_s if fit else 0.0,
                       decode_median_err=de, prefill_median_err=pe, n_decode=nd, n_prefill=npre,
                       decode_share=fit.decode_share if fit else 0.0,
-                      source=f"file {opts['calibration']}, errors against the live runs' steps")
-        source = f"{opts['calibration']} (held out: measured on its own runs)"
+                      source=f"file {opts.calibration}, errors against the live runs' steps")
+        source = f"{opts.calibration} (held out: measured on its own runs)"
     if fit is None:
         raise RuntimeError("no decode iterations were logged or rebuilt from the token streams: "
                            "give --calibration FILE (from `aprilsim calibrate`)")
@@ -371,9 +373,9 @@ def validate(sc: Scenario, specs: list[str], opts: dict[str, Any], progress=lamb
     for o in judged:
         if holdout:
             o.round -= 1
-    v = Validation(scenario=sc, specs=specs, scale=opts["scale"], seed=opts["seed"],
-                   steps=opts["steps"] or sc.steps, engines=what, limits=limits, fit=fit,
-                   live=judged, calibration_from=source, held_out=bool(calib or opts.get("calibration")),
+    v = Validation(scenario=sc, specs=specs, scale=opts.scale, seed=opts.seed,
+                   steps=opts.steps or sc.steps, engines=what, limits=limits, fit=fit,
+                   live=judged, calibration_from=source, held_out=bool(calib or opts.calibration),
                    checks=checks, calibration_runs=calib)
     t1 = time.monotonic()
     for o in judged:
@@ -381,7 +383,7 @@ def validate(sc: Scenario, specs: list[str], opts: dict[str, Any], progress=lamb
             continue
         tr = Trace(scheduler=o.label, n_engines=len(o.rows), source="sim")
         v.sim[o.label] = simulate_matched(sc, o.label, engine, n_engines=len(o.rows),
-                                          scale=opts["scale"], seed=opts["seed"],
+                                          scale=opts.scale, seed=opts.seed,
                                           steps=len(o.result.steps), trace=tr)
         v.sim_traces[o.label] = tr
     v.timings = {"live_s": t_live, "sim_s": time.monotonic() - t1}
@@ -478,15 +480,15 @@ def validate_command(scenario, schedulers, local, engines, router, calibration, 
     predicted vs measured rollout time, throughput, step time, off-policy share, wasted tokens and
     the gain over sync, with the targets (10 % per-step error, 3 pp gain, ranking) and, with
     --repeats, the noise floor beside every error."""
-    from aprilsim.cli import fail, with_overrides
-    from aprilsim.config import ScenarioError, load_scenario
+    from aprilsim.cli_errors import fail
+    from aprilsim.config import ScenarioError, load_scenario, with_overrides
     from aprilsim.policies.base import SchedulerError
     from aprilsim.validate.scaled import make_policy
-    from real.runner.cli import local_scale
+    from real.runner.options import local_scale
 
-    if sum(x is not None for x in (local, engines, router)) != 1:
-        fail("give exactly one of --local N, --engines URL,... or --router URL")
     try:
+        target = EngineTarget.from_flags(local=local, engines=engines, router=router,
+                                         vocab_size=vocab_size)
         sc = load_scenario(scenario)
         if steps is None and local:
             steps = min(sc.steps, LOCAL_STEPS)
@@ -497,9 +499,9 @@ def validate_command(scenario, schedulers, local, engines, router, calibration, 
     except (ScenarioError, SchedulerError, ValueError, TypeError) as e:
         fail(str(e))
         return
-    opts = dict(local=local, engines=engines, router=router, vocab_size=vocab_size, seed=seed,
-                steps=steps, calibration=calibration, repeats=repeats, max_running=max_running,
-                scale=scale if scale is not None else (local_scale(sc.max_response_len) if local else 1.0))
+    opts = ValidateOptions(target=target, seed=seed, steps=steps, calibration=calibration,
+                           repeats=repeats, max_running=max_running,
+                           scale=scale if scale is not None else (local_scale(sc.max_response_len) if local else 1.0))
 
     def progress(name: str, done: int, total: int) -> None:
         click.echo(f"live {name}: step {done}/{total}", err=True)
@@ -541,5 +543,5 @@ def validate_command(scenario, schedulers, local, engines, router, calibration, 
     sys.stdout.flush()
 
 
-__all__ = ["LiveOutcome", "abort_steps_of", "retract_to_of", "Validation", "comparisons", "run_live",
+__all__ = ["LiveOutcome", "ValidateOptions", "Validation", "comparisons", "engine_rules", "run_live",
            "validate", "validate_command", "write_all"]

@@ -115,7 +115,7 @@ def test_scheduler_at_knob_settings(tmp_path):
 
 
 def test_json_carries_what_reproduces_the_run(tmp_path):
-    from aprilsim._version import __version__
+    from aprilsim import __version__
 
     s = scenario(tmp_path)
     a = json.loads(cli("simulate", s, "--json", "--steps", "2").stdout)

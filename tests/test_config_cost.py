@@ -46,8 +46,33 @@ def test_abort_steps_reaches_the_engine_and_bad_values_are_one_line_errors():
     assert scenario_from_dict(d).engine_spec().abort_steps == 1
     assert default_scenario().engine_spec().abort_steps == 1  # the presets: SGLang's
     d["cluster"]["abort_steps"] = -1  # the abort lands at once
-    assert scenario_from_dict(d).engine_spec().abort_steps is None
+    assert scenario_from_dict(d).engine_spec().abort_steps == -1
+    assert scenario_from_dict(d).engine_spec().aborts_at_once
     d["cluster"]["abort_steps"] = -2
     with pytest.raises(ScenarioError, match="abort_steps") as e:
         scenario_from_dict(d)
     assert "\n" not in str(e.value)
+
+
+def test_abort_steps_means_the_same_on_both_layers():
+    """-1 is "the abort lands at once" for the scenario key and for EngineSpec alike; an unset
+    scenario key (None) means "the preset's", never "at once" (it used to mean both, one per layer)."""
+    from dataclasses import replace
+
+    from aprilsim.engine.cost import ABORT_AT_ONCE, PRESETS, SGLANG_RULES, EngineSpec
+
+    d = default_scenario().model_dump(mode="json", exclude_none=True)
+    d["cluster"].pop("abort_steps", None)
+    preset = PRESETS[d["cluster"]["preset"]]
+    assert scenario_from_dict(d).engine_spec().abort_steps == preset.abort_steps == SGLANG_RULES["abort_steps"]
+    for k in (-1, 0, 1, 3):
+        d["cluster"]["abort_steps"] = k
+        spec = scenario_from_dict(d).engine_spec()
+        assert spec.abort_steps == k and spec.aborts_at_once == (k == -1)
+        assert replace(preset, abort_steps=k) == spec
+    bare = EngineSpec(cost=preset.cost, kv_capacity=100, max_running=4)
+    assert bare.abort_steps == ABORT_AT_ONCE == -1 and bare.aborts_at_once
+    for bad in (None, -2, 1.5):
+        with pytest.raises(ValueError, match="abort_steps"):
+            replace(bare, abort_steps=bad)
+

@@ -114,7 +114,7 @@ def test_against_the_bundled_engines_own_iteration_log():
 
     import torch
 
-    from real.engines import stamped
+    from real.clients.connect import stamped
     from real.protocol import GenerateRequest
     from real.runner.local import LocalSpec, start_local
 

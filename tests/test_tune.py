@@ -68,14 +68,14 @@ def test_cli_writes_a_loadable_tuned_scenario_and_the_run_command(tmp_path):
 def test_over_sampling_ratios_are_searched_at_whole_numbers_of_groups():
     import math
 
-    from aprilsim.sweep.tune import _grid_values
+    from aprilsim.sweep.tune import grid_values
 
     knob = Knob(("schedulers.april.ratio",), 1.0, 2.0)
-    values = _grid_values(knob, 1.0, 2.0, 7, batch=32)
+    values = grid_values(knob, 1.0, 2.0, 7, batch=32)
     assert values and all(abs(v * 32 - round(v * 32)) < 1e-9 for v in values)
     assert 1.0 <= min(values) and max(values) <= 2.0
     assert 4 / 3 not in values and math.ceil(4 / 3 * 32) / 32 in values  # 1.3333 -> 43/32
-    other = _grid_values(Knob(("trainer.base_s",), 1.0, 2.0), 1.0, 2.0, 7, batch=32)
+    other = grid_values(Knob(("trainer.base_s",), 1.0, 2.0), 1.0, 2.0, 7, batch=32)
     assert len(other) == 7 and any(abs(v * 32 - round(v * 32)) > 1e-6 for v in other)
 
 

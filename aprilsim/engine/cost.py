@@ -280,6 +280,7 @@ def _walk_passes(
     return ends, passes, left
 
 
+ABORT_AT_ONCE = -1  # `abort_steps` of an abort that lands the moment it is sent
 PREFIX_CACHES = ("none", "group", "lru")
 
 
@@ -306,11 +307,10 @@ class EngineSpec:
     # remaining max_new_tokens counted in the admission estimate at most this many (0: no clip)
     clip_max_new_tokens: int = 0  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION: 4096
     retract_to: str = "head"  # where retracted requests re-enter the queue (SGLang: "tail")
-    # When an abort lands. None: at once (the idealised rule). An integer k: the step in flight
-    # when it arrives completes, then running requests decode k more steps (SGLang 0.5.23: 1,
-    # `scheduler.abort_request` "Abort method 3": to_finish runs one more decode pass; the bundled
-    # engine: 0, it applies aborts between steps).
-    abort_steps: int | None = None
+    # When an abort lands. -1: at once (the idealised rule), as the scenario key `abort_steps = -1`
+    # says. k >= 0: the step in flight when it arrives completes, then running requests decode k
+    # more steps (each engine family's value: ENGINE_FAMILY_RULES).
+    abort_steps: int = ABORT_AT_ONCE
     # SGLang's radix cache within a group: a group's samples on one engine prefill and hold its
     # prompt once (all but its last token, which SGLang always recomputes). Pair it with the
     # group_affinity router.
@@ -345,8 +345,9 @@ class EngineSpec:
             raise ValueError("retract_decode_steps must be >= 0")
         if self.retract_to not in ("head", "tail"):
             raise ValueError("retract_to must be 'head' or 'tail'")
-        if self.abort_steps is not None and self.abort_steps < 0:
-            raise ValueError("abort_steps must be >= 0 (or unset: the abort lands at once)")
+        if not isinstance(self.abort_steps, int) or self.abort_steps < ABORT_AT_ONCE:
+            raise ValueError(f"abort_steps {self.abort_steps!r}: must be >= 0, or -1 (the abort "
+                             "lands at once)")
         if self.chunked_prefill_size < -1:
             raise ValueError("chunked_prefill_size must be >= 1, or 0 or -1 (off)")
         if not self.client_overhead_s >= 0:
@@ -363,6 +364,11 @@ class EngineSpec:
     def retains_prefixes(self) -> bool:
         """True when token runs outlive their requests (prefix cache "lru")."""
         return self.prefix_cache == "lru"
+
+    @property
+    def aborts_at_once(self) -> bool:
+        """True when an abort lands the moment it is sent (``abort_steps`` -1)."""
+        return self.abort_steps < 0
 
     @property
     def prefill_chunk(self) -> int:
@@ -423,6 +429,18 @@ SGLANG_RULES: dict = {
     # unset (2048-4096 below, 16384 on B200/MI300); enable_mixed_chunk is False
     # (arg_groups/fields/schedule.py:208), so a chunked prefill's passes run back to back
     "chunked_prefill_size": 8192,
+}
+
+# What each live engine family does with an abort and a retracted request: the rules
+# `aprilsim validate` simulates an engine with (`real.clients.connect.engine_family` names the
+# family). SGLang's are SGLANG_RULES' own. The bundled engine applies aborts between steps and
+# appends a retracted request (as SGLang); vLLM frees an aborted request when its engine core next
+# reads its input queue, between steps (0, assumed), and its V1 scheduler's `_preempt_request`
+# prepends a preempted one to the waiting queue.
+ENGINE_FAMILY_RULES: dict[str, dict] = {
+    "sglang": {k: SGLANG_RULES[k] for k in ("abort_steps", "retract_to")},
+    "bundled": {"abort_steps": 0, "retract_to": "tail"},
+    "vllm": {"abort_steps": 0, "retract_to": "head"},
 }
 
 

@@ -46,6 +46,7 @@ from aprilsim.engine.parts import (
     PrefillBatch,
     PrefixCache,
     PrefixRefs,
+    stamp_started,
 )
 from aprilsim.engine.request import Completion, Request, check_requests
 
@@ -114,6 +115,12 @@ class FastEngine(EngineFace):
                 tokens += m * len(self.running)
                 kv += m * len(self.running)
         return tokens, busy, kv
+
+    def iterations_at(self, now: float) -> int:
+        """Decode iterations done as of `now`, those of a span in progress that have ended included."""
+        if self.phase == DECODE and now > self.t:
+            return self.stats.iterations + self._iterations_within(now - self.t)
+        return self.stats.iterations
 
     def submit(self, reqs: list[Request], now: float) -> None:
         """Queue requests arriving at `now`; they are considered at the first boundary >= now."""
@@ -554,6 +561,7 @@ class FastEngine(EngineFace):
         pf.reqs, tokens, sq, added, capped = select_prefill_batch(
             self.spec, self.waiting, len(running), self.kv, reserve, ratio, refs
         )
+        stamp_started(pf.reqs, self.t)
         comp = tokens  # the tokens it computes
         if self.share:
             if self.cache is not None:  # the retained cache may serve some (taken at its end)

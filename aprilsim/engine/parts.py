@@ -51,15 +51,29 @@ class EngineStats:
     cache_evictions: int = 0  # runs evicted for KV that live requests needed
     cache_flushes: int = 0  # flushes of a non-empty cache (weight updates)
     ratio_cuts: int = field(default=0, compare=False)
+    # seconds of prefill batches that ended (the gain decomposition's prefill time); summed in
+    # each engine's own order, so float rounding may differ: no part in equality
+    prefill_s: float = field(default=0.0, compare=False)
 
     def count_batch(self, batch: PrefillBatch) -> None:
         """A prefill batch ended: count its tokens, hits and passes."""
         self.prefill_tokens += batch.tokens - batch.saved
+        self.prefill_s += batch.time
         self.prefix_hits += batch.hits
         self.prefill_passes += batch.passes
         joined = batch.room_in > 0
         self.joined_open_pass += joined
         self.multi_pass_batches += batch.passes + joined > 1
+
+
+def stamp_started(reqs: list[Request], t: float) -> None:
+    """Requests scheduled on the engine at `t` (a prefill batch starts): a sample's first
+    request stamps its `start_s` once (the queue wait of docs/metrics.md)."""
+    for r in reqs:
+        owner = r.owner
+        if owner is not None:
+            owner.start_s = t
+            r.owner = None
 
 
 @dataclass(slots=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+from aprilsim.engine.parts import EngineStats
 from aprilsim.engine.request import Completion, Request
 
 
@@ -20,6 +21,7 @@ class SimEngine(Protocol):
     busy_time: float
     tokens: int
     retractions: int
+    stats: EngineStats  # counters (decode iterations, prefill seconds: the gain decomposition)
 
     @property
     def load(self) -> int:
@@ -48,6 +50,10 @@ class SimEngine(Protocol):
         """(tokens generated, busy seconds, KV tokens held) as of `now`, counting the decode
         iterations of a span in progress that have ended by then: a step boundary that falls
         inside a span is measured exactly, the same on every engine implementation."""
+        ...
+
+    def iterations_at(self, now: float) -> int:
+        """Decode iterations done as of `now`, counted as `progress_at` counts their tokens."""
         ...
 
     def submit(self, reqs: list[Request], now: float) -> None:

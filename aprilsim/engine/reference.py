@@ -31,6 +31,7 @@ from aprilsim.engine.parts import (
     EngineFace,
     EngineStats,
     PrefixCache,
+    stamp_started,
 )
 from aprilsim.engine.request import Completion, Request, check_requests
 
@@ -89,6 +90,10 @@ class ReferenceEngine(EngineFace):
             busy += min(now, self.t_event) - self.t
         return self.tokens, busy, self.kv
 
+    def iterations_at(self, now: float) -> int:
+        """Decode iterations done as of `now` (each is counted when it ends)."""
+        return self.stats.iterations
+
     def submit(self, reqs: list[Request], now: float) -> None:
         check_requests(reqs, self.spec.kv_capacity)
         self.waiting.extend(reqs)
@@ -107,6 +112,7 @@ class ReferenceEngine(EngineFace):
             self.busy_time += dur
             st = self.stats
             st.prefill_tokens += self.batch_tokens
+            st.prefill_s += dur
             st.prefix_hits += self.batch_hits
             st.prefill_passes += self.batch_passes
             st.joined_open_pass += int(self.room_in > 0)
@@ -244,6 +250,7 @@ class ReferenceEngine(EngineFace):
             self.batch, *_, capped = select_prefill_batch(
                 spec, self.waiting, len(self.running), kv, reserve, ratio, resident
             )
+            stamp_started(self.batch, self.t)
             # recounted: the oracle trusts no shortcut
             if self.cache is not None:
                 got = self.batch_got = self.cache.lookup(self.batch, resident)

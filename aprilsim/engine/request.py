@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(slots=True, eq=False)
@@ -32,6 +33,9 @@ class Request:
     prefix: int = -1  # key of the shared prefix (the group), -1: none
     shared: int = 0  # its length, not counted in input_len
     seq: int = -1  # the sample it continues (key of its run in the retained cache), -1: none
+    # a sample's first request: what the engine stamps `start_s` on when it first schedules it
+    # (the queue wait of docs/metrics.md); None otherwise, and once stamped
+    owner: Any = None
 
 
 @dataclass(slots=True)

@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from aprilsim.metrics.gain import engine_time
 from aprilsim.metrics.steady import steady_state
 
 
@@ -38,6 +39,16 @@ class StepRecord:
     kv_peak_tokens: int = 0
     generation_paused_s: float = 0.0  # time submissions were held by PauseGeneration
     scheduler_stats: dict[str, float] = field(default_factory=dict)  # what the scheduler adds
+    # request latency of the trained responses (aprilsim.metrics.latency): None where not known
+    latency_p50_s: float | None = None  # first submit -> completion
+    latency_p99_s: float | None = None
+    queue_wait_p50_s: float | None = None  # first submit -> first scheduled on an engine
+    queue_wait_p99_s: float | None = None
+    # engine time during the rollout phase (the gain decomposition, aprilsim.metrics.gain);
+    # 0 where the engines do not report it (live)
+    decode_iterations: int = 0  # summed over engines
+    prefill_time_s: float = 0.0  # seconds of prefill batches that ended, summed over engines
+    prefill_tokens: int = 0  # tokens those batches prefilled
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (one line of `simulate --steps-out`); staleness keys as strings."""
@@ -57,6 +68,7 @@ class RunResult:
     total_time_s: float
     end_state: dict[str, int] = field(default_factory=dict)
     warmup_steps: int = 0  # steps the summary leaves out (cold start: no buffer yet)
+    iteration_cost_s: float = 0.0  # fixed seconds per decode iteration (aprilsim.metrics.gain)
 
     def summary(self, warmup: int | None = None) -> dict[str, Any]:
         """The run's table row, leaving out the first `warmup` steps (default: `warmup_steps`)."""
@@ -81,6 +93,16 @@ def slime_off_policy_ratio(steps: list[StepRecord]) -> float:
         if s.generated_tokens + off > 0:
             ratios.append(off / (s.generated_tokens + off))
     return _mean(ratios)
+
+
+def mean_latency(steps: list[StepRecord]) -> dict[str, float | None]:
+    """Each latency figure of the steps (p50, p99 of completion time and queue wait), averaged
+    over the steps that know it (None where none does)."""
+    out: dict[str, float | None] = {}
+    for key in ("latency_p50_s", "latency_p99_s", "queue_wait_p50_s", "queue_wait_p99_s"):
+        xs = [v for s in steps if (v := getattr(s, key)) is not None]
+        out[key] = sum(xs) / len(xs) if xs else None
+    return out
 
 
 def summarize(run: RunResult, warmup: int = 0) -> dict[str, Any]:
@@ -142,5 +164,7 @@ def summarize(run: RunResult, warmup: int = 0) -> dict[str, Any]:
         "retractions": sum(s.retractions for s in st),
         "kv_peak_tokens": max((s.kv_peak_tokens for s in st), default=0),
         "generation_paused_s": sum(s.generation_paused_s for s in st),
+        **mean_latency(st),
+        "engine_time_s": engine_time(st, run.n_engines, run.iteration_cost_s),
         **steady_state(st),
     }

@@ -1,7 +1,7 @@
 """`aprilsim plot ...`: figures from the files the other commands write.
 
-A click group so that each figure is one sub-command (`steps`, `timeline`; `sweep` can join).
-Rendering lives in `aprilsim.report`; this module only parses arguments and reports errors.
+A click group so that each figure is one sub-command (`steps`, `gain`, `timeline`; `sweep` can
+join). Rendering lives in `aprilsim.report`; this module only parses arguments and reports errors.
 """
 
 from __future__ import annotations
@@ -32,6 +32,28 @@ def plot_steps_command(steps_file, out, each_seed) -> None:
 
     try:
         plot_steps(read_steps(steps_file), out, each_seed=each_seed)
+    except ImportError:
+        fail("plotting needs matplotlib: pip install 'aprilsim[plot]'")
+        return
+    except (ValueError, OSError) as e:
+        fail(str(e))
+        return
+    click.echo(f"wrote {out}")
+
+
+@plot.command("gain", short_help="The gain decomposition over sync: a stacked bar per scheduler.")
+@click.argument("summary_file", metavar="SUMMARY.json", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("gain.png"), show_default=True, help="Figure file (PNG, PDF or SVG by suffix).")
+def plot_gain_command(summary_file, out) -> None:
+    """Where each scheduler's rollout-throughput gain over sync comes from (idle, batch, context,
+    prefill, re-prefill, speculative; docs/metrics.md), with its waste and costs.
+
+    SUMMARY.json is what `aprilsim simulate -s sync -s ... --json` prints (or --out DIR/summary.json).
+    """
+    from aprilsim.report.gain_plot import plot_gain, read_gains
+
+    try:
+        plot_gain(read_gains(summary_file), out)
     except ImportError:
         fail("plotting needs matplotlib: pip install 'aprilsim[plot]'")
         return

@@ -65,7 +65,7 @@ def seeds_table(runs: dict[str, list[dict[str, Any]]], baseline: str | None = "s
     baseline taken seed by seed (common random numbers: same groups on a seed)."""
     base = runs.get(baseline) if baseline else None
     heads = ["scheduler", "rollout tok/s [95% CI]", "samples/s [95% CI]", "step s", "off-policy",
-             "len bias"]
+             "len bias", "lat p50/p99 s"]
     if base is not None:
         heads += [f"tok/s vs {baseline} [95% CI]", f"samples/s vs {baseline} [95% CI]"]
     cells = []
@@ -76,7 +76,8 @@ def seeds_table(runs: dict[str, list[dict[str, Any]]], baseline: str | None = "s
                 f"{sps_[0]:,.2f} [{_fmt(sps_[1], '{:,.2f}')}, {_fmt(sps_[2], '{:,.2f}')}]",
                 f"{sum(r['mean_step_time_s'] for r in rows) / len(rows):.1f}",
                 f"{sum(r['offpolicy_token_fraction'] for r in rows) / len(rows):.0%}",
-                f"{sum(r['length_bias'] for r in rows) / len(rows):+.1%}"]
+                f"{sum(r['length_bias'] for r in rows) / len(rows):+.1%}",
+                _latency_cell(rows)]
         if base is not None:
             for key in ("rollout_throughput_tok_s", "samples_per_s"):
                 ratios = [r[key] / b[key] if b[key] else math.nan for r, b in zip(rows, base)]
@@ -89,6 +90,15 @@ def seeds_table(runs: dict[str, list[dict[str, Any]]], baseline: str | None = "s
         return "  ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(zip(xs, widths)))
 
     return "\n".join([row(heads), "  ".join("-" * w for w in widths), *map(row, cells)])
+
+
+def _latency_cell(rows: list[dict[str, Any]]) -> str:
+    """Mean p50/p99 response completion time over the seeds ('-' where not known)."""
+    out = []
+    for key in ("latency_p50_s", "latency_p99_s"):
+        xs = [r[key] for r in rows if r.get(key) is not None]
+        out.append(f"{sum(xs) / len(xs):.0f}" if xs else "-")
+    return "/".join(out)
 
 
 def safe_name(label: str) -> str:

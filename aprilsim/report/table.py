@@ -18,7 +18,13 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("length_bias", "len bias", "{:+.1%}"),
     ("wasted_tokens", "wasted tok", "{:,}"),
     ("retractions", "retract", "{:,}"),
+    ("latency_p50_s", "lat p50 s", "{:.0f}"),  # response completion time (docs/metrics.md)
+    ("latency_p99_s", "lat p99 s", "{:.0f}"),
 ]
+
+
+def _cell(value: Any, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
 
 
 def format_table(rows: Sequence[dict[str, Any]], baseline: str | None = "sync") -> str:
@@ -32,7 +38,7 @@ def format_table(rows: Sequence[dict[str, Any]], baseline: str | None = "sync") 
     ratios = [("rollout_throughput_tok_s", "tok/s"), ("samples_per_s", "samples/s")]
     cells = []
     for r in rows:
-        line = [fmt.format(r[key]) for key, _, fmt in cols]
+        line = [_cell(r.get(key), fmt) for key, _, fmt in cols]
         if base is not None:
             for key, _ in ratios:
                 b = base[key]

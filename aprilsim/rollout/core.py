@@ -226,6 +226,7 @@ class RolloutCore:
             return s
         s.status = _DONE  # _finish, inlined: the common path of every run
         s.complete = True
+        s.finish_s = self.now
         if self._sample_events:
             self.events.append(SampleFinished(s))
         gid = s.group_id
@@ -239,6 +240,7 @@ class RolloutCore:
         """A sample reached its end: DONE, its events, the group countdown (`request_ended` inlines it)."""
         s.status = _DONE
         s.complete = True
+        s.finish_s = self.now
         if self._sample_events:
             self.events.append(SampleFinished(s))
         gid = s.group_id
@@ -260,6 +262,8 @@ class RolloutCore:
         hook = self.on_ended
         for c in ended:
             s = self.request_ended(c.rid, c.tokens, c.reason)
+            if s.status is _DONE:  # it finished before the abort landed: at its own time
+                s.finish_s = getattr(c, "time", s.finish_s)
             if hook is not None:
                 hook(c, s)
             if c.reason == "abort":
@@ -387,6 +391,7 @@ class RolloutCore:
         ledger, inflight, caps = self.ledger, self.inflight, self._cap
         version = self.version + 1 if self.updating else self.version
         rid0 = rid = self.next_rid
+        now = self.now
         for s in samples:
             st = s.status
             if st is _PARTIAL:
@@ -399,6 +404,8 @@ class RolloutCore:
             if cap is not None and cap < s.max_len - g:  # effective_cap, inlined
                 caps[rid] = cap
             s.status = _RUNNING
+            if not s.submits:
+                s.first_submit_s = now
             s.submits += 1
             s.submit_version = version
             inflight[rid] = s

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from aprilsim.metrics.latency import batch_latency
 from aprilsim.metrics.records import StepRecord
 from aprilsim.rollout.ports import Meter
 from aprilsim.types import Group, SampleStatus
@@ -33,6 +34,7 @@ class StepLedger:
         self._gen0 = 0
         self._busy0: list[float] = []
         self._retr0 = 0
+        self._engine0: tuple[int, float, int] = (0, 0.0, 0)
         self._waste = self._discarded = self._resumed = 0
         self._paused = False
         self._paused_since = 0.0
@@ -47,6 +49,7 @@ class StepLedger:
         self.current = StepRecord(step=step, rollout_start_s=now, rollout_time_s=0.0)
         r = self.meter.read(now)
         self._gen0, self._busy0, self._retr0 = r.tokens, r.busy_by_engine, r.retractions
+        self._engine0 = (r.iterations, r.prefill_s, r.prefill_tokens)
         self.meter.new_window(now)
         self._waste = self._discarded = self._resumed = 0
         return self.current
@@ -82,6 +85,10 @@ class StepLedger:
         rec.busy_time_s = sum(rec.busy_by_engine_s)
         rec.retractions = r.retractions - self._retr0
         rec.kv_peak_tokens = r.kv_peak
+        it0, pf0, pt0 = self._engine0
+        rec.decode_iterations = r.iterations - it0
+        rec.prefill_time_s = r.prefill_s - pf0
+        rec.prefill_tokens = r.prefill_tokens - pt0
         rec.wasted_tokens = self._waste
         rec.discarded_samples = self._discarded
         rec.resumed_tokens = self._resumed
@@ -97,6 +104,7 @@ class StepLedger:
     # ------------------------------------------------------------------ training
     def trained(self, rec: StepRecord, groups: Iterable[Group], trainer_version: int) -> None:
         """Fill the trained-batch figures of `rec`; staleness is against `trainer_version`."""
+        groups = tuple(groups)
         hist: dict[int, int] = {}
         tokens = prompt = trunc = n = n_groups = 0
         for g in groups:
@@ -118,6 +126,9 @@ class StepLedger:
         rec.workload_mean_length = self._expected_length(rec.step)
         rec.staleness = hist
         rec.offpolicy_tokens = sum(v for k, v in hist.items() if k > 0)
+        lat = batch_latency(groups)
+        rec.latency_p50_s, rec.latency_p99_s = lat["latency_p50_s"], lat["latency_p99_s"]
+        rec.queue_wait_p50_s, rec.queue_wait_p99_s = lat["queue_wait_p50_s"], lat["queue_wait_p99_s"]
 
     def retire(self, group: Group) -> None:
         """Count the samples of `group`, each trained or discarded (they never change again), so

@@ -32,6 +32,10 @@ class Reading:
     busy_by_engine: list[float]  # seconds each engine has been busy so far
     retractions: int  # requests retracted so far (0 where an engine does not report it)
     kv_peak: int  # most KV tokens any engine held since the last `new_window`
+    # the gain decomposition's engine time (0 where an engine does not report it)
+    iterations: int = 0  # decode iterations so far, every engine together
+    prefill_s: float = 0.0  # seconds of prefill batches that ended so far
+    prefill_tokens: int = 0  # tokens they prefilled
 
 
 class Meter(Protocol):

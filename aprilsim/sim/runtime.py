@@ -29,6 +29,7 @@ from aprilsim.engine.fast import FastEngine
 from aprilsim.engine.protocol import SimEngine
 from aprilsim.engine.request import Completion, Request
 from aprilsim.engine.router import Router, make_router
+from aprilsim.metrics.gain import fixed_iteration_cost
 from aprilsim.metrics.records import RunResult, StepRecord
 from aprilsim.metrics.trace import EngineSample, PhaseSpan, RequestSpan, Trace
 from aprilsim.policies.base import Scheduler, SchedulerError
@@ -79,6 +80,9 @@ class SimMeter:
             busy_by_engine=[p[1] for p in progress],
             retractions=sum(e.retractions for e in self.engines),
             kv_peak=max(max(e.peak_kv, p[2]) for e, p in zip(self.engines, progress)),
+            iterations=sum(e.iterations_at(now) for e in self.engines),
+            prefill_s=sum(e.stats.prefill_s for e in self.engines),
+            prefill_tokens=sum(e.stats.prefill_tokens for e in self.engines),
         )
 
     def new_window(self, now: float) -> None:
@@ -213,6 +217,7 @@ class Simulation:
             peak_tokens_per_s=self._peak_tokens_per_s(),
             total_time_s=self.now,
             end_state=end_state,
+            iteration_cost_s=fixed_iteration_cost(self.spec.cost),
         )
 
     def _colocated(self):
@@ -300,6 +305,8 @@ class Simulation:
                 req.input_len -= req.shared
             if retain:  # its run in the retained cache: what its earlier requests left
                 req.seq = s.uid
+            if s.start_s < 0:  # not yet scheduled on an engine: the engine stamps it (queue wait)
+                req.owner = s
             i = pick(loads, s.group_id)
             loads[i] += 1
             rid += 1
@@ -350,13 +357,13 @@ class Simulation:
         # with `abort_steps` k, as on a live engine: each engine finishes its step in flight (and
         # k more decode steps); the samples stay in flight, and the scheduler hears of them, when
         # the last one lands. Without it the abort lands at once (heard after the action list).
-        k = self.spec.abort_steps
+        k, at_once = self.spec.abort_steps, self.spec.aborts_at_once
         comps: list[Completion] = self._drop_pending() if self._pending else []
         land = self.now
         for i, e in enumerate(self.engines):
             if e.is_idle():
                 continue
-            if k is None:
+            if at_once:
                 comps += e.abort_all(self.now)
             else:
                 t, got = e.abort_after_steps(self.now, k)
@@ -374,6 +381,7 @@ class Simulation:
             return
         self._sync_clock()
         self._landing.remove(comps)
+        self.core.now = self.now
         self.core.abort_landed(comps)
         self._drain()
 
@@ -471,6 +479,7 @@ class Simulation:
             heapq.heappop(heap)
             if te > self.now:
                 self.now = te
+            core.now = self.now  # the requests that end now finish at this time
             e = engines[i]
             if close_span is None:
                 for c in e.advance():

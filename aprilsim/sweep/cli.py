@@ -62,7 +62,7 @@ def summary_lines(df, keys: list[str], baseline: str | None) -> list[str]:
     shown = distinct_keys(df, keys) or keys[:1]
     lines = []
     head = (f"{'point':<36} {'scheduler':<12} {'rollout tok/s [95% CI]':<26} "
-            f"{'tok/s gain [95% CI]':<22} off-policy  len bias")
+            f"{'tok/s gain [95% CI]':<22} off-policy  len bias  latency p50/p99 s")
     lines.append(head)
     for (pid, sched), _ in df.groupby(["point_id", "scheduler"], sort=False):
         t = agg.loc[(pid, sched, "rollout_throughput_tok_s")]
@@ -74,8 +74,11 @@ def summary_lines(df, keys: list[str], baseline: str | None) -> list[str]:
         gain = "-"
         if "ratio_mean" in t and isinstance(t["baseline"], str):
             gain = f"{t['ratio_mean']:.2f}x [{t['ratio_lo']:.2f}, {t['ratio_hi']:.2f}]"
+        lat = "/".join(_fmt(agg.loc[(pid, sched, k)]["mean"])
+                       if (pid, sched, k) in agg.index else "-"
+                       for k in ("latency_p50_s", "latency_p99_s"))
         lines.append(f"{point:<36} {sched:<12} {tput:<26} {gain:<22} {off['mean']:>9.0%}  "
-                     f"{lb['mean']:>+7.1%}")
+                     f"{lb['mean']:>+7.1%}  {lat:>17}")
     return lines
 
 

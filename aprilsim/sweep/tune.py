@@ -158,7 +158,7 @@ class TuneResult:
 GROUP_RATIOS = {f"schedulers.{s}.ratio" for s in ("april", "april_ds", "slime_dapo")}
 
 
-def _grid_values(knob: Knob, lo: float, hi: float, n: int, batch: int | None = None) -> list[Any]:
+def grid_values(knob: Knob, lo: float, hi: float, n: int, batch: int | None = None) -> list[Any]:
     """The grid of one knob; an over-sampling ratio only at whole numbers of groups (k / N),
     so every value tried is one slime's --over-sampling-batch-size can launch."""
     if knob.integer:
@@ -229,7 +229,7 @@ def tune(
                 raise ScenarioError(f"{m}: not a metric; known: {', '.join(sorted(_metrics(df)))}")
 
     for r in range(rounds):
-        axes = [_grid_values(k, lo, hi, n, scenario.batch_size) for k, (lo, hi) in zip(knobs, box)]
+        axes = [grid_values(k, lo, hi, n, scenario.batch_size) for k, (lo, hi) in zip(knobs, box)]
         new = []
         for combo in itertools.product(*axes):
             values = {k.name: v for k, v in zip(knobs, combo)}

@@ -44,7 +44,8 @@ def flatten(summary: dict[str, Any]) -> dict[str, Any]:
     """A summary row with only scalar columns.
 
     `staleness_histogram` (staleness -> trained tokens) becomes `mean_staleness`, the
-    token-weighted mean; `engine_busy_fraction_by_engine` becomes its min and max over engines.
+    token-weighted mean; `engine_busy_fraction_by_engine` becomes its min and max over engines;
+    `engine_time_s` one `engine_time_<part>_s` column per part.
     """
     row = dict(summary)
     hist = row.pop("staleness_histogram", {}) or {}
@@ -53,6 +54,11 @@ def flatten(summary: dict[str, Any]) -> dict[str, Any]:
     by_engine = row.pop("engine_busy_fraction_by_engine", []) or [0.0]
     row["engine_busy_fraction_min"] = min(by_engine)
     row["engine_busy_fraction_max"] = max(by_engine)
+    for part, secs in (row.pop("engine_time_s", None) or {}).items():
+        row[f"engine_time_{part}_s"] = secs  # the gain decomposition's parts (metrics.gain)
+    for k in ("latency_p50_s", "latency_p99_s", "queue_wait_p50_s", "queue_wait_p99_s"):
+        if k in row and row[k] is None:
+            row[k] = float("nan")  # not known (a numeric column all the same)
     return row
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from aprilsim.config import Scenario
-from aprilsim.engine.cost import CostModel, EngineSpec, TabulatedCost
+from aprilsim.engine.cost import ABORT_AT_ONCE, CostModel, EngineSpec, TabulatedCost
 from aprilsim.metrics.records import RunResult
 from aprilsim.metrics.trace import Trace
 from aprilsim.metrics.warmup import clamp_warmup
@@ -31,7 +31,7 @@ def make_policy(scenario: Scenario, spec: str) -> Scheduler:
 
 def matched_engine(cost: CostModel | TabulatedCost, *, max_running: int, kv_capacity: int,
                    max_prefill_tokens: int = 8192, new_token_ratio: float = 1.0,
-                   abort_steps: int | None = None, retract_to: str = "head") -> EngineSpec:
+                   abort_steps: int = ABORT_AT_ONCE, retract_to: str = "head") -> EngineSpec:
     """The simulated engine of a live replay run: replay requests ignore EOS, so the engine
     reserves their whole remaining length (ratio 1); aborts land and retracted requests
     re-enter the queue as on the live engine (see EngineSpec)."""

@@ -5,5 +5,7 @@
 - :mod:`.source`: replay (the scenario's workload) and free mode (prompt file, EOS, rewards);
 - :mod:`.trainer`: the trainer stand-in (the TrainerModel formula, or a user callable);
 - :mod:`.local`: in-process bundled engines with pause and weight sync (``--local N``);
-- :mod:`.api`: ``run_live`` / ``build_runtime``; :mod:`.cli`: the ``aprilsim run`` command.
+- :mod:`.options`: the live commands' typed options (``EngineTarget``, ``FreeMode``, ``RunOptions``);
+- :mod:`.api`: the library: ``run_live`` / ``build_runtime`` (one scheduler), ``connect_cluster``,
+  ``run_schedulers`` (all of ``aprilsim run`` but the printing); :mod:`.cli`: the command.
 """

@@ -1,13 +1,26 @@
-"""One call from a scenario, a scheduler and a cluster of engines to a finished live run."""
+"""The live runner as a library: from a scenario, schedulers and engines to finished runs.
+
+:func:`run_live` runs one scheduler on a :class:`Cluster` (:func:`build_runtime` builds its
+runtime); :func:`run_schedulers` is the whole of ``aprilsim run`` but the printing: it connects
+to the engines of a :class:`RunOptions` (:func:`connect_cluster`), runs every scheduler in turn
+and returns an :class:`Outcome`. ``aprilsim validate`` (:mod:`real.validate`) uses the same
+connection and clean-up.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from aprilsim.config import Scenario
 from aprilsim.engine.router import make_router
+from aprilsim.metrics.end_state import with_end_state
 from aprilsim.metrics.records import RunResult
 from aprilsim.metrics.trace import Trace
 from aprilsim.metrics.warmup import clamp_warmup
@@ -15,7 +28,8 @@ from aprilsim.policies.base import Scheduler
 from aprilsim.policies.registry import make_scheduler
 from real.protocol import SamplingParams
 
-from .cluster import Cluster, Fault
+from .cluster import AllEnginesDown, Cluster, Fault, check_reachable
+from .options import EXIT_ENGINES_GONE, EXIT_INTERRUPTED, EngineTarget, FreeMode, RunOptions
 from .runtime import LiveRuntime
 from .source import FreeSource, LiveSource, ReplaySource
 from .trainer import TrainerStandIn, TrainFn
@@ -89,4 +103,203 @@ async def run_live(scenario: Scenario, scheduler: str | Scheduler, cluster: Clus
     return LiveRun(result, rt, list(rt.faults))
 
 
-__all__ = ["FreeSource", "LiveRun", "ReplaySource", "build_runtime", "make_policy", "run_live"]
+ProgressFor = Callable[[str, int, int], None]  # (scheduler, steps done, steps in all)
+
+
+@dataclass
+class Outcome:
+    """What a run of several schedulers gave: summary rows, step records (warm-up marked),
+    notes (faults, figures), the files written, and an error with its exit code (0: none)."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    written: list[Path] = field(default_factory=list)
+    error: str | None = None
+    code: int = 0
+
+
+@dataclass
+class Connected:
+    """A cluster ready to run on, the vocabulary its prompts must use, and what it is (for notes)."""
+
+    cluster: Cluster
+    vocab_size: int
+    what: str
+    local: bool
+
+    async def close(self) -> None:
+        """Stop what the run started: local engines stop; remote ones get their work aborted."""
+        if not self.local:
+            with contextlib.suppress(Exception):
+                await self.cluster.abort()
+        await self.cluster.close()
+
+
+def max_context_of(scenario: Scenario, scale: float) -> int:
+    """The longest prompt + response of ``scenario`` at ``scale`` (and a margin), at least 64:
+    the context the local engines are sized for."""
+    max_prompt = int(scenario.prompts.get("max_len", 2048))
+    return max(64, int(round(max_prompt * scale)) + int(round(scenario.max_response_len * scale)) + 8)
+
+
+async def _vocab_of(url: str) -> int | None:
+    """The vocabulary size a bundled server reports in /server_info (SGLang does not)."""
+    import aiohttp
+
+    with contextlib.suppress(Exception):
+        async with aiohttp.ClientSession() as s, s.get(f"{url.rstrip('/')}/server_info",
+                                                      timeout=aiohttp.ClientTimeout(total=5)) as r:
+            body = await r.json()
+            v = (body.get("model_config") or {}).get("vocab_size")
+            return int(v) if v else None
+    return None
+
+
+async def connect_cluster(target: EngineTarget, max_context: int) -> Connected:
+    """The cluster of ``target``: local engines started (sized for ``max_context``), or every URL
+    connected and asked for ``/health`` before the first step (EnginesUnreachable, exit 2,
+    when one does not answer) and the vocabulary found (given, stated, or probed)."""
+    deadline = target.progress_deadline_s
+    if target.local is not None:
+        import torch
+
+        from .local import LocalSpec, start_local
+
+        torch.set_num_threads(1)  # one intra-op thread per engine: tiny models, shared CPUs
+        spec = LocalSpec(max_context=max_context, min_step_seconds=target.local_step_s or 0.0)
+        cluster = Cluster(await start_local(target.local, spec), progress_deadline_s=deadline,
+                          stalled_after=target.stalled_after)
+        return Connected(cluster, spec.vocab_size, "bundled engines in-process", local=True)
+    from real.clients.connect import connect, engine_vocab, split_engine_url
+
+    urls = list(target.urls)
+    engines = [connect(u) for u in urls]  # vllm+http://... -> VLLMEngine, else SGLangClient
+    cluster = Cluster(engines, names=urls, progress_deadline_s=deadline,
+                      stalled_after=target.stalled_after)
+    try:
+        await check_reachable(cluster)
+        vocab = target.vocab_size or await _vocab_of(split_engine_url(urls[0])[1]) \
+            or (await engine_vocab(engines[0]))[0]
+    except BaseException:
+        await cluster.close()
+        raise
+    what = "router" if target.router else f"{len(urls)} engines"
+    return Connected(cluster, vocab, what, local=False)
+
+
+def free_source(free: FreeMode, scenario: Scenario, *, vocab_size: int, scale: float,
+                temperature: float, seed: int | None, label: str, lengths_log=None) -> FreeSource:
+    """The free-mode source of one scheduler's run: the prompt file's prompts in the scenario's
+    groups, responses up to its max_response_len x ``scale``, ended by EOS, rewarded."""
+    from .source import load_callable, read_prompts, toy_verifier
+
+    reward = toy_verifier if free.reward in (None, "toy") else load_callable(free.reward)
+    prompts = read_prompts(free.prompts, vocab_size)
+    max_len = max(1, int(round(scenario.max_response_len * scale)))
+    return FreeSource(prompts, group_size=scenario.group_size, max_len=max_len, reward=reward,
+                      eos_ids=tuple(free.eos_ids), temperature=temperature,
+                      seed=seed or scenario.seed, lengths_log=lengths_log, label=label)
+
+
+def _write_outputs(trace: Trace | None, paths: dict[str, Path], out: Outcome) -> None:
+    """The trace and the timeline of one scheduler, where asked (as `simulate` writes them)."""
+    for kind, path in paths.items():
+        if trace is None:
+            continue
+        if kind == "trace":
+            trace.write(path)
+        else:
+            from aprilsim.report.timeline import write_timeline
+
+            write_timeline(trace, path)
+        out.written.append(path)
+
+
+async def run_all(scenario: Scenario, names: list[str], opts: RunOptions, out: Outcome,
+                  progress_for: ProgressFor = lambda *a: None) -> None:
+    """Run every scheduler of ``names`` in turn on one cluster; fill ``out`` as steps finish
+    (what finished is kept when a run fails or is cancelled)."""
+    from .source import load_callable
+
+    scale = opts.scale
+    conn = await connect_cluster(opts.target, max_context_of(scenario, scale))
+    cluster = conn.cluster
+    train_fn = load_callable(opts.trainer) if opts.trainer else None
+    lengths_out = opts.free.lengths_out if opts.free else None
+    log = open(lengths_out, "w") if lengths_out else None  # noqa: SIM115
+    rt = None
+    try:
+        for name in names:
+            paths = opts.outputs.get(name, {})
+            trace = Trace(scheduler=name, n_engines=len(cluster), source="live") if paths else None
+            source = None if opts.free is None else free_source(
+                opts.free, scenario, vocab_size=conn.vocab_size, scale=scale,
+                temperature=opts.temperature, seed=opts.seed, label=name, lengths_log=log)
+            done_steps: list[int] = []
+
+            def progress(done: int, total: int, name=name, done_steps=done_steps) -> None:
+                done_steps.append(done)
+                progress_for(name, done, total)
+
+            rt = build_runtime(scenario, name, cluster, vocab_size=conn.vocab_size, seed=opts.seed,
+                               scale=scale, source=source, train_fn=train_fn,
+                               checkpoint=opts.checkpoint, temperature=opts.temperature,
+                               progress=progress, trace=trace)
+            t0 = time.monotonic()
+            try:
+                result = await rt.run()
+                wall = time.monotonic() - t0
+            finally:
+                n = len(done_steps)
+                warm = clamp_warmup(scenario.warmup_steps, n)
+                out.records += [{"scheduler": name, "warmup": r.step < warm, **r.to_dict()}
+                                for r in rt.records[:n]]
+                _write_outputs(trace, paths, out)
+                for f in rt.faults:
+                    out.notes.append(f"{name}: fault at {f.t:.1f}s on {f.engine}: {f.kind} ({f.message})")
+            result.warmup_steps = clamp_warmup(scenario.warmup_steps, len(result.steps))
+            out.rows.append(with_end_state(result.summary(), result.end_state))
+            gen = sum(r.generated_tokens for r in result.steps)
+            per_req = rt.overhead_s / rt.requests * 1e3 if rt.requests else 0.0
+            out.notes.append(
+                f"{name}: {wall:.1f}s wall, {wall / len(result.steps):.2f}s per step, "
+                f"{gen / wall:.0f} tokens/s, {rt.requests} requests, runner overhead "
+                f"{per_req:.3f} ms/request, {len(rt.faults)} faults ({conn.what})")
+    except AllEnginesDown as e:
+        out.error, out.code = f"all engines are gone: {e}; finished steps were written", EXIT_ENGINES_GONE
+    finally:
+        if rt is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(rt.final_drain())
+        await conn.close()
+        if log is not None:
+            log.close()
+
+
+def run_schedulers(scenario: Scenario, names: list[str], opts: RunOptions,
+                   progress_for: ProgressFor = lambda *a: None) -> Outcome:
+    """``aprilsim run`` without its printing: :func:`run_all` under asyncio, with Ctrl-C and
+    SIGTERM turned into an orderly interruption (in-flight work aborted, finished steps kept,
+    exit code 130 in the outcome)."""
+    out = Outcome()
+
+    async def guarded() -> None:
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, task.cancel)  # type: ignore[union-attr]
+        try:
+            await run_all(scenario, names, opts, out, progress_for)
+        except asyncio.CancelledError:
+            out.error, out.code = "interrupted: in-flight work aborted, finished steps written", EXIT_INTERRUPTED
+
+    asyncio.run(guarded())
+    return out
+
+
+__all__ = ["EXIT_ENGINES_GONE", "EXIT_INTERRUPTED", "Connected", "EngineTarget", "FreeMode",
+           "FreeSource", "LiveRun", "Outcome", "ReplaySource", "RunOptions", "build_runtime",
+           "connect_cluster", "free_source", "make_policy", "max_context_of", "run_all", "run_live",
+           "run_schedulers"]

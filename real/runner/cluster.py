@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from aprilsim.engine.router import RoundRobin, Router
 from real.protocol import Engine, GenerateRequest, GenerateResult, WeightSync
 
-DEFAULT_PROGRESS_DEADLINE_S = 60.0  # no token for this long while holding requests: health check
+from .options import DEFAULT_PROGRESS_DEADLINE_S, DEFAULT_STALLED_AFTER
+
 DEFAULT_HEALTH_TIMEOUT_S = 5.0
-DEFAULT_STALLED_AFTER = 3  # consecutive healthy deadlines without a token: then treated as dead
 
 
 class AllEnginesDown(RuntimeError):

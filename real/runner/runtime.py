@@ -122,6 +122,12 @@ class LiveRuntime:
         return time.monotonic() - self._t0
 
     @property
+    def clock_origin(self) -> float:
+        """The ``time.monotonic()`` the run's clock (:meth:`now`, every record's times) counts
+        from, to put other clocks (engines' iteration stamps) on it."""
+        return self._t0
+
+    @property
     def version(self) -> int:
         return self.core.version
 
@@ -308,6 +314,7 @@ class LiveRuntime:
         async def land() -> None:
             ended = await self._abort(rids)
             self._aborting = False
+            self.core.now = self.now()
             self.core.abort_landed(ended)
             self._release()
 
@@ -320,7 +327,9 @@ class LiveRuntime:
         async def start() -> None:
             t0 = self.now()
             if interrupt:
-                self.core.sync_aborted(await self._abort(rids))
+                ended = await self._abort(rids)
+                self.core.now = self.now()
+                self.core.sync_aborted(ended)
             else:
                 await self.cluster.pause()
             version = self.core.version + 1
@@ -408,6 +417,7 @@ class LiveRuntime:
             await self._fault(flight, res)
         else:
             e = self._took(flight, res)
+            self.core.now = self.now()  # its finish time (request latency)
             s = self.core.request_ended(e.rid, e.tokens, e.reason)
             self._close_span(flight, e.reason, s)
         self.overhead_s += time.monotonic() - t0
@@ -424,6 +434,7 @@ class LiveRuntime:
                       res.error or res.abort_message or "aborted by the engine")
         slot.faults.append(fault)
         self.faults.append(fault)
+        self.core.now = self.now()
         self.core.request_failed(e.rid, e.tokens, fault.message)
 
     # ------------------------------------------------------------------ end of run

@@ -6,7 +6,9 @@
 - :mod:`.sampling`: SGLang's sampling-parameter validation and the sampler;
 - :mod:`.tokenizer`: the bundled byte-level BPE, generated deterministically;
 - :mod:`.generate_api`: ``/generate`` request parsing and response rendering;
-- :mod:`.openai_api`: the minimal OpenAI-compatible endpoints;
+- :mod:`.http_body`: request bodies and strict JSON, shared by the two HTTP modules below;
+- :mod:`.openai_api`: the minimal OpenAI-compatible endpoints (mounted by the server, which it
+  sees through a protocol: the two never import each other);
 - :mod:`.runner`: :class:`EngineRunner`, the asyncio step loop;
 - :mod:`.local`: :class:`LocalEngine`, the runner behind the :class:`real.protocol.Engine`
   protocol, in-process (no HTTP);

@@ -57,6 +57,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from aprilsim.engine.cost import SGLANG_RULES
+
 from .model import KVPool, TinyDecoder
 from .sampling import ParamError, SamplingSpec, adjust_logits, sample_next
 
@@ -69,7 +71,8 @@ IGNORE_EOS_RESERVE_TOKENS = 1  # SGLang's schedule_policy constant
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Engine limits and SGLang's scheduling constants (their env-var defaults)."""
+    """Engine limits and SGLang's scheduling constants (their env-var defaults: SGLANG_RULES,
+    the rules the simulator's presets run, stated there once)."""
 
     max_running_requests: int = 32
     kv_budget_tokens: int | None = None  # defaults to slots x context
@@ -78,11 +81,11 @@ class EngineConfig:
     device: str = "cpu"
     dtype: str = "float32"
     min_step_seconds: float = 0.0  # pad each step to this duration (emulates a slower device)
-    init_new_token_ratio: float = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO
-    min_new_token_ratio_factor: float = 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
-    new_token_ratio_decay_steps: int = 600  # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
-    retract_decode_steps: int = 20  # SGLANG_RETRACT_DECODE_STEPS
-    clip_max_new_tokens: int = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+    init_new_token_ratio: float = SGLANG_RULES["new_token_ratio"]  # SGLANG_INIT_NEW_TOKEN_RATIO
+    min_new_token_ratio_factor: float = SGLANG_RULES["min_new_token_ratio_factor"]
+    new_token_ratio_decay_steps: int = SGLANG_RULES["new_token_ratio_decay_steps"]
+    retract_decode_steps: int = SGLANG_RULES["retract_decode_steps"]
+    clip_max_new_tokens: int = SGLANG_RULES["clip_max_new_tokens"]
     iteration_log_size: int = 100_000  # iteration records kept in memory
 
 

@@ -1,6 +1,6 @@
 """An aiohttp server for the bundled engine that speaks SGLang's HTTP API (the subset in docs/real.md).
 
-The point is that SGLang clients (:class:`real.sglang_http.SGLangClient`, the real
+The point is that SGLang clients (:class:`real.clients.sglang.SGLangClient`, the real
 sglang-router, ``sglang.bench_serving``, RL frameworks' rollout code, OpenAI clients) can run
 end to end in CI against a live engine, without a GPU. Shapes follow SGLang 0.5.23
 (``sglang/srt/entrypoints/http_server.py``, ``managers/io_struct.py``):
@@ -31,21 +31,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import math
 import os
-import re
 import time
 import traceback
-import zlib
 from dataclasses import asdict, dataclass
 
-import aiohttp
 from aiohttp import web
 
 from .engine import Finished
 from .generate_api import GenerateOptions, ResponseBuilder, parse_generate
+from .http_body import (
+    MAX_BODY_BYTES,
+    READ_TIMEOUT_KEY,
+    BodyError,
+    dumps,
+    json_response,
+    read_json,
+)
 from .runner import EngineRunner, RequestHandle, TokenEvent
 from .sampling import ParamError
 from .tokenizer import TextCodec
@@ -67,42 +70,7 @@ class ServerConfig:
     read_timeout_s: float = 60.0
 
 
-READ_TIMEOUT_KEY = web.AppKey("read_timeout_s", float)
 KEEPALIVE_S = 75.0  # an idle kept-alive connection is closed after this (aiohttp's run_app's)
-MAX_JSON_DEPTH = 64  # deeper bodies get a 400 (no SGLang request nests past 5)
-MAX_BODY_BYTES = 64 * 1024 * 1024  # also the most a compressed body may inflate to
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
-
-
-class BodyError(Exception):
-    """A request body the server cannot read: ``status`` (400, 408, 413, 415) and a message."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-def _finite(obj: object) -> object:
-    """``obj`` with every non-finite float replaced by None (strict JSON has no NaN)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
-
-
-def dumps(obj: object) -> str:
-    """Strict JSON: a non-finite number anywhere is written as ``null``, never as bare NaN."""
-    try:
-        return json.dumps(obj, allow_nan=False)
-    except ValueError:
-        return json.dumps(_finite(obj), allow_nan=False)
-
-
-def json_response(body: object, status: int = 200) -> web.Response:
-    return web.json_response(body, status=status, dumps=dumps)
 
 
 def error_response(status: int, message: str, param: str | None = None) -> web.Response:
@@ -140,117 +108,6 @@ async def _never_crash(request: web.Request, handler) -> web.StreamResponse:
         log.error("unhandled error in %s %s:\n%s", request.method, request.path,
                   traceback.format_exc())
         return error_response(500, f"Internal server error: {type(exc).__name__}: {exc}")
-
-
-def _depth_ok(raw: bytes, limit: int) -> bool:
-    """True when brackets in ``raw`` nest at most ``limit`` deep (strings skipped)."""
-    depth = 0
-    in_str = esc = False
-    for b in raw:
-        if in_str:
-            if esc:
-                esc = False
-            elif b == 0x5C:  # backslash
-                esc = True
-            elif b == 0x22:
-                in_str = False
-        elif b == 0x22:
-            in_str = True
-        elif b in (0x5B, 0x7B):
-            depth += 1
-            if depth > limit:
-                return False
-        elif b in (0x5D, 0x7D):
-            depth -= 1
-    return True
-
-
-def _lone_surrogate(obj: object) -> str | None:
-    """The first string (key or value) of ``obj`` that is not valid Unicode, else None."""
-    stack = [obj]
-    while stack:
-        o = stack.pop()
-        if isinstance(o, str):
-            try:
-                o.encode("utf-8")
-            except UnicodeEncodeError:
-                return o
-        elif isinstance(o, dict):
-            stack.extend(o.keys())
-            stack.extend(o.values())
-        elif isinstance(o, list):
-            stack.extend(x for x in o if isinstance(x, (str, list, dict)))
-    return None
-
-
-def decode_body(raw: bytes, encoding: str) -> bytes:
-    """Undo ``Content-Encoding`` (gzip, deflate, identity; listed order); BodyError otherwise."""
-    codings = [c.strip().lower() for c in encoding.split(",") if c.strip()]
-    for coding in reversed(codings):
-        if coding == "identity":
-            continue
-        if coding not in ("gzip", "x-gzip", "deflate"):
-            raise BodyError(415, f"Content-Encoding {coding!r} is not supported (use gzip, "
-                                 "deflate or identity)")
-        wbits = 16 + zlib.MAX_WBITS if coding != "deflate" else zlib.MAX_WBITS
-        try:
-            d = zlib.decompressobj(wbits)
-            out = d.decompress(raw, MAX_BODY_BYTES + 1)
-            if len(out) > MAX_BODY_BYTES or d.unconsumed_tail:
-                raise BodyError(413, f"request body inflates past {MAX_BODY_BYTES} bytes")
-            if not d.eof:
-                raise zlib.error("truncated stream")
-        except zlib.error as exc:
-            if coding == "deflate":  # raw deflate without the zlib header, as some clients send
-                try:
-                    out = zlib.decompress(raw, -zlib.MAX_WBITS)
-                except zlib.error:
-                    raise BodyError(400, f"request body is not valid {coding}: {exc}") from None
-            else:
-                raise BodyError(400, f"request body is not valid {coding}: {exc}") from None
-        raw = out
-    return raw
-
-
-async def read_body(request: web.Request) -> bytes:
-    """The request's body, decoded; BodyError (408) when it does not arrive in time. The app
-    must be served with ``auto_decompress=False`` (``real.serve`` does), or aiohttp decodes first."""
-    timeout = request.app.get(READ_TIMEOUT_KEY) or 0.0
-    timeout = timeout if timeout > 0 else None
-    try:
-        raw = await asyncio.wait_for(request.read(), timeout)
-    except asyncio.TimeoutError:
-        raise BodyError(408, f"request body not received within {timeout:g} s") from None
-    except web.HTTPRequestEntityTooLarge as exc:
-        raise BodyError(413, exc.text or "request body too large") from None
-    except aiohttp.ClientPayloadError as exc:
-        raise BodyError(400, f"request body could not be read: {exc}") from None
-    encoding = request.headers.get("Content-Encoding", "")
-    return decode_body(raw, encoding) if encoding else raw
-
-
-async def read_json(request: web.Request, required: bool = True) -> object:
-    """The request's JSON body; ParamError (400) when it is not JSON, BodyError (4xx) when it
-    cannot be read (timeout, encoding, nesting past MAX_JSON_DEPTH, lone surrogates)."""
-    raw = await read_body(request)
-    if not raw.strip():
-        if required:
-            raise ParamError("body", "request body must be JSON")
-        return {}
-    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and not _depth_ok(raw, MAX_JSON_DEPTH):
-        raise ParamError("body", f"request body nests deeper than {MAX_JSON_DEPTH} levels")
-    try:
-        body = json.loads(raw)
-    except RecursionError:
-        raise ParamError("body", "request body nests too deep") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ParamError("body", f"request body is not valid JSON: {exc}") from None
-    if _SURROGATE_ESCAPE.search(raw):  # only then can a string be invalid Unicode
-        bad = _lone_surrogate(body)
-        if bad is not None:
-            raise ParamError("body", f"request body has a string with a lone surrogate: "
-                                     f"{bad!r}"[:200])
-    return body
 
 
 class EngineHTTPServer:
@@ -421,7 +278,8 @@ class EngineHTTPServer:
             if len(new) >= at_least:
                 return new, None
 
-    async def _abort_on_disconnect(self, handle: RequestHandle) -> None:
+    async def abort_on_disconnect(self, handle: RequestHandle) -> None:
+        """Abort a request whose client went away (as SGLang does), unless it already ended."""
         if handle.finished is None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.runner.abort(handle.request.rid))
@@ -434,7 +292,7 @@ class EngineHTTPServer:
                 if fin is not None:
                     return fin
         except (asyncio.CancelledError, ConnectionResetError):
-            await self._abort_on_disconnect(handle)  # SGLang aborts a disconnected request
+            await self.abort_on_disconnect(handle)  # SGLang aborts a disconnected request
             raise
 
     def _elapsed(self, handle: RequestHandle) -> float:
@@ -470,7 +328,7 @@ class EngineHTTPServer:
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
         except (ConnectionResetError, asyncio.CancelledError):
-            await self._abort_on_disconnect(handle)  # the client went away: abort, then stop
+            await self.abort_on_disconnect(handle)  # the client went away: abort, then stop
             raise
         return resp
 

@@ -1,7 +1,7 @@
 """The bundled engine behind the :class:`real.protocol.Engine` protocol, in-process (no HTTP).
 
 Useful for runners and benchmarks that want the live engine without a server; the HTTP path
-(``python -m real.serve`` + :class:`real.sglang_http.SGLangClient`) gives the same results.
+(``python -m real.serve`` + :class:`real.clients.sglang.SGLangClient`) gives the same results.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from collections.abc import AsyncIterator
 
 from aprilsim.types import FinishReason
 
+from ..clients.http import RidFactory
+from ..clients.sglang_wire import parse_finish_reason
 from ..protocol import (
     GenerateRequest,
     GenerateResult,
@@ -21,7 +23,6 @@ from ..protocol import (
     replay_finish_reason,
     stream_via_generate,
 )
-from ..sglang_wire import RidFactory, parse_finish_reason
 from .engine import BatchEngine, EngineRequest, Finished
 from .runner import EngineRunner, TokenEvent
 

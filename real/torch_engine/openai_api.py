@@ -19,15 +19,32 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from aiohttp import web
 
-from .generate_api import ResponseBuilder
+from .engine import Finished
+from .generate_api import GenerateOptions, ResponseBuilder
+from .http_body import dumps, json_response, read_json
+from .runner import EngineRunner, RequestHandle
 from .sampling import ParamError, _is_int
+from .tokenizer import TextCodec
 
-if TYPE_CHECKING:
-    from .http_server import EngineHTTPServer
+
+class RouteHost(Protocol):
+    """What the OpenAI routes use of the server that mounts them (``EngineHTTPServer``); a
+    protocol, so that this module and the server's do not import each other."""
+
+    cfg: Any  # ServerConfig: model_path
+    runner: EngineRunner
+    codec: TextCodec | None
+    started: float
+
+    def note_ignored(self, keys: tuple[str, ...] | list[str], where: str) -> None: ...
+    async def submit(self, body: object) -> tuple[RequestHandle, GenerateOptions]: ...
+    async def wait_finished(self, handle: RequestHandle) -> Finished: ...
+    async def next_events(self, handle: RequestHandle, at_least: int = 1) -> tuple[list[int], Finished | None]: ...
+    async def abort_on_disconnect(self, handle: RequestHandle) -> None: ...
 
 _COMMON = {"model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "seed", "n",
            "stream", "stream_options", "presence_penalty", "frequency_penalty",
@@ -74,12 +91,6 @@ _SAMPLING_MAP = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 
 
-def json_response(body: object, status: int = 200) -> web.Response:
-    from .http_server import json_response as strict
-
-    return strict(body, status)
-
-
 def openai_error(status: int, message: str, param: str | None = None) -> web.Response:
     return json_response({"object": "error", "message": message, "type": "BadRequestError"
                               if status == 400 else "InternalServerError", "param": param,
@@ -114,9 +125,9 @@ def chat_prompt(messages: object, continue_final: bool = False) -> str:
 
 
 class OpenAIRoutes:
-    """The OpenAI endpoints of one :class:`EngineHTTPServer`."""
+    """The OpenAI endpoints of one server (``EngineHTTPServer``, seen as a :class:`RouteHost`)."""
 
-    def __init__(self, server: EngineHTTPServer) -> None:
+    def __init__(self, server: RouteHost) -> None:
         self.server = server
 
     def register(self, router: web.UrlDispatcher) -> None:
@@ -186,8 +197,6 @@ class OpenAIRoutes:
         return await self._serve(request, chat=True)
 
     async def _serve(self, request: web.Request, chat: bool) -> web.StreamResponse:
-        from .http_server import read_json
-
         try:
             body = await read_json(request)
             if not isinstance(body, dict):
@@ -252,8 +261,6 @@ class OpenAIRoutes:
 
     async def _stream(self, request: web.Request, handle, builder: ResponseBuilder, chat: bool,
                       ident: str, created: int, include_usage: bool) -> web.StreamResponse:
-        from .http_server import dumps
-
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-cache"})
         obj = "chat.completion.chunk" if chat else "text_completion"
@@ -291,6 +298,6 @@ class OpenAIRoutes:
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
         except (ConnectionResetError, asyncio.CancelledError):
-            await self.server._abort_on_disconnect(handle)
+            await self.server.abort_on_disconnect(handle)
             raise
         return resp

@@ -1,21 +1,51 @@
 """`aprilsim validate` lands simulated aborts and re-queues retracted requests as the live
-engine family does."""
+engine family does; the rules are stated once (``ENGINE_FAMILY_RULES``, SGLang's from its
+preset rules ``SGLANG_RULES``)."""
 
 from __future__ import annotations
 
-from real.validate import abort_steps_of, retract_to_of
-from real.vllm_http import VLLMEngine
+from dataclasses import replace
+
+from aprilsim.engine.cost import ENGINE_FAMILY_RULES, PRESETS, SGLANG_RULES
+from real.clients.connect import engine_family, stamped
+from real.clients.sglang import SGLangClient
+from real.clients.vllm import VLLMEngine
+from real.validate import engine_rules
 
 
-def test_abort_steps_by_engine_family():
-    assert abort_steps_of(object(), "aprilsim-torch-0.2") == 0  # bundled server: between steps
-    assert abort_steps_of(object(), "aprilsim-torch-local") == 0  # bundled, in-process
-    assert abort_steps_of(object(), "0.5.23") == 1  # SGLang: one more decode pass (to_finish)
-    assert abort_steps_of(object(), None) == 1
-    vllm = VLLMEngine.__new__(VLLMEngine)
-    assert abort_steps_of(vllm, None) == 0
+def test_engine_family_from_the_client_and_the_server_version():
+    sglang, vllm = SGLangClient("http://127.0.0.1:9"), VLLMEngine.__new__(VLLMEngine)
+    assert engine_family(sglang, "0.5.23") == "sglang"
+    assert engine_family(sglang, None) == "sglang"
+    assert engine_family(object(), None) == "sglang"  # an unknown client: SGLang's API
+    assert engine_family(sglang, "aprilsim-torch-0.2") == "bundled"  # python -m real.serve
+    assert engine_family(object(), "aprilsim-torch-local") == "bundled"  # in-process
+    assert engine_family(vllm, None) == "vllm"
+    assert engine_family(stamped(vllm), None) == "vllm"  # through validate's stamping wrapper
 
 
-def test_retracted_requests_re_enter_the_queue_as_the_engine_family_does():
-    assert retract_to_of(object()) == "tail"  # SGLang and the bundled engine append
-    assert retract_to_of(VLLMEngine.__new__(VLLMEngine)) == "head"  # vLLM prepends
+def test_abort_steps_and_retraction_by_engine_family():
+    assert engine_rules(object(), "aprilsim-torch-0.2") == {"abort_steps": 0, "retract_to": "tail"}
+    assert engine_rules(object(), "0.5.23") == {"abort_steps": 1, "retract_to": "tail"}
+    assert engine_rules(VLLMEngine.__new__(VLLMEngine), None) == {"abort_steps": 0, "retract_to": "head"}
+
+
+def test_sglangs_rules_are_stated_once():
+    """What validate simulates an SGLang engine with is what every SGLang preset runs."""
+    sglang = ENGINE_FAMILY_RULES["sglang"]
+    assert sglang == {k: SGLANG_RULES[k] for k in sglang}
+    for name, spec in PRESETS.items():
+        if spec.sglang_ratio:  # the presets that run SGLang's rules
+            assert {k: getattr(spec, k) for k in sglang} == sglang, name
+    for rules in ENGINE_FAMILY_RULES.values():  # every family's rules make a valid engine
+        assert not replace(PRESETS["qwen3-4b-h100-tp2"], **rules).aborts_at_once
+
+
+def test_the_bundled_engine_runs_sglangs_rules_from_the_same_table():
+    from real.torch_engine import EngineConfig
+
+    cfg = EngineConfig()
+    assert (cfg.init_new_token_ratio, cfg.min_new_token_ratio_factor, cfg.new_token_ratio_decay_steps,
+            cfg.retract_decode_steps, cfg.clip_max_new_tokens) == tuple(SGLANG_RULES[k] for k in (
+                "new_token_ratio", "min_new_token_ratio_factor", "new_token_ratio_decay_steps",
+                "retract_decode_steps", "clip_max_new_tokens"))

@@ -19,8 +19,8 @@ from conftest import run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from real.clients.sglang_wire import ABORT_ALL_PAYLOAD, RidFactory, abort_payload, generate_payload
 from real.protocol import GenerateRequest, SamplingParams
-from real.sglang_wire import ABORT_ALL_PAYLOAD, RidFactory, abort_payload, generate_payload
 
 requests = st.builds(
     GenerateRequest,

@@ -208,7 +208,7 @@ def test_content_encodings(server):
 
 
 def test_a_gzip_bomb_is_refused_without_inflating_it():
-    from real.torch_engine.http_server import BodyError, decode_body
+    from real.torch_engine.http_body import BodyError, decode_body
 
     bomb = gzip.compress(b"[" + b"0," * (40 * 1024 * 1024) + b"0]")
     with pytest.raises(BodyError) as e:
@@ -263,7 +263,7 @@ def test_half_open_sockets_are_released(impatient_server):
 # ---- the truth about itself ---------------------------------------------------------------------
 
 def test_strict_json_never_carries_bare_nan():
-    from real.torch_engine.http_server import dumps
+    from real.torch_engine.http_body import dumps
 
     assert dumps({"a": [1.0, float("nan"), -math.inf], "b": "x"}) == \
         '{"a": [1.0, null, null], "b": "x"}'

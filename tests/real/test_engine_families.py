@@ -1,5 +1,5 @@
 """`calibrate` and `validate` on every engine family the runner reaches, through the same
-``real.engines.connect``: a vLLM-shaped server (the fake of ``vllm_fake``, which refuses
+``real.clients.connect.connect``: a vLLM-shaped server (the fake of ``vllm_fake``, which refuses
 out-of-vocabulary ids as vLLM 0.32 does), bundled servers in their own processes (their
 ``/iteration_log`` checks the iterations rebuilt from the token streams), and the real
 sglang-router in front of them (no iteration log: timed from the streams). SGLang itself needs
@@ -15,7 +15,7 @@ from cli_helpers import Result, aprilsim
 from conftest import ROOT, VOCAB, free_port, run
 from vllm_fake import FakeVLLM
 
-from real.engines import connect, engine_vocab, probe_vocab
+from real.clients.connect import connect, engine_vocab, probe_vocab
 
 SMALL = """
 name = "families"
@@ -72,11 +72,11 @@ def test_the_vocabulary_comes_from_the_server_or_a_probe(servers):
 
 
 def test_calibrate_a_vllm_server_probes_its_concurrency_and_times_the_stream():
-    from real.calibrate import _measure_http
+    from real.calibrate import measure_http
 
     async def main():
         async with FakeVLLM(vocab=400, max_running=4, step_s=0.003) as fake:
-            return await _measure_http([f"vllm+{fake.url}"], (1, 2, 4, 8), (8, 32), 8, None, 8, None), fake
+            return await measure_http([f"vllm+{fake.url}"], (1, 2, 4, 8), (8, 32), 8, None, 8, None), fake
 
     (records, info), fake = run(main())
     sweep = [b["prompt"] for b in fake.bodies if isinstance(b.get("prompt"), list) and len(b["prompt"]) > 1]
@@ -137,22 +137,25 @@ def test_validate_checks_engines_and_calibration_before_any_live_run(tmp_path):
 def test_run_reads_the_vocabulary_of_a_small_vocabulary_vllm_model():
     """`aprilsim run --engines vllm+http://...` without --vocab-size: the prompts' ids stay below
     the server's vocabulary (issue 22: it used to send ids up to 32,000)."""
-    from real.runner.cli import build_cluster
+    from real.runner.api import connect_cluster
+    from real.runner.options import EngineTarget
 
     async def main():
         async with FakeVLLM(vocab=351) as fake:
-            cluster, vocab, _ = await build_cluster(
-                {"local": None, "engines": f"vllm+{fake.url}", "router": None, "vocab_size": None}, 256)
-            await cluster.close()
-            return vocab
+            conn = await connect_cluster(EngineTarget(engines=(f"vllm+{fake.url}",), stalled_after=5,
+                                                      progress_deadline_s=9.0), 256)
+            await conn.cluster.close()
+            return conn
 
-    assert run(main()) == 351
+    conn = run(main())
+    assert conn.vocab_size == 351 and not conn.local and conn.what == "1 engines"
+    assert (conn.cluster.stalled_after, conn.cluster.progress_deadline_s) == (5, 9.0)
 
 
 def test_sglang_counters_from_its_metrics_text():
     """SGLang 0.5.23 (--enable-metrics) counts forward passes by CUDA-graph mode and their GPU
     time by category: the iteration counter validate fits the rebuilt iterations to."""
-    from real.sglang_http import parse_sglang_counters
+    from real.clients.sglang import parse_sglang_counters
 
     text = """# HELP sglang:cuda_graph_passes_total Total number of forward passes categorized by CUDA graph.
 # TYPE sglang:cuda_graph_passes_total counter

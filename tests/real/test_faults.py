@@ -13,8 +13,8 @@ from fault_proxy import FaultProxy, Faults
 from real_scenarios import replay_request, wait_until
 
 from aprilsim.types import FinishReason
+from real.clients.sglang import ClientConfig, RetryPolicy, SGLangClient
 from real.protocol import resume_request
-from real.sglang_http import ClientConfig, RetryPolicy, SGLangClient
 
 FAST_RETRY = ClientConfig(retry=RetryPolicy(max_attempts=3, initial_backoff_s=0.02),
                           read_timeout_s=20, connect_timeout_s=2)

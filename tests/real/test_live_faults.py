@@ -23,13 +23,13 @@ import pytest
 from conftest import ROOT, VOCAB, free_port, run, start_server
 from runner_helpers import assert_batches, assert_ledger, live_run, tiny_scenario
 
+from real.clients.sglang import SGLangClient
 from real.runner.cluster import (
     AllEnginesDown,
     Cluster,
     EnginesUnreachable,
     check_reachable,
 )
-from real.sglang_http import SGLangClient
 
 
 @contextlib.contextmanager
@@ -290,21 +290,22 @@ def test_all_engines_gone_says_it_once():
 
     msg = run(main())
     assert "1 of 1 dead" in msg and "a: hung: no token" in msg
-    from real.runner import cli
+    from real.runner import api
 
     text = "all engines are gone: " + msg  # what run_all writes
     assert text.count("gone") == 1 and "every engine is gone" not in text
-    assert 'f"all engines are gone: {e}' in Path(cli.__file__).read_text()
+    assert 'f"all engines are gone: {e}' in Path(api.__file__).read_text()
 
 
 def test_signals_before_the_run_loop_exit_130_with_a_line():
-    from real.runner.cli import EXIT_INTERRUPTED, _early_signals_interrupt
+    from real.runner.cli import early_signals_interrupt
+    from real.runner.options import EXIT_INTERRUPTED
 
-    with pytest.raises(SystemExit) as e, _early_signals_interrupt():
+    with pytest.raises(SystemExit) as e, early_signals_interrupt():
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)  # the handler raises before this ends
     assert e.value.code == EXIT_INTERRUPTED
-    with pytest.raises(SystemExit) as e, _early_signals_interrupt():
+    with pytest.raises(SystemExit) as e, early_signals_interrupt():
         raise KeyboardInterrupt
     assert e.value.code == EXIT_INTERRUPTED
     assert signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None) or callable(

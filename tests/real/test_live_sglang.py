@@ -13,7 +13,7 @@ import pytest
 from conftest import run
 from real_scenarios import scenario_abort_and_resume, scenario_generate_replay
 
-from real.sglang_http import SGLangClient
+from real.clients.sglang import SGLangClient
 
 URL = os.environ.get("APRILSIM_SGLANG_URL")
 VOCAB = int(os.environ.get("APRILSIM_SGLANG_VOCAB", "30000"))

@@ -17,7 +17,7 @@ import pytest
 from conftest import VOCAB, Proc, run, served_logprobs, start_router, start_server, stop_all
 from http_util import call, internal
 
-from real.sglang_http import SGLangClient
+from real.clients.sglang import SGLangClient
 from real.torch_engine import ModelConfig, TinyDecoder
 
 SERVED = ModelConfig(vocab_size=VOCAB, d_model=64, n_layers=2, n_heads=4, max_context=2048)

@@ -10,7 +10,7 @@ import urllib.request
 from conftest import VOCAB, run
 from real_scenarios import replay_request, scenario_abort_and_resume, scenario_generate_replay
 
-from real.sglang_http import SGLangClient
+from real.clients.sglang import SGLangClient
 
 
 def _total_requests(url: str) -> int:

@@ -9,8 +9,8 @@ from conftest import VOCAB, run
 from real_scenarios import replay_request, scenario_abort_and_resume, scenario_generate_replay
 
 from aprilsim.types import FinishReason
+from real.clients.sglang import ClientConfig, RetryPolicy, SGLangClient
 from real.protocol import GenerateRequest, SamplingParams
-from real.sglang_http import ClientConfig, RetryPolicy, SGLangClient
 
 
 def test_generate_replay_cumulative(servers):

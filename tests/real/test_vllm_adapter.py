@@ -1,4 +1,4 @@
-"""End to end: :class:`real.vllm_http.VLLMEngine` against the fake vLLM server (loopback only).
+"""End to end: :class:`real.clients.vllm.VLLMEngine` against the fake vLLM server (loopback only).
 
 The fake generates a deterministic chain (see ``vllm_fake``), so every test can check the ids it
 got against what one uninterrupted run would produce: after a cut stream, a 503, an error chunk,
@@ -15,9 +15,9 @@ from real_scenarios import scenario_abort_and_resume, scenario_generate_replay
 from vllm_fake import MODEL, FakeVLLM, chain
 
 from aprilsim.types import FinishReason
+from real.clients.sglang import RetryPolicy
+from real.clients.vllm import NotSupported, VLLMConfig, VLLMEngine
 from real.protocol import Engine, GenerateRequest, SamplingParams, resume_request
-from real.sglang_http import RetryPolicy
-from real.vllm_http import NotSupported, VLLMConfig, VLLMEngine
 
 VOCAB = 1000
 FAST = VLLMConfig(retry=RetryPolicy(max_attempts=3, initial_backoff_s=0.01), read_timeout_s=5.0)

@@ -18,8 +18,13 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from aprilsim.types import FinishReason  # noqa: E402
+from real.clients.vllm_wire import (  # noqa: E402
+    StreamError,
+    completion_payload,
+    parse_metrics,
+    parse_stream_chunk,
+)
 from real.protocol import GenerateRequest, SamplingParams  # noqa: E402
-from real.vllm_wire import StreamError, completion_payload, parse_metrics, parse_stream_chunk  # noqa: E402
 
 requests = st.builds(
     GenerateRequest,

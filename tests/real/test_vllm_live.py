@@ -14,8 +14,8 @@ from conftest import run
 from real_scenarios import scenario_abort_and_resume, scenario_generate_replay
 
 from aprilsim.types import FinishReason
+from real.clients.vllm import VLLMEngine
 from real.protocol import GenerateRequest, SamplingParams
-from real.vllm_http import VLLMEngine
 
 URL = os.environ.get("APRILSIM_VLLM_URL")
 VOCAB = int(os.environ.get("APRILSIM_VLLM_VOCAB", "30000"))

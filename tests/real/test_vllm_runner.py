@@ -1,4 +1,4 @@
-"""The live runner on vLLM engines: ``vllm+http://`` URLs through :func:`real.engines.connect`,
+"""The live runner on vLLM engines: ``vllm+http://`` URLs through :func:`real.clients.connect.connect`,
 two fake vLLM servers (one in dev mode, one without weight endpoints), same records as simulate."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from runner_helpers import assert_batches, assert_ledger, live_run, tiny_scenari
 from vllm_fake import FakeVLLM
 
 from aprilsim.sim.run import simulate
-from real.engines import connect, split_engine_url
+from real.clients.connect import connect, split_engine_url
+from real.clients.sglang import SGLangClient
+from real.clients.vllm import VLLMEngine
 from real.protocol import WeightSync
 from real.runner.cluster import Cluster
-from real.sglang_http import SGLangClient
-from real.vllm_http import VLLMEngine
 
 
 def test_connect_picks_the_adapter_by_url():

@@ -6,15 +6,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aprilsim.types import FinishReason, Sample
-from real.protocol import GenerateRequest, replay_finish_reason
-from real.samples import request_from_sample
-from real.sglang_wire import (
+from real.clients.sglang_wire import (
     RidFactory,
     StreamAccumulator,
     parse_chunk,
     parse_error_body,
     parse_finish_reason,
 )
+from real.protocol import GenerateRequest, replay_finish_reason
+from real.samples import request_from_sample
 
 
 @settings(max_examples=50, deadline=None)  # timing on a loaded CI box is not the property

@@ -171,7 +171,7 @@ METRIC_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm
 
 def check_metrics(text: str) -> None:
     """Every gauge the adapter reads is there, typed gauge, labelled model_name and engine."""
-    from real.vllm_wire import iter_samples
+    from real.clients.vllm_wire import iter_samples
 
     samples = list(iter_samples(text))
     for name in METRIC_GAUGES:

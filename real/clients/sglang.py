@@ -3,7 +3,7 @@
 Works against one SGLang server, a list of servers, or sglang-router in front of servers:
 
 - generation: ``POST /generate`` with ``stream: true`` to the router/server (or round-robin over
-  an explicit worker list), streamed and checked by :class:`real.sglang_wire.StreamAccumulator`;
+  an explicit worker list), streamed and checked by :class:`real.clients.sglang_wire.StreamAccumulator`;
 - abort: the router does not proxy ``/abort_request``, so :meth:`SGLangClient.abort_all` posts
   ``{"rid": "", "abort_all": true}`` to every *worker* (from the router's ``GET /workers`` or the
   given list), then polls each worker's ``/v1/loads`` until it is idle and every local request
@@ -29,7 +29,7 @@ import aiohttp
 
 from aprilsim.types import FinishReason
 
-from .protocol import (
+from ..protocol import (
     GenerateRequest,
     GenerateResult,
     Progress,
@@ -40,6 +40,7 @@ from .protocol import (
     resume_request,
     stream_via_generate,
 )
+from .http import RetryPolicy
 from .sglang_wire import (
     ABORT_ALL_PAYLOAD,
     ParsedFinish,
@@ -54,19 +55,6 @@ from .sglang_wire import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Bounded exponential backoff: attempt k waits ``initial * multiplier**(k-1)`` (capped)."""
-
-    max_attempts: int = 4
-    initial_backoff_s: float = 0.1
-    max_backoff_s: float = 2.0
-    multiplier: float = 2.0
-
-    def backoff(self, attempt: int) -> float:
-        return min(self.max_backoff_s, self.initial_backoff_s * self.multiplier ** (attempt - 1))
 
 
 @dataclass(frozen=True)
@@ -117,6 +105,8 @@ class SGLangClient:
     itself when it is a plain server). With ``url=None``, generation is spread over
     ``worker_urls`` directly (fewest requests in flight first).
     """
+
+    family = "sglang"  # unless its server says it is the bundled engine (engine_family)
 
     def __init__(
         self,

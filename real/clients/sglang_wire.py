@@ -18,38 +18,24 @@ Shapes follow SGLang 0.5.23 (``sglang/api/v1/api_types.py``, ``srt/entrypoints/h
 
 from __future__ import annotations
 
-import hashlib
-import itertools
-import json
-import uuid
 from dataclasses import dataclass
 
 from aprilsim.types import FinishReason
 
-from .protocol import GenerateRequest
+from ..protocol import GenerateRequest
+from .http import (  # shared with vLLM's wire format; named here for SGLang's callers
+    RID_PREFIX,
+    ParsedFinish,
+    RidFactory,
+    StreamError,
+    is_retryable_status,
+    parse_error_body,
+    parse_sse_line,
+)
 
-RID_PREFIX = "aprilsim"
-
-
-class RidFactory:
-    """Request ids that are never prefixes of one another.
-
-    SGLang aborts by prefix (``req.rid.startswith(rid)``), so an id that prefixes another would
-    abort both. Every id has the same length (fixed-width session tag and counter), and distinct
-    strings of equal length are never prefixes of each other.
-    """
-
-    def __init__(self, session: str | None = None) -> None:
-        # A 12-hex-digit tag: random per factory, or derived from a caller's session name.
-        raw = uuid.uuid4().hex if session is None else hashlib.sha1(session.encode()).hexdigest()
-        self.session = raw[:12]
-        self._counter = itertools.count()
-
-    def __call__(self) -> str:
-        n = next(self._counter)
-        if n >= 10**12:
-            raise OverflowError("request id counter exhausted")
-        return f"{RID_PREFIX}-{self.session}-{n:012d}"
+__all__ = ["ABORT_ALL_PAYLOAD", "RID_PREFIX", "ParsedFinish", "RidFactory", "StreamAccumulator",
+           "StreamChunk", "StreamError", "abort_payload", "generate_payload", "is_retryable_status",
+           "parse_chunk", "parse_error_body", "parse_finish_reason", "parse_sse_line"]
 
 
 def generate_payload(req: GenerateRequest, rid: str, stream: bool = True) -> dict:
@@ -85,16 +71,6 @@ def abort_payload(rid: str) -> dict:
 # ---- responses ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ParsedFinish:
-    """A finish reason: ours, plus what the engine said about it."""
-
-    reason: FinishReason
-    message: str | None = None
-    status_code: int | None = None
-    raw: object = None
-
-
 def parse_finish_reason(value: object) -> ParsedFinish | None:
     """``meta_info.finish_reason`` -> ParsedFinish (None while the request runs).
 
@@ -118,34 +94,6 @@ def parse_finish_reason(value: object) -> ParsedFinish | None:
     return ParsedFinish(reason, msg, code if isinstance(code, int) else None, value)
 
 
-def parse_error_body(status: int, body: bytes | str) -> str:
-    """A readable message from any of SGLang's error body shapes (lenient; key on status)."""
-    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-    try:
-        obj = json.loads(text)
-    except (json.JSONDecodeError, ValueError):
-        obj = None
-    msg = None
-    if isinstance(obj, dict):
-        err = obj.get("error")
-        if isinstance(err, dict):
-            msg = err.get("message") or json.dumps(err)
-        elif isinstance(err, str):
-            msg = err
-        elif isinstance(obj.get("message"), str):
-            msg = obj["message"]
-        elif "detail" in obj:
-            msg = json.dumps(obj["detail"]) if not isinstance(obj["detail"], str) else obj["detail"]
-    if msg is None:
-        msg = text.strip()[:500] or "<empty body>"
-    return f"HTTP {status}: {msg}"
-
-
-def is_retryable_status(status: int) -> bool:
-    """5xx and 429 are worth another try; other 4xx are the request's fault."""
-    return status >= 500 or status == 429
-
-
 @dataclass
 class StreamChunk:
     """One parsed ``data:`` line of a /generate stream."""
@@ -157,14 +105,6 @@ class StreamChunk:
     weight_version: str | None
     rid: str | None
     raw: dict
-
-
-class StreamError(Exception):
-    """An error chunk inside a stream; ``code`` keys retryability."""
-
-    def __init__(self, message: str, code: int | None) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def parse_chunk(obj: object) -> StreamChunk:
@@ -237,16 +177,3 @@ class StreamAccumulator:
                 return []  # a stale cumulative chunk never shrinks the output mid-stream
             self.ids = list(chunk.output_ids)
         return self.ids[before:] if len(self.ids) > before else []
-
-
-def parse_sse_line(line: bytes) -> object | None:
-    """One SSE line -> decoded JSON, the string ``"[DONE]"``, or None for blanks/comments."""
-    line = line.strip()
-    if not line or line.startswith(b":"):
-        return None
-    if not line.startswith(b"data:"):
-        return None
-    data = line[5:].strip()
-    if data == b"[DONE]":
-        return "[DONE]"
-    return json.loads(data)

@@ -1,6 +1,6 @@
 """vLLM's OpenAI-compatible wire format: the payloads we build and the responses we read, no I/O.
 
-Kept apart from :mod:`real.vllm_http` so that the contract tests can check every payload and every
+Kept apart from :mod:`real.clients.vllm` so that the contract tests can check every payload and every
 parser against the shapes vLLM documents. Shapes follow vLLM 0.33.0 (the PyPI wheel):
 
 - ``POST /v1/completions`` body (``entrypoints/openai/completion/protocol.py``,
@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 
 from aprilsim.types import FinishReason
 
-from .protocol import GenerateRequest
-from .sglang_wire import (
+from ..protocol import GenerateRequest
+from .http import (
     ParsedFinish,
     StreamError,
     is_retryable_status,
@@ -248,7 +248,7 @@ class MetricsLoad:
     engines: int
 
     def as_loads(self) -> dict:
-        """The keys of :meth:`real.sglang_http.SGLangClient.loads`, for code that reads either."""
+        """The keys of :meth:`real.clients.sglang.SGLangClient.loads`, for code that reads either."""
         return {"num_running_reqs": self.running, "num_waiting_reqs": self.waiting,
                 "num_used_tokens": self.kv_used_tokens, "kv_cache_usage": self.kv_cache_usage}
 

@@ -4,7 +4,7 @@ One ``vllm serve`` endpoint (a data-parallel server counts as one; put several b
 as several engines):
 
 - generation: ``POST /v1/completions`` with a token-id prompt, streamed, the generated ids read
-  from ``token_ids`` (or logprob tokens, see :mod:`real.vllm_wire`), checked against the final
+  from ``token_ids`` (or logprob tokens, see :mod:`real.clients.vllm_wire`), checked against the final
   ``usage.completion_tokens``;
 - abort: vLLM aborts a request when its client disconnects, so :meth:`VLLMEngine.abort_all`
   closes every open stream (each ``generate`` returns ``ABORT`` with the ids received so far),
@@ -36,7 +36,7 @@ import aiohttp
 
 from aprilsim.types import FinishReason
 
-from .protocol import (
+from ..protocol import (
     GenerateRequest,
     GenerateResult,
     Progress,
@@ -47,8 +47,7 @@ from .protocol import (
     resume_request,
     stream_via_generate,
 )
-from .sglang_http import RetryPolicy
-from .sglang_wire import RidFactory
+from .http import RetryPolicy, RidFactory
 from .vllm_wire import (
     MetricsLoad,
     ParsedFinish,
@@ -125,6 +124,8 @@ class VLLMEngine:
     ``model``: the ``model`` field sent with each request; asked of ``/v1/models`` (its first
     model) when omitted.
     """
+
+    family = "vllm"  # its abort and retraction rules: aprilsim.engine.cost.ENGINE_FAMILY_RULES
 
     def __init__(self, url: str, model: str | None = None, config: VLLMConfig | None = None) -> None:
         self.url = url.rstrip("/")
@@ -394,7 +395,7 @@ class VLLMEngine:
             return None
 
     async def counters(self) -> dict[str, float] | None:
-        """vLLM's engine-side counters from ``/metrics`` (:func:`real.vllm_wire.parse_counters`);
+        """vLLM's engine-side counters from ``/metrics`` (:func:`real.clients.vllm_wire.parse_counters`);
         None when unreachable or without them."""
         try:
             async with self.session.get(f"{self.url}/metrics", timeout=self._control_timeout()) as r:

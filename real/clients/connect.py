@@ -1,13 +1,13 @@
 """Engine adapters by URL, for the runner's ``--engines`` (and anything else that takes URLs).
 
-``vllm+http://host:8000`` -> :class:`real.vllm_http.VLLMEngine`; ``sglang+http://...`` or a plain
-``http(s)://`` URL -> :class:`real.sglang_http.SGLangClient` (SGLang, sglang-router, or the
+``vllm+http://host:8000`` -> :class:`real.clients.vllm.VLLMEngine`; ``sglang+http://...`` or a plain
+``http(s)://`` URL -> :class:`real.clients.sglang.SGLangClient` (SGLang, sglang-router, or the
 bundled ``python -m real.serve``).
 """
 
 from __future__ import annotations
 
-from .protocol import Engine
+from ..protocol import Engine
 
 KINDS = ("sglang", "vllm")
 
@@ -25,10 +25,10 @@ def connect(spec: str) -> Engine:
     """The adapter for ``spec`` (see :func:`split_engine_url`); no I/O until first used."""
     kind, url = split_engine_url(spec)
     if kind == "vllm":
-        from .vllm_http import VLLMEngine
+        from .vllm import VLLMEngine
 
         return VLLMEngine(url)
-    from .sglang_http import SGLangClient
+    from .sglang import SGLangClient
 
     return SGLangClient(url)
 
@@ -52,7 +52,7 @@ def reported_vocab(info) -> int | None:
 async def _accepts(engine: Engine, token_id: int) -> bool:
     """True when the engine generates from the one-token prompt ``[token_id]``; False when it
     refuses the id (a 400 naming the vocabulary); raises for any other failure."""
-    from .protocol import GenerateRequest
+    from ..protocol import GenerateRequest
 
     res = await engine.generate(GenerateRequest(prompt_ids=(token_id,), max_new_tokens=1, replay_len=1))
     if not res.error:
@@ -127,7 +127,7 @@ class Stamped:
             lg.finished = time.monotonic()
 
     def stream(self, request):
-        from .protocol import stream_via_generate
+        from ..protocol import stream_via_generate
 
         return stream_via_generate(self, request)
 
@@ -167,7 +167,7 @@ class StampedSync(Stamped):
 
 def stamped(engine: Engine) -> Stamped:
     """``engine`` with its token arrivals recorded (weight sync kept where it has it)."""
-    from .protocol import WeightSync
+    from ..protocol import WeightSync
 
     return StampedSync(engine) if isinstance(engine, WeightSync) else Stamped(engine)
 
@@ -177,3 +177,17 @@ def unwrap(engine):
     while isinstance(engine, Stamped):
         engine = engine.inner
     return engine
+
+
+# ------------------------------------------------------------------------------ families
+BUNDLED_VERSION_PREFIX = "aprilsim-torch"  # the bundled engine's server version, HTTP or in-process
+
+
+def engine_family(engine, version: str | None = None) -> str:
+    """The family whose rules an engine follows (``aprilsim.engine.cost.ENGINE_FAMILY_RULES``):
+    ``"bundled"`` when its server version says so (``python -m real.serve`` behind the SGLang
+    client, or in-process), else the client's own ``family`` (``"vllm"``), else ``"sglang"``."""
+    if (version or "").startswith(BUNDLED_VERSION_PREFIX):
+        return "bundled"
+    return getattr(unwrap(engine), "family", None) or "sglang"
+

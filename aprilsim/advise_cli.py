@@ -1,0 +1,87 @@
+"""`aprilsim advise`: the command's options and output; the work is in `aprilsim.advise`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from aprilsim.cli_errors import fail
+
+
+@click.command("advise", short_help="From a launch config and a length log to a ranked recommendation.")
+@click.argument("scenario", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--slime", metavar="FILE_OR_ARGS", help="A slime launch script (or its arguments as one string) to import.")
+@click.option("--verl", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A verl PPO/GRPO config (YAML or hydra overrides) to import.")
+@click.option("--log", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A generation log `aprilsim fit` reads: the response lengths are fitted from it.")
+@click.option("--column", help="The log's length column (default: detected).")
+@click.option("--calibration", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A cost calibration (`aprilsim calibrate --out`): used as the engine preset.")
+@click.option("--max-offpolicy", type=click.FloatRange(0, 1), help="Limit on the off-policy share of trained tokens (e.g. 0.5).")
+@click.option("--max-staleness", type=click.IntRange(min=0), help="Limit on the staleness of any trained token (policy versions).")
+@click.option("--max-length-bias", type=click.FloatRange(min=0), help="Limit on |length bias - sync's| (e.g. 0.05).")
+@click.option("--candidates", help=f"Comma-separated schedulers to consider (default: all of {', '.join(['april', 'async_one_step', 'fully_async', 'tail_batching'])}).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Set a scenario key after the import (repeatable).")
+@click.option("--steps", type=click.IntRange(min=2), help="Training steps per simulation (default: the scenario's).")
+@click.option("--warmup", type=click.IntRange(min=0), help="Steps left out of each summary.")
+@click.option("--seeds", type=click.IntRange(min=3), default=3, show_default=True, help="Paired seeds per setting (and as many fresh ones for the figures).")
+@click.option("--rounds", type=click.IntRange(min=1), default=2, show_default=True, help="Grid refinements of each tuned knob.")
+@click.option("--grid", type=click.IntRange(min=2), help="Grid points per round (default: tune's, 7).")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), help="Local worker processes.")
+@click.option("--json", "as_json", is_flag=True, help="Print the advice as JSON.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("advice"), show_default=True, help="Folder for the fitted lengths, the advised scenario and advice.json.")
+def advise_command(scenario, slime, verl, log, column, calibration, max_offpolicy, max_staleness,
+                   max_length_bias, candidates, sets, steps, warmup, seeds, rounds, grid, jobs,
+                   as_json, out_dir) -> None:
+    """Recommend a rollout scheduler and its knobs for YOUR setup, ranked, in one command.
+
+    Imports the launch config (--slime/--verl, or SCENARIO, or the default), fits the response
+    lengths of --log, takes the engine cost from --calibration (else the imported preset), tunes
+    each candidate under the limits on paired seeds, and prints the options ranked by their gain
+    over sync on fresh seeds, with the `aprilsim validate` command and the slime flags that try
+    the winner. See docs/advise.md.
+    """
+    from aprilsim.config import ScenarioError, with_overrides
+    from aprilsim.sim.runtime import SchedulerError
+    from aprilsim.sweep.cli import _need_pandas
+
+    _need_pandas()
+    from aprilsim import advise as adv
+    from aprilsim.interop.toml_out import dumps
+
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        sc, sources = adv.build_scenario(scenario=scenario, slime=slime, verl=verl, log=log,
+                                         calibration=calibration, sets=sets, out_dir=out_dir,
+                                         log_column=column)
+        sc = with_overrides(sc, steps=steps, warmup=warmup)
+        limits = adv.Limits(max_offpolicy, max_staleness, max_length_bias)
+        names = [c.strip() for c in candidates.split(",") if c.strip()] if candidates else None
+        advice = adv.advise(sc, limits, candidates=names, seeds=seeds, rounds=rounds, grid=grid,
+                            jobs=jobs, log=lambda m: click.echo(m, err=True))
+    except (ScenarioError, SchedulerError, ValueError, OSError) as e:
+        fail(str(e))
+        return
+    advice.sources = sources
+    scenario_file = out_dir / "advised.toml"
+    win = advice.winner
+    header = (f"advised by `aprilsim advise`: {win.label if win else 'no option met the limits'}; "
+              f"limits: {', '.join(limits.constraints()) or 'none'}")
+    scenario_file.write_text(dumps(advice.scenario, header))
+    (out_dir / "advice.json").write_text(json.dumps(advice.to_dict(), indent=2, default=str) + "\n")
+    if as_json:
+        click.echo(json.dumps(advice.to_dict(), indent=2, default=str))
+        return
+    click.echo(f"advice for {sc.name}: {sc.cluster.engines} engines, {sc.batch_size} groups x "
+               f"{sc.group_size} samples, max {sc.max_response_len} tokens")
+    for line in sources:
+        click.echo(f"  {line}")
+    click.echo(f"limits: {', '.join(limits.constraints()) or 'none'} (each over its 95 % interval)")
+    click.echo(f"figures: {seeds} fresh seeds x {sc.steps} steps (the first {sc.warmup_steps} "
+               "left out), paired with sync")
+    for line in adv.format_options(advice):
+        click.echo(line)
+    for line in adv.try_lines(advice, scenario_file, out_dir):
+        click.echo(line)
+    click.echo(f"wrote {scenario_file}, {out_dir / 'advice.json'}"
+               + (f", {out_dir / 'lengths.toml'}" if log is not None else ""))
