@@ -169,6 +169,7 @@ class RewardSection(_Strict):
 
 class WorkloadSection(_Strict):
     prompt_share: float = Field(default=0.3, ge=0, lt=1)
+    dataset_prompts: int = Field(default=0, ge=0)  # 0: every prompt new; N: N prompts re-run each epoch
     rewards: RewardSection = RewardSection()
     drift: dict[str, Any] | None = None
 
@@ -310,6 +311,7 @@ class Scenario(_Strict):
             prompt_lengths=prompt_model,
             max_prompt_len=max_prompt,
             prompt_share=share,
+            dataset_prompts=w.dataset_prompts,
             rewards=RewardModel(**w.rewards.model_dump()),
             seed=self.seed if seed is None else seed,
             **kwargs,

@@ -58,7 +58,9 @@ class GenerateRequest:
     does the same work as a simulated one. A replayed response that reaches ``replay_len`` before
     ``max_new_tokens`` is reported as ``stop`` (the synthetic EOS), otherwise as ``length``.
 
-    ``tag`` is an opaque caller key (e.g. the sample uid) carried into the result.
+    ``tag`` is an opaque caller key (e.g. the sample uid) carried into the result. ``priority``
+    (higher first, ``Submit.priority``) goes to engines that schedule by it (SGLang's
+    ``priority`` field, honoured when the server runs with ``--enable-priority-scheduling``).
     """
 
     prompt_ids: tuple[int, ...]
@@ -66,6 +68,7 @@ class GenerateRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     replay_len: int | None = None
     tag: object = None
+    priority: int = 0
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:

@@ -40,6 +40,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     e.add_argument("--kv-budget-tokens", type=int, default=None,
                    help="KV token budget (default: max running requests x max context)")
     e.add_argument("--max-prefill-tokens", type=int, default=8192)
+    e.add_argument("--enable-priority-scheduling", action="store_true",
+                   help="admit waiting requests by their /generate `priority`, higher first (SGLang's flag)")
     e.add_argument("--device", default="cpu")
     e.add_argument("--dtype", default="float32")
     e.add_argument("--min-step-seconds", type=float, default=0.0,
@@ -98,6 +100,7 @@ async def serve(args: argparse.Namespace) -> None:
                               kv_budget_tokens=args.kv_budget_tokens,
                               max_prefill_tokens=args.max_prefill_tokens, device=args.device,
                               dtype=args.dtype, min_step_seconds=args.min_step_seconds,
+                              enable_priority_scheduling=args.enable_priority_scheduling,
                               init_new_token_ratio=args.init_new_token_ratio,
                               clip_max_new_tokens=args.clip_max_new_tokens)
     engine = build_engine(model_cfg, engine_cfg, seed=args.seed, checkpoint=args.checkpoint)

@@ -145,12 +145,13 @@ async def precheck(opts: ValidateOptions) -> tuple[int | None, list[str]]:
     """Everything validate needs, checked before the first live run (one line each on failure):
     the calibration file loads, every engine answers ``/health``, the vocabulary is known
     (``--vocab-size``, the server's, or probed). Returns (vocabulary or None for --local, notes)."""
-    from aprilsim.validate.costfit import load_calibration
+    from aprilsim.validate.costfit import load_calibration, load_client_overhead
     from real.clients.connect import connect, engine_vocab
 
     notes = []
     if opts.calibration:
         load_calibration(str(opts.calibration))
+        load_client_overhead(str(opts.calibration))
         notes.append(f"calibration file {opts.calibration} loads")
     if opts.target.local is not None:
         return None, notes
@@ -273,6 +274,11 @@ async def run_live(sc: Scenario, specs: list[str], opts: ValidateOptions, progre
         limits = {"max_running": int(info.max_running_requests or opts.max_running or 64),
                   "kv_capacity": int(info.kv_capacity_tokens or 1 << 30),
                   **engine_rules(cluster.slots[0].engine, info.version)}
+        if limits.get("prefix_cache", "none") != "none":
+            # validate relabels the weights and loads none, so the engines keep their caches
+            limits["prefix_cache_flush"] = False
+            notes.append(f"prefix cache: {limits['prefix_cache']}, kept across weight updates "
+                         "(the engine family's default; validate loads no weights)")
         if not info.max_running_requests:
             notes.append(f"max_running {limits['max_running']}: not reported by the engine "
                          f"({'--max-running' if opts.max_running else 'assumed'})")
@@ -336,7 +342,13 @@ def validate(sc: Scenario, specs: list[str], opts: ValidateOptions,
     ``opts.repeats`` R > 1: the judged runs are R interleaved rounds; without a calibration
     file one more round runs first, for the fit alone (held out of every comparison)."""
     from aprilsim.metrics.trace import Trace
-    from aprilsim.validate.costfit import CostFit, cost_errors, fit_iterations, load_calibration
+    from aprilsim.validate.costfit import (
+        CostFit,
+        cost_errors,
+        fit_iterations,
+        load_calibration,
+        load_client_overhead,
+    )
     from aprilsim.validate.scaled import matched_engine, simulate_matched
 
     repeats = max(1, opts.repeats)
@@ -369,6 +381,8 @@ def validate(sc: Scenario, specs: list[str], opts: ValidateOptions,
     if fit is None:
         raise RuntimeError("no decode iterations were logged or rebuilt from the token streams: "
                            "give --calibration FILE (from `aprilsim calibrate`)")
+    if opts.calibration:
+        limits["client_overhead_s"] = load_client_overhead(str(opts.calibration))
     engine = matched_engine(fit.effective, **limits)
     for o in judged:
         if holdout:

@@ -277,3 +277,35 @@ def test_one_scheduler_has_no_ranking_even_when_pooled():
     rows = [compare_runs("sync", run, run)]
     t = targets(rows, pooled([rows]))
     assert t["ranking"]["met"] is None and t["gain_vs_sync_pp"]["met"] is None
+
+
+def test_the_matched_engine_keeps_the_live_prefix_cache_and_client_overhead():
+    """validate simulates vLLM's and SGLang's prefix caches as kept across its weight relabels:
+    APRIL's resumed partials then prefill less than with no cache; a client overhead delays every
+    request, so each sync step takes longer."""
+    sc = small_scenario()
+
+    def run(spec: str, **kw):
+        eng = matched_engine(TRUE, max_running=64, kv_capacity=5120, **kw)
+        return simulate_matched(sc, spec, eng, n_engines=2, scale=1 / 256, seed=1, steps=4)
+
+    none = run("april")
+    kept = run("april", prefix_cache="lru", prefix_cache_flush=False)
+    assert sum(s.prefill_tokens for s in kept.steps) < sum(s.prefill_tokens for s in none.steps)
+    base, slow = run("sync"), run("sync", client_overhead_s=0.05)
+    assert all(b.rollout_time_s + 0.05 <= s.rollout_time_s + 1e-9 for b, s in zip(base.steps, slow.steps))
+
+
+def test_client_overhead_comes_from_the_calibration_file(tmp_path):
+    from aprilsim.validate.costfit import load_client_overhead
+
+    good = tmp_path / "cal.toml"
+    good.write_text("client_overhead_s = 0.0072\n[cost]\na = 1e-3\nb = 1e-4\nc = 0\n")
+    assert load_client_overhead(str(good)) == pytest.approx(0.0072)
+    bare = tmp_path / "bare.toml"
+    bare.write_text("[cost]\na = 1e-3\nb = 1e-4\nc = 0\n")
+    assert load_client_overhead(str(bare)) == 0.0
+    bad = tmp_path / "bad.toml"
+    bad.write_text('client_overhead_s = "fast"\n[cost]\na = 1\nb = 1\nc = 0\n')
+    with pytest.raises(ValueError, match="client_overhead_s"):
+        load_client_overhead(str(bad))

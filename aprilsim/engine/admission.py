@@ -43,6 +43,47 @@ def clipped(spec: EngineSpec, remaining: int) -> int:
     return remaining if c == 0 or remaining < c else c
 
 
+def enqueue(waiting: deque[Request], reqs: list[Request]) -> None:
+    """Queue `reqs` behind every waiting request of equal or higher priority (SGLang's priority
+    scheduling: higher priority first, arrival order among equals). Without priorities (all 0,
+    the default) this is a plain append: FCFS."""
+    if not reqs:
+        return
+    p = reqs[0].priority
+    if (not waiting or waiting[-1].priority >= p) and all(r.priority == p for r in reqs):
+        waiting.extend(reqs)
+        return
+    for r in reqs:
+        _insert(waiting, r, head=False)
+
+
+def requeue(waiting: deque[Request], victims: list[Request], head: bool) -> None:
+    """Put retracted requests back: at the head of the queue (in reverse eviction order, as
+    SGLang's `extendleft`) or at its tail; with priorities, at the head or tail of their own
+    priority class, so a retraction never moves work ahead of higher-priority requests."""
+    # the queue is ordered by priority: its head and tail bound every priority in it
+    if not any(r.priority for r in victims) and (
+            not waiting or not waiting[0].priority and not waiting[-1].priority):
+        if head:
+            waiting.extendleft(victims)
+        else:
+            waiting.extend(victims)
+        return
+    for r in victims:
+        _insert(waiting, r, head)
+
+
+def _insert(waiting: deque[Request], r: Request, head: bool) -> None:
+    """Insert `r` at the head (before its first equal) or the tail (after its last equal) of its
+    priority class in a queue ordered by priority, highest first."""
+    p = r.priority
+    for i, q in enumerate(waiting):
+        if q.priority < p or (head and q.priority == p):
+            waiting.insert(i, r)
+            return
+    waiting.append(r)
+
+
 def can_admit_head(
     spec: EngineSpec,
     waiting: deque[Request],
@@ -91,47 +132,51 @@ def select_prefill_batch(
     reserve: int,
     ratio: float,
     resident: Container[int] = (),
-) -> tuple[list[Request], int, int, int, bool]:
+) -> tuple[list[Request], int, int, int, int, bool]:
     """Pop from `waiting` the requests one prefill batch admits (FCFS, KV reserve, token budget:
     at most `max_prefill_tokens` input tokens, at least one request).
 
     Returns the batch with what it adds up to, counted in the same pass (the fast engine's hot
-    path): its input tokens, the sum of their squares per request, its remaining max_new
-    (unclipped), and whether the token budget ended it (the queue head was admissible but did not
+    path): the input tokens it computes, the sum of their squares per request (attention work),
+    its remaining max_new (unclipped), the migrated tokens it holds without computing them
+    (`Request.migrated`: n computed tokens after m migrated ones cost (m + n)^2 - m^2), and
+    whether the token budget ended it (the queue head was admissible but did not
     fit): with chunked prefill SGLang has no such budget across passes, so the next batch, which
     follows at once, continues this one's last pass (`cost.prefill_passes`). With prefix
     sharing, `resident` holds the prefixes already on the engine; a request whose prefix is
     neither there nor brought by an earlier request of the batch brings it (see `prefill_sizes`).
     """
     batch: list[Request] = []
-    tokens = sq = added = held = 0
+    tokens = sq = added = held = moved = 0
     limit = spec.max_prefill_tokens
     seen: Container[int] = resident
     brought: set[int] = set()
-    while can_admit_head(spec, waiting, n_running + len(batch), kv + tokens, reserve, ratio, held,
-                         seen):
+    while can_admit_head(spec, waiting, n_running + len(batch), kv + tokens + moved, reserve, ratio,
+                         held, seen):
         r = waiting[0]
         need = r.input_len + r.gen
         s = r.shared
         brings = s and r.prefix not in seen  # a shared prefix not held yet: computed here
         if brings:
             need += s
-        if batch and tokens + need > limit:
-            return batch, tokens, sq, added, True
+        m = r.migrated  # held with the request, not computed (never with a shared prefix)
+        if batch and tokens + need - m > limit:
+            return batch, tokens, sq, added, moved, True
         waiting.popleft()
         batch.append(r)
-        tokens += need
+        tokens += need - m
         if s and not brings:  # over a cached prefix: its tokens are attended to, not computed
             sq += (s + need) * (s + need) - s * s
         else:
-            sq += need * need
+            sq += need * need - m * m
+        moved += m
         if brings:
             if not brought:
                 seen = _Union(resident, brought)
             brought.add(r.prefix)
         added += r.max_new - r.gen
         held += clipped(spec, r.max_new - r.gen)
-    return batch, tokens, sq, added, False
+    return batch, tokens, sq, added, moved, False
 
 
 class _Union:
@@ -149,7 +194,8 @@ class _Union:
 def prefill_pieces(batch: list[Request], resident: Container[int] = ()) -> tuple[list[int], list[int]]:
     """Per request of a prefill batch, in order: (tokens it computes, tokens of its prefix already
     held). The first request of a group whose prefix is not yet `resident` computes the prefix
-    too; the later ones compute their own tokens only, over a cached prefix they attend to."""
+    too; the later ones compute their own tokens only, over a cached prefix they attend to. A
+    request with migrated KV computes the rest of its input over it."""
     lens: list[int] = []
     cached: list[int] = []
     have: set[int] = set()
@@ -160,6 +206,9 @@ def prefill_pieces(batch: list[Request], resident: Container[int] = ()) -> tuple
             have.add(r.prefix)
             lens.append(n + s)
             cached.append(0)
+        elif r.migrated:
+            lens.append(n - r.migrated)
+            cached.append(r.migrated)
         else:
             lens.append(n)
             cached.append(s)

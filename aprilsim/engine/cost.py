@@ -438,9 +438,11 @@ SGLANG_RULES: dict = {
 # reads its input queue, between steps (0, assumed), and its V1 scheduler's `_preempt_request`
 # prepends a preempted one to the waiting queue.
 ENGINE_FAMILY_RULES: dict[str, dict] = {
-    "sglang": {k: SGLANG_RULES[k] for k in ("abort_steps", "retract_to")},
-    "bundled": {"abort_steps": 0, "retract_to": "tail"},
-    "vllm": {"abort_steps": 0, "retract_to": "head"},
+    # prefix_cache: SGLang's radix cache and vLLM V1's prefix caching are on by default and keep
+    # a prefix past its request ("lru"); the bundled engine has none.
+    "sglang": {**{k: SGLANG_RULES[k] for k in ("abort_steps", "retract_to")}, "prefix_cache": "lru"},
+    "bundled": {"abort_steps": 0, "retract_to": "tail", "prefix_cache": "none"},
+    "vllm": {"abort_steps": 0, "retract_to": "head", "prefix_cache": "lru"},
 }
 
 

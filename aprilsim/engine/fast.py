@@ -31,7 +31,9 @@ from collections import deque
 
 from aprilsim.engine.admission import (
     can_admit_head,
+    enqueue,
     prefill_pieces,
+    requeue,
     select_prefill_batch,
 )
 from aprilsim.engine.clipped_reserve import ClippedReserve
@@ -125,7 +127,7 @@ class FastEngine(EngineFace):
     def submit(self, reqs: list[Request], now: float) -> None:
         """Queue requests arriving at `now`; they are considered at the first boundary >= now."""
         check_requests(reqs, self.spec.kv_capacity)
-        self.waiting.extend(reqs)
+        enqueue(self.waiting, reqs)
         if self.phase == IDLE:
             self.t = max(self.t, now)
             self._plan()
@@ -404,7 +406,8 @@ class FastEngine(EngineFace):
         if self.share:
             lens, cached = pf.pieces
         else:
-            lens, cached = [r.input_len + r.gen for r in pf.reqs], []
+            lens = [r.input_len + r.gen - r.migrated for r in pf.reqs]
+            cached = [r.migrated for r in pf.reqs] if pf.moved else []
         for end in pass_ends(self.cost, lens, self.chunk, pf.room_in, cached)[:-1]:
             if self.t + end > now:
                 return self.t + end
@@ -480,15 +483,13 @@ class FastEngine(EngineFace):
             if r.shared:
                 self._release(r)
             self.reserve -= r.max_new - r.gen
+            r.migrated = 0  # its migrated KV is dropped with the rest: re-admission recomputes it
             r.retractions += 1
             self.stats.retractions += 1
             victims.append(r)
         if self.cache is not None:
             self._cache_leave(victims)
-        if spec.retract_to == "tail":
-            self.waiting.extend(victims)
-        else:
-            self.waiting.extendleft(victims)
+        requeue(self.waiting, victims, head=spec.retract_to != "tail")
         if spec.sglang_ratio:  # re-estimated over the requests left
             it = self.it
             self.ratio.re_estimate(
@@ -558,7 +559,7 @@ class FastEngine(EngineFace):
         if not can_admit_head(self.spec, self.waiting, len(running), self.kv, reserve, ratio, 0,
                               refs):
             return False
-        pf.reqs, tokens, sq, added, capped = select_prefill_batch(
+        pf.reqs, tokens, sq, added, moved, capped = select_prefill_batch(
             self.spec, self.waiting, len(running), self.kv, reserve, ratio, refs
         )
         stamp_started(pf.reqs, self.t)
@@ -574,8 +575,8 @@ class FastEngine(EngineFace):
             elif self.chunk:  # what an abort in mid-batch walks (`_pass_in_flight_end`)
                 pf.pieces = prefill_pieces(pf.reqs, refs)
             pf.hits = sum(refs.hold(r.prefix) for r in pf.reqs if r.shared)
-        pf.tokens = tokens
-        kv = self.kv = self.kv + tokens
+        pf.tokens, pf.moved = tokens, moved
+        kv = self.kv = self.kv + tokens + moved
         self.reserve += added
         if kv > self.kv_peak:
             self.kv_peak = kv
@@ -653,7 +654,7 @@ class FastEngine(EngineFace):
         """Undo a plan that has not progressed (it starts at the current boundary)."""
         if self.phase == PREFILL:
             pf = self.pf
-            self.kv -= pf.tokens  # the prefixes this batch brought included
+            self.kv -= pf.tokens + pf.moved  # the prefixes this batch brought included
             for r in pf.reqs:
                 if r.shared:
                     self.prefixes.unref(r.prefix)

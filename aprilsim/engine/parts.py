@@ -50,6 +50,7 @@ class EngineStats:
     cache_hit_tokens: int = 0  # tokens the cache served (not computed)
     cache_evictions: int = 0  # runs evicted for KV that live requests needed
     cache_flushes: int = 0  # flushes of a non-empty cache (weight updates)
+    migrated_tokens: int = 0  # input tokens prefilled over migrated KV (held, not computed)
     ratio_cuts: int = field(default=0, compare=False)
     # seconds of prefill batches that ended (the gain decomposition's prefill time); summed in
     # each engine's own order, so float rounding may differ: no part in equality
@@ -59,6 +60,7 @@ class EngineStats:
         """A prefill batch ended: count its tokens, hits and passes."""
         self.prefill_tokens += batch.tokens - batch.saved
         self.prefill_s += batch.time
+        self.migrated_tokens += batch.moved
         self.prefix_hits += batch.hits
         self.prefill_passes += batch.passes
         joined = batch.room_in > 0
@@ -92,6 +94,7 @@ class PrefillBatch:
     room_in: int = 0
     room_out: int = 0
     hits: int = 0
+    moved: int = 0  # migrated KV tokens the batch holds without computing them
     pieces: tuple[list[int], list[int]] = ((), ())  # type: ignore[assignment]
     saved: int = 0  # of `tokens` (KV it adds), those the retained cache serves (not computed)
     got: CacheLookup | None = None  # what it takes from the retained cache (`PrefixCache`)
@@ -99,7 +102,7 @@ class PrefillBatch:
     def clear(self) -> None:
         """No batch in progress."""
         self.reqs = []
-        self.tokens = self.hits = self.saved = 0
+        self.tokens = self.hits = self.saved = self.moved = 0
         self.got = None
 
 
@@ -318,6 +321,12 @@ class EngineFace:
     def load(self) -> int:
         """Requests on this engine (running, prefilling and queued): what a router balances."""
         return len(self.running) + len(self.prefilling()) + len(self.waiting)  # type: ignore[arg-type]
+
+    def room_at(self, now: float) -> int:
+        """KV tokens free at `now` less the input the queued requests bring: what routing to
+        "the engine with the most room" compares (`Submit.route`)."""
+        free = self.spec.kv_capacity - self.progress_at(now)[2]  # type: ignore[attr-defined]
+        return free - sum(r.input_len + r.gen + r.shared for r in self.waiting)
 
     @property
     def n_running(self) -> int:

@@ -38,6 +38,10 @@ class SimEngine(Protocol):
         """Most KV tokens held since the last `reset_peak`."""
         ...
 
+    def room_at(self, now: float) -> int:
+        """KV tokens free at `now` less the input of queued requests (routing by room)."""
+        ...
+
     def is_idle(self) -> bool:
         """True when nothing is queued, prefilling or decoding."""
         ...

@@ -17,9 +17,11 @@ from collections import deque
 from aprilsim.engine.admission import (
     can_admit_head,
     clipped,
+    enqueue,
     prefill_pieces,
     ratio_after_retraction,
     ratio_at,
+    requeue,
     select_prefill_batch,
 )
 from aprilsim.engine.cost import EngineSpec, chunked_prefill_time, pass_ends
@@ -96,7 +98,7 @@ class ReferenceEngine(EngineFace):
 
     def submit(self, reqs: list[Request], now: float) -> None:
         check_requests(reqs, self.spec.kv_capacity)
-        self.waiting.extend(reqs)
+        enqueue(self.waiting, reqs)
         if self.phase == IDLE:
             self.t = max(self.t, now)
             self._plan()
@@ -113,6 +115,7 @@ class ReferenceEngine(EngineFace):
             st = self.stats
             st.prefill_tokens += self.batch_tokens
             st.prefill_s += dur
+            st.migrated_tokens += sum(r.migrated for r in self.batch)
             st.prefix_hits += self.batch_hits
             st.prefill_passes += self.batch_passes
             st.joined_open_pass += int(self.room_in > 0)
@@ -156,6 +159,8 @@ class ReferenceEngine(EngineFace):
                 else:
                     still.append(r)
             self.running = still
+            if len(done) > 1:  # the fast engine's order (its finish heap): by request id, so
+                done.sort(key=lambda c: c.rid)  # schedulers hear simultaneous ends alike
             self._count_freed_prefixes(left)
         self.phase = IDLE
         self._plan()
@@ -264,7 +269,8 @@ class ReferenceEngine(EngineFace):
                     self.batch_hits += r.prefix in resident
                     resident.add(r.prefix)
             saved = self.batch_got.saved if self.cache is not None else 0  # type: ignore[union-attr]
-            self.kv_peak = max(self.kv_peak, kv + tokens + saved)  # cached tokens are live KV too
+            moved = sum(r.migrated for r in self.batch)  # migrated KV: held, never with a cache
+            self.kv_peak = max(self.kv_peak, kv + tokens + saved + moved)  # cached tokens are live KV too
             self.phase = PREFILL
             dur, self.batch_passes, left = chunked_prefill_time(
                 self.cost, lens, spec.prefill_chunk, room, cached
@@ -278,14 +284,12 @@ class ReferenceEngine(EngineFace):
                 victim = min(self.running, key=lambda r: (r.gen, -r.rid))
                 self.running.remove(victim)
                 victim.retractions += 1
+                victim.migrated = 0  # its migrated KV goes too: re-admission recomputes it
                 self.stats.retractions += 1
                 victims.append(victim)
             if victims:
                 self._count_freed_prefixes(victims)
-                if spec.retract_to == "tail":
-                    self.waiting.extend(victims)
-                else:
-                    self.waiting.extendleft(victims)
+                requeue(self.waiting, victims, head=spec.retract_to != "tail")
                 if spec.sglang_ratio:  # re-estimated; this step does not decay it
                     self.ratio_base = ratio_after_retraction(
                         spec,

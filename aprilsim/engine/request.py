@@ -36,6 +36,10 @@ class Request:
     # a sample's first request: what the engine stamps `start_s` on when it first schedules it
     # (the queue wait of docs/metrics.md); None otherwise, and once stamped
     owner: Any = None
+    priority: int = 0  # higher is admitted first (`admission.enqueue`); 0 for every request by default
+    # simulated KV migration (Seer's global KV cache): the first `migrated` input tokens arrive
+    # with their KV, held but not recomputed by the prefill; lost if the request is retracted
+    migrated: int = 0
 
 
 @dataclass(slots=True)
@@ -55,3 +59,6 @@ def check_requests(reqs: list[Request], kv_capacity: int) -> None:
             raise ValueError(f"request {r.rid}: need 1 <= target_new <= max_new")
         if r.input_len + r.shared + r.max_new > kv_capacity:
             raise ValueError(f"request {r.rid} can never fit in the KV cache")
+        if r.migrated and (r.shared or not 0 < r.migrated < r.input_len):
+            raise ValueError(f"request {r.rid}: migrated KV needs 0 < migrated < input_len and "
+                             "no shared prefix")

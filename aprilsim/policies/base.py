@@ -107,10 +107,24 @@ class Submit:
 
     `max_new_tokens` caps what this submission may generate per sample (a per-step token budget);
     a sample that reaches the cap unfinished comes back in a SampleCapped event.
+
+    `priority` (higher first) orders the requests in their engine's admission queue (SGLang's
+    priority scheduling); `route` sends each to a named engine (its index) or, with
+    `MOST_ROOM`, to the engine with the most free KV room at that moment; None leaves it to the
+    runtime's router. Length-aware schedulers (Seer) use the three together: a piece of at most
+    `max_new_tokens` tokens, longest-first by priority, to the engine with room. `keep_kv`: a
+    resumed sample's KV moves with it to its new engine (Seer's global KV cache), so its prefill
+    computes only its last token; simulated only (free and instant; live engines re-prefill).
     """
 
     samples: tuple[Sample, ...]
     max_new_tokens: int | None = None
+    priority: int = 0
+    route: int | str | None = None
+    keep_kv: bool = False
+
+
+MOST_ROOM = "most_room"  # Submit.route: the engine with the most free KV room (per request)
 
 
 @dataclass(frozen=True, slots=True)

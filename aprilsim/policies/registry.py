@@ -20,6 +20,7 @@ from aprilsim.policies.async_one_step import AsyncOneStepScheduler
 from aprilsim.policies.base import Scheduler
 from aprilsim.policies.dynamic_sampling import DynamicSamplingScheduler
 from aprilsim.policies.fully_async import FullyAsyncScheduler
+from aprilsim.policies.seer import SeerHistoryScheduler, SeerScheduler
 from aprilsim.policies.slime_dapo import SlimeDapoScheduler
 from aprilsim.policies.sync import SyncScheduler
 from aprilsim.policies.tail_batching import TailBatchingScheduler
@@ -45,6 +46,8 @@ for _cls in (
     DynamicSamplingScheduler,
     SlimeDapoScheduler,
     TailBatchingScheduler,
+    SeerScheduler,
+    SeerHistoryScheduler,
 ):
     register(_cls)
 

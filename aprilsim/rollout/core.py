@@ -54,7 +54,7 @@ from aprilsim.policies.base import (
 )
 from aprilsim.rollout.ledger import StepLedger
 from aprilsim.rollout.lifecycle import check
-from aprilsim.rollout.ports import Commands, Ended, Meter
+from aprilsim.rollout.ports import Commands, Ended, Meter, Placement
 from aprilsim.types import Group, Sample, SampleStatus
 
 __all__ = ["MAX_FAULT_RESUBMITS", "GroupMaker", "Reveal", "RolloutCore", "effective_cap"]
@@ -137,13 +137,14 @@ class RolloutCore:
         self._left: dict[int, int] = {}  # unfinished samples per group
         self.inflight: dict[int, Sample] = {}  # request id -> the sample it generates
         self._cap: dict[int, int] = {}  # request id -> its binding token cap
+        self._place: dict[int, Placement] = {}  # request id -> its priority and route, where set
         self.next_rid = 0
         self.events: deque[Event] = deque()
         self._draining = False
         self._landed: list[Sequence[Ended]] = []  # aborts that landed at once, heard after the list
         self.on_ended: Callable[[Ended, Sample], None] | None = None  # the driver's trace hook
         self.paused = False  # PauseGeneration: submissions are held until ResumeGeneration
-        self._held: list[tuple[Sample, int | None]] = []
+        self._held: list[tuple[Sample, int | None, Placement | None]] = []
         self.updating = False  # a weight sync is in progress
         self._sync_returned: list[Sample] = []
         self._closed: list[tuple[Group, ...]] = []
@@ -206,6 +207,8 @@ class RolloutCore:
         """
         s = self.inflight.pop(rid)
         s.add_tokens(tokens, s.submit_version)
+        if self._place:
+            self._place.pop(rid, None)
         if how == "abort":
             s.status = _PARTIAL
             self.ledger.n_partial += 1
@@ -285,6 +288,7 @@ class RolloutCore:
         send the rest again at once, transparently to the scheduler (or finish or cap it)."""
         s = self.inflight.pop(rid)
         cap = self._cap.pop(rid, None)
+        place = self._place.pop(rid, None)
         s.add_tokens(tokens, s.submit_version)
         target = s._target_len
         done = (self._reveal is not None and self._reveal(s, "failed")) if target is None \
@@ -309,11 +313,17 @@ class RolloutCore:
         self.inflight[rid2] = s
         if left is not None:
             self._cap[rid2] = left
+        if place is not None:
+            self._place[rid2] = place
         try:
-            self.commands.send((s,), rid2, left, version)
+            if place is None:
+                self.commands.send((s,), rid2, left, version)
+            else:
+                self.commands.send((s,), rid2, left, version, place)
         except BaseException:  # no engine left to take it: it stays in the buffer
             self.inflight.pop(rid2, None)
             self._cap.pop(rid2, None)
+            self._place.pop(rid2, None)
             s.status = _PARTIAL
             self.ledger.n_partial += 1
             raise
@@ -351,13 +361,16 @@ class RolloutCore:
         if isinstance(action, Submit):
             if action.max_new_tokens is not None and action.max_new_tokens < 1:
                 raise SchedulerError("Submit.max_new_tokens must be >= 1")
+            place = None
+            if action.priority or action.route is not None or action.keep_kv:
+                place = Placement(action.priority, action.route, action.keep_kv)
             if self.paused:
                 for s in action.samples:
                     if s.status is not _PENDING and s.status is not _PARTIAL:
                         check(s, _RUNNING)
-                self._held.extend((s, action.max_new_tokens) for s in action.samples)
+                self._held.extend((s, action.max_new_tokens, place) for s in action.samples)
             else:
-                self.submit(action.samples, action.max_new_tokens)
+                self.submit(action.samples, action.max_new_tokens, place)
         elif isinstance(action, AbortAll):
             landed = self.commands.abort_all()
             if landed is not None:  # landed at once: credited after the whole action list
@@ -375,17 +388,18 @@ class RolloutCore:
             self.paused = False
             self.ledger.resume(self.now)
             held, self._held = self._held, []
-            by_cap: dict[int | None, list[Sample]] = {}
-            for s, cap in held:
-                by_cap.setdefault(cap, []).append(s)
-            for cap, samples in by_cap.items():
-                self.submit(samples, cap)
+            by_cap: dict[tuple[int | None, Placement | None], list[Sample]] = {}
+            for s, cap, place in held:
+                by_cap.setdefault((cap, place), []).append(s)
+            for (cap, place), samples in by_cap.items():
+                self.submit(samples, cap, place)
         else:
             raise SchedulerError(f"unknown action {action!r}")
 
-    def submit(self, samples: Sequence[Sample], cap: int | None = None) -> None:
+    def submit(self, samples: Sequence[Sample], cap: int | None = None,
+               place: Placement | None = None) -> None:
         """PENDING or PARTIAL samples become RUNNING under the current version (the next one
-        during a weight sync) and go to the driver in one `send`."""
+        during a weight sync) and go to the driver in one `send` (with `place` where set)."""
         if self.finished or not samples:
             return
         ledger, inflight, caps = self.ledger, self.inflight, self._cap
@@ -411,7 +425,11 @@ class RolloutCore:
             inflight[rid] = s
             rid += 1
         self.next_rid = rid
-        self.commands.send(samples, rid0, cap, version)
+        if place is None:
+            self.commands.send(samples, rid0, cap, version)
+            return
+        self._place.update((r, place) for r in range(rid0, rid))
+        self.commands.send(samples, rid0, cap, version, place)
 
     def _discard(self, samples: Sequence[Sample]) -> None:
         for s in samples:
@@ -489,6 +507,7 @@ class RolloutCore:
         s = self.inflight.pop(rid)
         s.add_tokens(tokens, s.submit_version)
         self._cap.pop(rid, None)
+        self._place.pop(rid, None)
         if how == "abort":
             done = False
         elif s._target_len is None:

@@ -38,6 +38,16 @@ class Reading:
     prefill_tokens: int = 0  # tokens they prefilled
 
 
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where and in which order a submission's requests run (`Submit.priority`, `Submit.route`);
+    the core hands one to `Commands.send` only when a scheduler set either."""
+
+    priority: int = 0
+    route: int | str | None = None
+    keep_kv: bool = False  # simulated KV migration: a resumed piece does not re-prefill
+
+
 class Meter(Protocol):
     """Engine figures, read at the time the core gives (a simulated or a run-relative clock)."""
 
@@ -57,8 +67,11 @@ class Meter(Protocol):
 class Commands(Protocol):
     """Engine commands the core gives its driver; the driver carries them out."""
 
-    def send(self, samples: Sequence[Sample], first_rid: int, cap: int | None, version: int) -> None:
+    def send(self, samples: Sequence[Sample], first_rid: int, cap: int | None, version: int,
+             place: Placement | None = None) -> None:
         """Start generating `samples` (request ids first_rid, first_rid + 1, ...) under `version`.
+
+        `place` (None: the router decides, priority 0) gives their admission priority and route.
 
         `cap` (when not None) limits what each request may generate where it is below what the
         sample has left (`effective_cap`). During a weight sync `version` is the new one: the

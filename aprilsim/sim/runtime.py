@@ -32,9 +32,9 @@ from aprilsim.engine.router import Router, make_router
 from aprilsim.metrics.gain import fixed_iteration_cost
 from aprilsim.metrics.records import RunResult, StepRecord
 from aprilsim.metrics.trace import EngineSample, PhaseSpan, RequestSpan, Trace
-from aprilsim.policies.base import Scheduler, SchedulerError
+from aprilsim.policies.base import MOST_ROOM, Scheduler, SchedulerError
 from aprilsim.rollout.core import RolloutCore
-from aprilsim.rollout.ports import Reading
+from aprilsim.rollout.ports import Placement, Reading
 from aprilsim.trainer import TrainerModel
 from aprilsim.types import Group, Sample, SampleStatus
 from aprilsim.workload.generator import Workload
@@ -287,7 +287,11 @@ class Simulation:
         self.core.check_ready()
 
     # ------------------------------------------------------------------ engine commands (the core's sink)
-    def send(self, samples: Sequence[Sample], first_rid: int, cap: int | None, version: int) -> None:
+    def send(self, samples: Sequence[Sample], first_rid: int, cap: int | None, version: int,
+             place: Placement | None = None) -> None:
+        if place is not None:
+            self._send_placed(samples, first_rid, cap, version, place)
+            return
         per_engine: dict[int, list[Request]] = {}
         loads = [e.load for e in self.engines]
         pick = self.router.pick
@@ -315,6 +319,51 @@ class Simulation:
                 per_engine[i] = [req]
             else:
                 reqs.append(req)
+        self._hand_over(per_engine, version)
+
+    def _send_placed(self, samples: Sequence[Sample], first_rid: int, cap: int | None,
+                     version: int, place: Placement) -> None:
+        """`send` with a priority and a route: a named engine, the one with the most room (its
+        free KV less its queue's input, less what this send already put there: input plus the
+        piece's max_new), or the router. With `keep_kv` a resumed sample's KV comes along
+        (`Request.migrated`: all but the last input token), except with a prefix cache (it
+        has its own rule for what a resumed request finds)."""
+        engines = self.engines
+        route = place.route
+        if isinstance(route, int) and not 0 <= route < len(engines):
+            raise SchedulerError(f"Submit.route {route}: no such engine (0..{len(engines) - 1})")
+        if isinstance(route, str) and route != MOST_ROOM:
+            raise SchedulerError(f"Submit.route {route!r}: an engine index, {MOST_ROOM!r} or None")
+        rooms = [e.room_at(self.now) for e in engines] if route == MOST_ROOM else []
+        loads = [e.load for e in engines]
+        share, retain = self.spec.shares_prefixes, self.spec.retains_prefixes
+        migrate = place.keep_kv and not share and not retain  # the caches have their own rule
+        per_engine: dict[int, list[Request]] = {}
+        for k, s in enumerate(samples):
+            g = s.generated
+            c = cap if cap is not None and cap < s.max_len - g else s.max_len - g
+            req = Request(first_rid + k, s.prompt_len + g, c, min(s._target_len - g, c),
+                          priority=place.priority)
+            if share and s.prompt_len > 1:
+                req.prefix, req.shared = s.group_id, s.prompt_len - 1
+                req.input_len -= req.shared
+            if retain:
+                req.seq = s.uid
+            if migrate and g:
+                req.migrated = req.input_len - 1
+            if route is None:
+                i = self.router.pick(loads, s.group_id)
+            elif route == MOST_ROOM:
+                i = max(range(len(rooms)), key=rooms.__getitem__)  # ties: the lowest index
+                rooms[i] -= req.input_len + req.shared + req.max_new
+            else:
+                i = route  # type: ignore[assignment]
+            loads[i] += 1
+            per_engine.setdefault(i, []).append(req)
+        self._hand_over(per_engine, version)
+
+    def _hand_over(self, per_engine: dict[int, list[Request]], version: int) -> None:
+        """Submit each engine's requests now (and open their trace spans)."""
         spans = self._spans if self.trace is not None else None
         inflight = self.core.inflight
         delay = self.spec.client_overhead_s

@@ -234,6 +234,18 @@ def load_calibration(path: str) -> CostModel:
         raise ValueError(f"{path}: [cost] lacks {e.args[0]} (need a, b, c, p0, p1)") from None
 
 
+def load_client_overhead(path: str) -> float:
+    """A calibration file's ``client_overhead_s`` (seconds from a client's send to its engine;
+    ``aprilsim calibrate`` fits it from live timings), 0 where the file has none."""
+    import tomllib
+
+    with open(path, "rb") as fh:
+        value = tomllib.load(fh).get("client_overhead_s", 0.0)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 60:
+        raise ValueError(f"{path}: client_overhead_s must be a number of seconds in [0, 60)")
+    return float(value)
+
+
 def cost_errors(cost: CostModel, logs: Sequence[Sequence[dict[str, Any]]]) -> tuple[float, float, int, int]:
     """(decode, prefill median |relative error|, decode and prefill steps) of a given cost (a
     calibration file) against the live runs' step intervals: how well the cost the simulation

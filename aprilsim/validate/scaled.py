@@ -31,14 +31,18 @@ def make_policy(scenario: Scenario, spec: str) -> Scheduler:
 
 def matched_engine(cost: CostModel | TabulatedCost, *, max_running: int, kv_capacity: int,
                    max_prefill_tokens: int = 8192, new_token_ratio: float = 1.0,
-                   abort_steps: int = ABORT_AT_ONCE, retract_to: str = "head") -> EngineSpec:
+                   abort_steps: int = ABORT_AT_ONCE, retract_to: str = "head",
+                   prefix_cache: str = "none", prefix_cache_flush: bool = True,
+                   client_overhead_s: float = 0.0) -> EngineSpec:
     """The simulated engine of a live replay run: replay requests ignore EOS, so the engine
-    reserves their whole remaining length (ratio 1); aborts land and retracted requests
-    re-enter the queue as on the live engine (see EngineSpec)."""
+    reserves their whole remaining length (ratio 1); aborts land, retracted requests re-enter
+    the queue and prefixes stay cached as on the live engine (see EngineSpec); each request
+    reaches its engine `client_overhead_s` after it is sent."""
     return EngineSpec(cost=cost, kv_capacity=kv_capacity, max_running=max_running,
                       new_token_ratio=new_token_ratio, max_prefill_tokens=max_prefill_tokens,
                       tp=1, label="calibrated", source="aprilsim validate", abort_steps=abort_steps,
-                      retract_to=retract_to)
+                      retract_to=retract_to, prefix_cache=prefix_cache,
+                      prefix_cache_flush=prefix_cache_flush, client_overhead_s=client_overhead_s)
 
 
 def simulate_matched(scenario: Scenario, spec: str, engine: EngineSpec, *, n_engines: int,

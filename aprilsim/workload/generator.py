@@ -55,12 +55,15 @@ class Workload:
     rewards: RewardModel = field(default_factory=RewardModel)
     drift: Drift = field(default_factory=NoDrift)
     seed: int = 0
+    dataset_prompts: int = 0  # > 0: a dataset of this many prompts, re-run epoch after epoch
 
     def __post_init__(self) -> None:
         if self.max_len < 1 or self.group_size < 1 or self.max_prompt_len < 1:
             raise ValueError("max_len, group_size and max_prompt_len must be >= 1")
         if not 0.0 <= self.prompt_share < 1.0:
             raise ValueError("prompt_share must lie in [0, 1)")
+        if self.dataset_prompts < 0:
+            raise ValueError("dataset_prompts must be >= 0 (0: every prompt is new)")
         self._next_gid = 0  # ids of groups handed out (fresh and re-run)
         self._next_uid = 0
         self._next_prompt = 0  # index of the next fresh prompt: the key of its random numbers
@@ -86,8 +89,11 @@ class Workload:
             raise ValueError("group_size must be >= 1")
         seed = self.seed
         keys = np.arange(self._next_prompt, self._next_prompt + n_groups, dtype=np.int64)
+        # the prompt's own draws (length, effect, pass rate) follow the dataset index, the
+        # responses' the fresh index: an epoch re-runs a prompt with new responses
+        pids = keys % self.dataset_prompts if self.dataset_prompts else keys
         idx = np.arange(n, dtype=np.int64)
-        u_prompt = crn.normals(seed, crn.PROMPT_EFFECT, keys)
+        u_prompt = crn.normals(seed, crn.PROMPT_EFFECT, pids)
         u_sample = crn.normals(seed, crn.SAMPLE_EFFECT, keys, idx)
         rho = self.prompt_share
         z = np.sqrt(rho) * u_prompt[:, None] + np.sqrt(1.0 - rho) * u_sample
@@ -96,10 +102,10 @@ class Workload:
         raw = self.lengths.ppf(special.ndtr(z)) * self.drift.scale(step)
         resp = cap_lengths(raw, self.max_len)
         prompts = cap_lengths(
-            self.prompt_lengths.ppf(crn.uniforms(seed, crn.PROMPT_LEN, keys)), self.max_prompt_len
+            self.prompt_lengths.ppf(crn.uniforms(seed, crn.PROMPT_LEN, pids)), self.max_prompt_len
         )
         c = self.rewards.difficulty_length_corr
-        z_pass = -c * u_prompt + np.sqrt(1.0 - c * c) * crn.normals(seed, crn.PASS_RATE, keys)
+        z_pass = -c * u_prompt + np.sqrt(1.0 - c * c) * crn.normals(seed, crn.PASS_RATE, pids)
         pass_rate = stats.beta.ppf(special.ndtr(z_pass), self.rewards.alpha, self.rewards.beta)
         rewards = (crn.uniforms(seed, crn.REWARD, keys, idx) < pass_rate[:, None]).astype(float)
 
@@ -113,7 +119,8 @@ class Workload:
                 Sample(uid + i, gid, i, pl, resp_l[g][i], max_len, rew_l[g][i]) for i in range(n)
             ]
             uid += n
-            groups.append(Group(gid, pl, samples, step, float(pass_rate[g]), int(keys[g])))
+            groups.append(Group(gid, pl, samples, step, float(pass_rate[g]), int(keys[g]),
+                                int(pids[g])))
         self._next_gid += n_groups
         self._next_prompt += n_groups
         self._next_uid = uid
@@ -134,7 +141,8 @@ class Workload:
                 for i, s in enumerate(g.samples[:group_size])
             ]
             uid += group_size
-            out.append(Group(gid, g.prompt_len, samples, step, g._pass_rate, g.prompt_key))
+            out.append(Group(gid, g.prompt_len, samples, step, g._pass_rate, g.prompt_key,
+                             g.prompt_id))
         self._next_gid += len(groups)
         self._next_uid = uid
         return out

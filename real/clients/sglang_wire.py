@@ -53,12 +53,15 @@ def generate_payload(req: GenerateRequest, rid: str, stream: bool = True) -> dic
         sp["stop_token_ids"] = [int(t) for t in s.stop_token_ids]
     if s.seed is not None:
         sp["sampling_seed"] = int(s.seed)
-    return {
+    body = {
         "input_ids": [int(t) for t in req.prompt_ids],
         "sampling_params": sp,
         "rid": rid,
         "stream": stream,
     }
+    if req.priority:  # SGLang: higher values first unless --schedule-low-priority-values-first
+        body["priority"] = int(req.priority)
+    return body
 
 
 ABORT_ALL_PAYLOAD = {"rid": "", "abort_all": True}

@@ -53,6 +53,7 @@ class LocalSpec:
     max_running_requests: int = 64
     min_step_seconds: float = 0.0
     seed: int = 0
+    enable_priority_scheduling: bool = True  # Submit.priority orders admission (SGLang's flag)
 
 
 class LocalWorker:
@@ -63,7 +64,8 @@ class LocalWorker:
                                 n_layers=spec.n_layers, n_heads=spec.n_heads,
                                 max_context=spec.max_context)
         engine_cfg = EngineConfig(max_running_requests=spec.max_running_requests,
-                                  min_step_seconds=spec.min_step_seconds)
+                                  min_step_seconds=spec.min_step_seconds,
+                                  enable_priority_scheduling=spec.enable_priority_scheduling)
         self.engine = build_engine(model_cfg, engine_cfg, seed=spec.seed)
         self._gate = _PausableEngine(self.engine)
         self.inner = LocalEngine(self.engine)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -32,8 +33,9 @@ from dataclasses import dataclass
 
 from aprilsim.metrics.records import RunResult, StepRecord
 from aprilsim.metrics.trace import EngineSample, PhaseSpan, RequestSpan, Trace
-from aprilsim.policies.base import Scheduler, SchedulerError
+from aprilsim.policies.base import MOST_ROOM, Scheduler, SchedulerError
 from aprilsim.rollout.core import MAX_FAULT_RESUBMITS, RolloutCore, effective_cap
+from aprilsim.rollout.ports import Placement
 from aprilsim.types import Group, Sample, SampleStatus
 from real.protocol import GenerateResult
 
@@ -100,7 +102,8 @@ class LiveRuntime:
         self._ids: dict[int, list[int]] = {}  # sample uid -> every output id it holds
         self._flights: dict[int, _Flight] = {}
         self._closing: dict[int, _Flight] = {}  # brought back by an abort, its span still open
-        self._parked: list[tuple[int, Sample, int | None]] = []  # sends an abort or a sync holds up
+        # sends an abort or a sync holds up
+        self._parked: list[tuple[int, Sample, int | None, Placement | None]] = []
         self._aborting = False
         self._io: deque[Callable[[], Awaitable[None]]] = deque()  # engine I/O the core asked for
         self._training = False
@@ -273,20 +276,25 @@ class LiveRuntime:
                 await self._io.popleft()()
 
     # ------------------------------------------------------------------ engine commands (the core's sink)
-    def send(self, samples: Sequence[Sample], first_rid: int, cap: int | None, version: int) -> None:
+    def send(self, samples: Sequence[Sample], first_rid: int, cap: int | None, version: int,
+             place: Placement | None = None) -> None:
         held = self._aborting or self.core.updating
         for j, s in enumerate(samples):
             c = effective_cap(s, cap)
             if held:  # new work starts once the abort has landed, or under the new weights
-                self._parked.append((first_rid + j, s, c))
+                self._parked.append((first_rid + j, s, c, place))
             else:
-                self._start(first_rid + j, s, c)
+                self._start(first_rid + j, s, c, place)
 
-    def _start(self, rid: int, s: Sample, cap: int | None) -> None:
-        """Send request ``rid`` of ``s`` to the engine the router picks (raises AllEnginesDown)."""
+    def _start(self, rid: int, s: Sample, cap: int | None, place: Placement | None = None) -> None:
+        """Send request ``rid`` of ``s`` to the engine the router picks, or the one ``place``
+        names (raises AllEnginesDown). Live, ``MOST_ROOM`` is the slot with the fewest requests
+        outstanding (an engine's KV is not read over HTTP) and ``keep_kv`` re-prefills."""
         t0 = time.monotonic()
-        slot = self.cluster.pick(s.group_id)
+        slot = self._slot(s, place)
         req = self.source.request(s, self._ids.get(s.uid, ()), cap)
+        if place is not None and place.priority:
+            req = dataclasses.replace(req, priority=place.priority)
         task = asyncio.create_task(self.cluster.generate(slot, req))
         task.add_done_callback(lambda _t, rid=rid: self._inbox.put_nowait(("result", rid)))
         span = None
@@ -298,12 +306,27 @@ class LiveRuntime:
         self.requests += 1
         self.overhead_s += time.monotonic() - t0
 
+    def _slot(self, s: Sample, place: Placement | None) -> Slot:
+        """The slot for a request: the router's, a named live engine, or the least busy one."""
+        route = None if place is None else place.route
+        if route is None:
+            return self.cluster.pick(s.group_id)
+        if route == MOST_ROOM:
+            live = self.cluster.alive
+            if not live:
+                return self.cluster.pick(s.group_id)  # raises AllEnginesDown
+            return min(live, key=lambda sl: (sl.outstanding, sl.index))
+        if not isinstance(route, int) or not 0 <= route < len(self.cluster.slots):
+            raise SchedulerError(f"Submit.route {route!r}: an engine index, {MOST_ROOM!r} or None")
+        slot = self.cluster.slots[route]
+        return slot if slot.alive else self.cluster.pick(s.group_id)  # a dead one: the router's
+
     def _release(self) -> None:
         if self._aborting or self.core.updating:
             return
         parked, self._parked = self._parked, []
-        for rid, s, cap in parked:
-            self._start(rid, s, cap)
+        for rid, s, cap, place in parked:
+            self._start(rid, s, cap, place)
 
     def abort_all(self) -> list[_Ended] | None:
         if not self.core.inflight:

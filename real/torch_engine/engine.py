@@ -86,6 +86,10 @@ class EngineConfig:
     new_token_ratio_decay_steps: int = SGLANG_RULES["new_token_ratio_decay_steps"]
     retract_decode_steps: int = SGLANG_RULES["retract_decode_steps"]
     clip_max_new_tokens: int = SGLANG_RULES["clip_max_new_tokens"]
+    # SGLang --enable-priority-scheduling: the waiting queue by request priority, higher first
+    # (arrival order among equals); no preemption of running requests (SGLang's, on by default
+    # there, is not modelled: run SGLang with --disable-priority-preemption to match)
+    enable_priority_scheduling: bool = False
     iteration_log_size: int = 100_000  # iteration records kept in memory
 
 
@@ -110,6 +114,7 @@ class EngineRequest:
     return_logprob: bool = False
     logprob_start_len: int = -1  # -1: output log-probs only (SGLang's default)
     top_logprobs_num: int = 0
+    priority: int = 0  # with EngineConfig.enable_priority_scheduling: higher is admitted first
     # engine state
     output_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)
@@ -313,6 +318,11 @@ class BatchEngine:
         req.max_new_tokens = max(0, min(req.max_new_tokens, self.max_req_len - len(req.prompt_ids) - 1))
         if req.seed is not None:
             req.generator = torch.Generator(device=self.device).manual_seed(req.seed % (2**63))
+        if self.cfg.enable_priority_scheduling and self.waiting \
+                and self.waiting[-1].priority < req.priority:
+            i = next(i for i, q in enumerate(self.waiting) if q.priority < req.priority)
+            self.waiting.insert(i, req)
+            return
         self.waiting.append(req)
 
     def abort(self, rid: str = "", abort_all: bool = False) -> list[Finished]:

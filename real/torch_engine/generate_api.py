@@ -25,6 +25,7 @@ from .tokenizer import TextCodec
 SUPPORTED = frozenset({
     "rid", "text", "input_ids", "sampling_params", "stream", "return_logprob",
     "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs", "token_ids_logprob",
+    "priority",  # honoured with --enable-priority-scheduling (higher first), else ignored
 })
 # Fields with no effect here whatever their value (cache keys, routing hints, metrics labels).
 HARMLESS = frozenset({
@@ -43,7 +44,7 @@ NOT_IMPLEMENTED = frozenset({
     "lora_id", "custom_logit_processor", "positional_embed_overrides", "bootstrap_host",
     "bootstrap_port", "bootstrap_room", "bootstrap_pair_key", "decode_tp_size", "routed_dp_rank",
     "data_parallel_rank", "disagg_prefill_dp_rank", "http_worker_ipc", "background",
-    "require_reasoning", "max_thinking_tokens", "priority", "return_bytes", "return_entropy",
+    "require_reasoning", "max_thinking_tokens", "return_bytes", "return_entropy",
     "return_prompt_token_ids", "need_wait_for_mm_inputs", "num_items_assigned", "encoder_urls",
     "max_dynamic_patch", "min_dynamic_patch", "image_max_dynamic_patch",
     "video_max_dynamic_patch", "images_config", "mm_processor_kwargs",
@@ -139,9 +140,12 @@ def parse_generate(body: object, vocab_size: int,
         raise ParamError("top_logprobs_num", "top_logprobs_num must be >= 0")
     if opts.top_logprobs_num > vocab_size:
         raise ParamError("top_logprobs_num", f"top_logprobs_num must be <= {vocab_size}")
+    priority = body.get("priority")
+    if priority is not None and not _is_int(priority):
+        raise ParamError("priority", "priority: expected an integer")
     req = EngineRequest(
         rid=rid or uuid.uuid4().hex, prompt_ids=ids, max_new_tokens=spec.max_new_tokens,
-        spec=spec, return_logprob=opts.return_logprob,
+        spec=spec, return_logprob=opts.return_logprob, priority=int(priority or 0),
         logprob_start_len=start if opts.return_logprob else -1,
         top_logprobs_num=opts.top_logprobs_num if opts.return_logprob else 0,
     )

@@ -64,6 +64,7 @@ class LocalEngine:
             max_new_tokens=request.tokens_to_generate, ignore_eos=request.replay,
             stop_token_ids=() if request.replay else tuple(s.stop_token_ids),
             temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, seed=s.seed,
+            priority=request.priority,
         )
         try:
             handle = self.runner.submit(ereq)

@@ -25,15 +25,18 @@ def test_engine_family_from_the_client_and_the_server_version():
 
 
 def test_abort_steps_and_retraction_by_engine_family():
-    assert engine_rules(object(), "aprilsim-torch-0.2") == {"abort_steps": 0, "retract_to": "tail"}
-    assert engine_rules(object(), "0.5.23") == {"abort_steps": 1, "retract_to": "tail"}
-    assert engine_rules(VLLMEngine.__new__(VLLMEngine), None) == {"abort_steps": 0, "retract_to": "head"}
+    assert engine_rules(object(), "aprilsim-torch-0.2") == {"abort_steps": 0, "retract_to": "tail",
+                                                            "prefix_cache": "none"}
+    assert engine_rules(object(), "0.5.23") == {"abort_steps": 1, "retract_to": "tail",
+                                                "prefix_cache": "lru"}  # the radix cache
+    assert engine_rules(VLLMEngine.__new__(VLLMEngine), None) == {"abort_steps": 0, "retract_to": "head",
+                                                                  "prefix_cache": "lru"}
 
 
 def test_sglangs_rules_are_stated_once():
     """What validate simulates an SGLang engine with is what every SGLang preset runs."""
-    sglang = ENGINE_FAMILY_RULES["sglang"]
-    assert sglang == {k: SGLANG_RULES[k] for k in sglang}
+    sglang = {k: v for k, v in ENGINE_FAMILY_RULES["sglang"].items() if k != "prefix_cache"}
+    assert sglang == {k: SGLANG_RULES[k] for k in sglang} and set(sglang) == {"abort_steps", "retract_to"}
     for name, spec in PRESETS.items():
         if spec.sglang_ratio:  # the presets that run SGLang's rules
             assert {k: getattr(spec, k) for k in sglang} == sglang, name

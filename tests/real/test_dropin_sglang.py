@@ -62,6 +62,12 @@ SGLANG_CHAT_DEFAULTS = {
 CHAT = {"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 4}
 
 
+def _generated_up_to(body: dict, n: int) -> bool:
+    """`n` tokens, or fewer ending on EOS (the tiny model samples freely and may stop early)."""
+    got = body["usage"]["completion_tokens"]
+    return got == n or (0 < got < n and body["choices"][0]["finish_reason"] == "stop")
+
+
 @pytest.fixture(scope="module")
 def server(tmp_logs) -> Iterator[Proc]:
     p = start_server(tmp_logs)
@@ -93,10 +99,10 @@ def test_openai_calls_work_behind_the_real_sglang_router(router):
     """sglang-router 0.3.2 adds SGLang's extension fields to every OpenAI call."""
     status, chat = call(router.url, "/v1/chat/completions", {"model": "m", **CHAT})
     assert status == 200, chat
-    assert chat["object"] == "chat.completion" and chat["usage"]["completion_tokens"] == 4
+    assert chat["object"] == "chat.completion" and _generated_up_to(chat, 4), chat
     status, comp = call(router.url, "/v1/completions", {"model": "m", "prompt": "hello",
                                                          "max_tokens": 3})
-    assert status == 200 and comp["usage"]["completion_tokens"] == 3, comp
+    assert status == 200 and _generated_up_to(comp, 3), comp
     chunks = stream(router.url, "/v1/chat/completions", {"model": "m", **CHAT, "stream": True})
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
     assert chunks[-1]["choices"][0]["finish_reason"] == "length" and isinstance(text, str)
@@ -109,9 +115,9 @@ def test_openai_calls_work_behind_the_real_sglang_router(router):
 def test_every_sglang_openai_field_at_its_default_is_accepted(server):
     status, r = call(server.url, "/v1/completions",
                      {**SGLANG_COMPLETION_DEFAULTS, "prompt": "hi", "max_tokens": 3})
-    assert status == 200 and r["usage"]["completion_tokens"] == 3, r
+    assert status == 200 and _generated_up_to(r, 3), r
     status, r = call(server.url, "/v1/chat/completions", {**SGLANG_CHAT_DEFAULTS, **CHAT})
-    assert status == 200 and r["usage"]["completion_tokens"] == 4, r
+    assert status == 200 and _generated_up_to(r, 4), r
 
 
 @pytest.mark.parametrize("field,value", [

@@ -16,6 +16,8 @@ USER = USER_SCHEDULER
 CASES: list[tuple[str, dict]] = every_variant() + [
     ("april", {"token_budget": 12}),
     ("fully_async", {"eta": 1, "interrupt": True}),
+    ("seer", {"chunk": 12, "hold": True}),  # pieces of 12 tokens, priorities over HTTP
+    ("seer", {"chunk": 12, "route": "router", "migrate_kv": True}),  # live: re-prefills
 ]
 IDS = variant_ids(CASES)
 
@@ -46,7 +48,7 @@ def test_promises(case):
     c = _case(case)
     r = c.run.result
     summary = r.summary()
-    if name in ("sync", "dynamic_sampling", "tail_batching", USER):
+    if name in ("sync", "dynamic_sampling", "tail_batching", "seer", "seer_history", USER):
         assert _max_staleness(r) == 0
     if name == "async_one_step":
         assert set(r.steps[0].staleness) == {0}
