@@ -73,6 +73,10 @@ class FastEngine(EngineFace):
         self.waiting: deque[Request] = deque()
         self.running: dict[int, Request] = {}
         self._finish: list[tuple[int, int]] = []  # (iteration at which it ends, rid)
+        self._stale = 0  # entries of retracted requests left in `_finish` (never its head)
+        self._victims: list[tuple[int, int]] | None = None  # (base, -rid), from a retraction on
+        self._base_sum = 0  # sum of `base` over the running requests (SGLang's re-estimate)
+        self._max_new_sum = 0  # sum of `max_new` over them
         self.it = 0  # decode iterations done (global counter)
         self.t = 0.0  # time of the current boundary
         self.kv = 0  # KV tokens held by running + prefilling requests
@@ -252,7 +256,8 @@ class FastEngine(EngineFace):
         self.busy_time += pf.time
         self.t = t = self.t + pf.time
         running, finish, it, push = self.running, self._finish, self.it, heapq.heappush
-        clipped = self.clipped
+        clipped, victims = self.clipped, self._victims
+        base_sum = max_new_sum = 0
         self.tokens += len(pf.reqs)  # the prefill emits each request's next token
         self.reserve -= len(pf.reqs)
         for r in pf.reqs:
@@ -269,9 +274,18 @@ class FastEngine(EngineFace):
                 continue
             r.base = base = gen - it  # running: gen == base + it from now on
             running[r.rid] = r
+            base_sum += base
+            max_new_sum += r.max_new
             if clipped is not None:
                 clipped.add(r.rid, r.max_new - gen)
             push(finish, (r.target_new - base, r.rid))
+            if victims is not None:
+                push(victims, (base, -r.rid))
+        self._base_sum += base_sum
+        self._max_new_sum += max_new_sum
+        if victims is not None and len(victims) > 2 * len(running) + 64:
+            self._victims = [(r.base, -r.rid) for r in running.values()]
+            heapq.heapify(self._victims)
         pf.clear()
         self.open_room = pf.room_out  # the next plan continues the open pass if it prefills
         if cache is not None and left:
@@ -284,9 +298,11 @@ class FastEngine(EngineFace):
         heap, it = self._finish, self.it
         if not heap or heap[0][0] > it:
             return []
+        if self._stale:
+            return self._pop_finished_checked()
         done = []
         running, t, pop, clipped = self.running, self.t, heapq.heappop, self.clipped
-        freed = 0
+        freed = base_sum = max_new_sum = 0
         cache = self.cache
         left = []
         while heap and heap[0][0] <= it:
@@ -297,6 +313,8 @@ class FastEngine(EngineFace):
             gen = r.gen = r.target_new
             max_new = r.max_new
             freed += r.input_len + gen - 1
+            base_sum += r.base
+            max_new_sum += max_new
             if r.shared:
                 self._release(r)
             if cache is not None:
@@ -304,16 +322,71 @@ class FastEngine(EngineFace):
             self.reserve -= max_new - gen
             done.append(Completion(rid, gen, "length" if gen == max_new else "stop", t))
         self.kv -= freed
+        self._base_sum -= base_sum
+        self._max_new_sum -= max_new_sum
         self.hold = False
         if cache is not None:
             self._cache_leave(left)
         return done
+
+    def _pop_finished_checked(self) -> list[Completion]:
+        """`_pop_finished` while `_finish` holds entries of retracted requests: those are
+        skipped (an entry is live when its request runs and ends at the entry's iteration)."""
+        heap, it, running, cache = self._finish, self.it, self.running, self.cache
+        t, pop, get, clipped = self.t, heapq.heappop, self.running.get, self.clipped
+        done, left = [], []
+        freed = base_sum = max_new_sum = reserve = skipped = 0
+        while heap and heap[0][0] <= it:
+            end, rid = pop(heap)
+            r = get(rid)
+            if r is None or r.target_new - r.base != end:
+                skipped += 1
+                continue
+            del running[rid]
+            if clipped is not None:
+                clipped.drop(rid)
+            gen = r.gen = r.target_new
+            max_new = r.max_new
+            freed += r.input_len + gen - 1
+            base_sum += r.base
+            max_new_sum += max_new
+            reserve += max_new - gen
+            if r.shared:
+                self._release(r)
+            if cache is not None:
+                left.append(r)
+            done.append(Completion(rid, gen, "length" if gen == max_new else "stop", t))
+        self.kv -= freed
+        self._base_sum -= base_sum
+        self._max_new_sum -= max_new_sum
+        self.reserve -= reserve
+        self._stale -= skipped
+        self._drop_stale_head()
+        self.hold = False
+        if cache is not None:
+            self._cache_leave(left)
+        return done
+
+    def _drop_stale_head(self) -> None:
+        """Pop the entries of retracted requests off the top of `_finish`, so that its head is
+        the first running request to finish (what `_plan` reads)."""
+        heap, running = self._finish, self.running
+        while self._stale and heap:
+            end, rid = heap[0]
+            r = running.get(rid)
+            if r is not None and r.target_new - r.base == end:
+                return
+            heapq.heappop(heap)
+            self._stale -= 1
 
     def _empty(self) -> None:
         """After an abort: nothing queued, prefilling or running; every component reset."""
         self.running.clear()
         self.waiting.clear()
         self._finish.clear()
+        self._stale = 0
+        self._victims = None
+        self._base_sum = self._max_new_sum = 0
         self.pf.clear()
         self.kv = self.reserve = 0
         self.prefixes.clear()
@@ -385,12 +458,24 @@ class FastEngine(EngineFace):
     def _retract_until_fits(self) -> None:
         """Evict the requests with the fewest generated tokens (latest rid on ties) until the
         next iteration fits, requeue them (`retract_to`), then raise the ratio (SGLang) or hold
-        admission (older rule). O(n) per eviction: retractions are rare."""
+        admission (older rule). O(log n) per eviction: from the first retraction on, the engine
+        keeps a heap of the running requests by (base, -rid) (`_victims`, stale entries skipped),
+        since a KV-bound engine with a long queue retracts about once per three requests."""
         running, cap, spec = self.running, self.spec.kv_capacity, self.spec
+        heap = self._victims
+        if heap is None:
+            heap = self._victims = [(r.base, -r.rid) for r in running.values()]
+            heapq.heapify(heap)
+        pop = heapq.heappop
         victims = []
         while running and self.kv + len(running) > cap:
-            r = min(running.values(), key=lambda x: (x.base, -x.rid))
+            base, neg = pop(heap)
+            r = running.get(-neg)
+            if r is None or r.base != base:
+                continue  # it finished or was retracted since
             del running[r.rid]
+            self._base_sum -= base
+            self._max_new_sum -= r.max_new
             if self.clipped is not None:
                 self.clipped.drop(r.rid)
             r.gen = r.base + self.it
@@ -408,15 +493,11 @@ class FastEngine(EngineFace):
         if spec.sglang_ratio:  # re-estimated over the requests left
             it = self.it
             self.ratio.re_estimate(
-                it,
-                sum(r.base for r in running.values()) + it * len(running),
-                sum(r.max_new for r in running.values()),
-                len(running),
-            )
+                it, self._base_sum + it * len(running), self._max_new_sum, len(running))
         else:
             self.hold = True
-        self._finish = [e for e in self._finish if e[1] in running]
-        heapq.heapify(self._finish)
+        self._stale += len(victims)  # their `_finish` entries stay until popped
+        self._drop_stale_head()
 
     def _reserve_after(self, m: int) -> int:
         """The running requests' remaining max_new as admission counts it (clipped), after m

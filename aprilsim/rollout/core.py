@@ -126,6 +126,7 @@ class RolloutCore:
         commands: Commands,
         expected_length: Callable[[int], float],
         reveal: Reveal | None = None,
+        keep_groups: bool = True,
     ) -> None:
         if batch_size < 1 or steps < 1:
             raise ValueError("batch_size and steps must be >= 1")
@@ -137,7 +138,10 @@ class RolloutCore:
         self.version = 0
         self.ctx = Context(source=_Source(self, groups), batch_size=batch_size, max_len=max_len,
                            total_steps=steps, group_size=group_size)
-        self.groups: dict[int, Group] = {}
+        self.groups: dict[int, Group] = {}  # registered (all, or the live ones: `keep_groups`)
+        # False: a group whose samples are all trained or discarded is counted by the ledger and
+        # let go (memory bounded in steps); True keeps every group for a look after the run
+        self.keep_groups = keep_groups
         self._left: dict[int, int] = {}  # unfinished samples per group
         self.inflight: dict[int, Sample] = {}  # request id -> the sample it generates
         self._cap: dict[int, int] = {}  # request id -> its binding token cap
@@ -443,6 +447,9 @@ class RolloutCore:
                 self.ledger.n_partial -= 1
             s.status = _DISCARDED
             self.ledger.wasted(s.generated)
+        if not self.keep_groups:
+            for gid in {s.group_id for s in samples}:
+                self._retire_if_over(gid)
 
     def _close_batch(self, groups: Sequence[Group]) -> None:
         for g in groups:
@@ -450,6 +457,9 @@ class RolloutCore:
                 raise SchedulerError(f"group {g.gid} is not finished or was trained already")
             for s in g.samples:
                 s.status = _TRAINED
+        if not self.keep_groups:
+            for g in groups:
+                self._retire_if_over(g.gid)
         batch = tuple(groups)
         if self.n_closed >= self.steps:
             raise SchedulerError(
@@ -468,6 +478,22 @@ class RolloutCore:
             self.ctx.step = nxt
             self.ledger.begin(nxt, self.now)
             self.events.append(RolloutStarted(nxt, self.version))
+
+    def _retire_if_over(self, gid: int) -> None:
+        """Let go of registered group `gid` once every sample of it is trained or discarded
+        (nothing can change it again): the ledger counts it for `end_state`. The registered group
+        is the one asked (a batch may train a copy that holds some of its samples); the batch
+        being trained, or a scheduler, may still hold it."""
+        g = self.groups.get(gid)
+        if g is None:
+            return
+        for s in g.samples:
+            st = s.status
+            if st is not _TRAINED and st is not _DISCARDED:
+                return
+        self.ledger.retire(g)
+        del self.groups[gid]
+        self._left.pop(gid, None)
 
     def _update_weights(self, interrupt: bool) -> None:
         if self.colocated:

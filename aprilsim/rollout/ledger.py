@@ -39,6 +39,9 @@ class StepLedger:
         self._paused = False
         self._paused_since = 0.0
         self._paused_s = 0.0
+        # samples of released groups, by status value: what `end_state` adds to the live groups
+        self._retired_counts = {st.value: 0 for st in SampleStatus}
+        self._retired_tokens = dict(self._retired_counts)
 
     # ------------------------------------------------------------------ during a rollout
     def begin(self, step: int, now: float) -> StepRecord:
@@ -127,12 +130,22 @@ class StepLedger:
         rec.latency_p50_s, rec.latency_p99_s = lat["latency_p50_s"], lat["latency_p99_s"]
         rec.queue_wait_p50_s, rec.queue_wait_p99_s = lat["queue_wait_p50_s"], lat["queue_wait_p99_s"]
 
+    def retire(self, group: Group) -> None:
+        """Count the samples of `group`, each trained or discarded (they never change again), so
+        that the core can let go of it: `end_state` adds them to the groups it is given."""
+        counts, tokens = self._retired_counts, self._retired_tokens
+        for s in group.samples:
+            v = s.status._value_
+            counts[v] += 1
+            tokens[v] += s.generated
+
     # ------------------------------------------------------------------ end of run
     def end_state(self, groups: Iterable[Group]) -> dict[str, int]:
-        """Where every sample is, by status, in samples and in tokens (the conservation ledger)."""
+        """Where every sample is, by status, in samples and in tokens (the conservation ledger):
+        those of `groups` and of the groups retired before."""
         # keyed by the status's value: an Enum member hashes through a Python-level __hash__
-        counts = {st.value: 0 for st in SampleStatus}
-        tokens = dict(counts)
+        counts = dict(self._retired_counts)
+        tokens = dict(self._retired_tokens)
         for g in groups:
             for s in g.samples:
                 v = s.status._value_

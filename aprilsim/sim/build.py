@@ -23,12 +23,15 @@ def build_simulation(
     engine_factory: EngineFactory = FastEngine,
     progress: Callable[[int, int], None] | None = None,
     trace: Trace | None = None,
+    keep_groups: bool = True,
 ) -> Simulation:
     """A Simulation of `scheduler` on `scenario`.
 
     `scheduler` is a registered name, `module:Class`, or an instance (used as is). A name takes its
     knobs from the scenario's `[schedulers.NAME]` table, updated by `settings`. Every scheduler sees
     the same groups for the same seed (common random numbers), so runs built here pair up.
+    `keep_groups=False` lets the run release each group once its samples are trained or
+    discarded (`sim.groups` then holds the live ones only): memory bounded in steps.
     """
     if isinstance(scheduler, str):
         knobs = {**scenario.settings_for(scheduler), **(settings or {})}
@@ -49,4 +52,5 @@ def build_simulation(
         engine_factory=engine_factory,
         progress=progress,
         trace=trace,
+        keep_groups=keep_groups,
     )

@@ -32,11 +32,13 @@ def simulate(
     prompt, lengths and rewards depend only on the seed and k), so differences between runs come
     from scheduling alone. `progress(done, total)` is called after each training step; pass a
     `Trace` to record every request, the engines' batch and KV curves and the trainer phases.
-    The result's summary leaves out the scenario's `warmup_steps`.
+    The result's summary leaves out the scenario's `warmup_steps`. The run lets go of each group
+    once its samples are trained or discarded (only the result is returned), so its memory is
+    bounded in steps.
     """
     sim = build_simulation(
         scenario, scheduler, seed=seed, steps=steps, settings=settings,
-        engine_factory=engine_factory, progress=progress, trace=trace,
+        engine_factory=engine_factory, progress=progress, trace=trace, keep_groups=False,
     )
     run = sim.run()
     run.warmup_steps = clamp_warmup(scenario.warmup_steps, len(run.steps))

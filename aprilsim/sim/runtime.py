@@ -132,6 +132,7 @@ class Simulation:
         engine_factory: EngineFactory = FastEngine,
         progress: Callable[[int, int], None] | None = None,
         trace: Trace | None = None,
+        keep_groups: bool = True,
     ) -> None:
         if n_engines < 1 or batch_size < 1 or steps < 1:
             raise ValueError("n_engines, batch_size and steps must be >= 1")
@@ -148,7 +149,7 @@ class Simulation:
         self.core = RolloutCore(
             scheduler=scheduler, groups=_Workload(workload), batch_size=batch_size, steps=steps,
             max_len=workload.max_len, group_size=workload.group_size, meter=SimMeter(self.engines),
-            commands=self, expected_length=workload.expected_length,
+            commands=self, expected_length=workload.expected_length, keep_groups=keep_groups,
         )
         self.ctx = self.core.ctx
         self.ledger = self.core.ledger
