@@ -244,8 +244,8 @@ def main() -> None:
            f"{100 * rv.get('count_rel_err_median', float('nan')):+.1f}% (median over "
            f"{rv.get('runs', 0)} runs; then fitted to the counter)",
            f"- prefix cache: {100 * (vl.get('prefix_cache_hit_share') or 0):.1f}% of prompt tokens "
-           f"served from cache (resumed samples re-send their partial output; the simulation prices "
-           f"it in full), {int(vl.get('preemptions', 0))} preemptions, {int(vl.get('iterations', 0))} "
+           f"served from cache (resumed samples re-send their partial output; the simulation keeps "
+           f"a retained prefix cache too: vLLM's family default, prefix_cache = \"lru\" unflushed), {int(vl.get('preemptions', 0))} preemptions, {int(vl.get('iterations', 0))} "
            "engine iterations",
            f"- checks before the first run: {'; '.join(rep['meta']['checks'])}"]
     if rep["explanations"]:
