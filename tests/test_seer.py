@@ -255,3 +255,15 @@ def test_migrated_kv_saves_the_re_prefill_and_nothing_else():
     pb = sum(e.stats.prefill_tokens for e in moved.engines)
     assert pb < pa
     assert b.total_time_s < a.total_time_s
+
+
+@pytest.mark.parametrize("name", ["seer", "seer_history"])
+def test_placed_sends_record_the_queue_wait(name):
+    """A placed send (priority, route) lets the engine stamp a sample's first scheduling, as the
+    router's send does: every trained sample has its queue wait, and each step reports it."""
+    sim = build_simulation(small_scenario(steps=3), name)
+    res = sim.run()
+    trained = [s for g in sim.groups.values() for s in g.samples if s.finish_s >= 0]
+    assert trained and all(0 <= s.first_submit_s <= s.start_s <= s.finish_s for s in trained)
+    for rec in res.steps:
+        assert rec.queue_wait_p50_s is not None and 0 <= rec.queue_wait_p50_s <= rec.queue_wait_p99_s

@@ -374,6 +374,8 @@ class Simulation:
                 req.seq = s.uid
             if migrate and g:
                 req.migrated = req.input_len - 1
+            if s.start_s < 0:  # not yet scheduled on an engine: the engine stamps it (queue wait)
+                req.owner = s
             if route is None:
                 i = self.router.pick(loads, s.group_id)
             elif route == MOST_ROOM:

@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import inspect
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from aprilsim.engine.router import RoundRobin, Router
@@ -181,6 +181,22 @@ class Cluster:
         slot.picked += 1  # counted at once, as the simulator counts a request it routes
         return slot
 
+    def most_room(self) -> Callable[[GenerateRequest], Slot]:
+        """The chooser for one submission's `Submit.route == MOST_ROOM` requests (one per
+        submission, called once per request): live, the slot with the fewest requests
+        outstanding or picked (an engine's KV is not read over HTTP), ties to the lowest index;
+        raises AllEnginesDown. `real.runner.virtual.VirtualCluster` reads the simulated room."""
+
+        def choose(request: GenerateRequest) -> Slot:
+            live = self.alive
+            if not live:
+                return self.pick()  # raises AllEnginesDown
+            slot = min(live, key=lambda sl: (sl.outstanding + sl.picked, sl.index))
+            slot.picked += 1
+            return slot
+
+        return choose
+
     # ---- the progress deadline -------------------------------------------------------------
     def _ensure_watchdog(self) -> None:
         if self.progress_deadline_s is None:
@@ -253,7 +269,10 @@ class Cluster:
         return None
 
     # ---- requests --------------------------------------------------------------------------
-    async def generate(self, slot: Slot, request: GenerateRequest) -> GenerateResult:
+    async def generate(self, slot: Slot, request: GenerateRequest, *,
+                       keep_kv: bool = False) -> GenerateResult:
+        """Run ``request`` on ``slot``. ``keep_kv`` (`Submit.keep_kv`) is ignored: an HTTP
+        engine cannot take a resumed sample's KV from another, so it re-prefills."""
         slot.started()
         self._ensure_watchdog()
         streamed: list[int] = []

@@ -40,7 +40,7 @@ from aprilsim.policies.base import MOST_ROOM, Scheduler, SchedulerError
 from aprilsim.rollout.core import MAX_FAULT_RESUBMITS, RolloutCore, effective_cap
 from aprilsim.rollout.ports import Meter, Placement
 from aprilsim.types import Group, Sample, SampleStatus
-from real.protocol import GenerateResult
+from real.protocol import GenerateRequest, GenerateResult
 
 from .cluster import AllEnginesDown, Cluster, Fault, Slot
 from .records import LiveMeter, peak_tokens_per_s
@@ -112,7 +112,10 @@ class LiveRuntime:
         self._flights: dict[int, _Flight] = {}
         self._closing: dict[int, _Flight] = {}  # brought back by an abort, its span still open
         # sends an abort or a sync holds up
-        self._parked: list[tuple[int, Sample, int | None, Placement | None]] = []
+        # (rid, sample, cap, placement, the send it came in: one MOST_ROOM chooser per send)
+        self._parked: list[tuple[int, Sample, int | None, Placement | None, int]] = []
+        self._n_sends = 0
+        self._room: tuple[int, Callable[[GenerateRequest], Slot]] | None = None
         self._aborting = 0  # AbortAlls on their way (sends wait for every one to land)
         self._landings: list[asyncio.Task] = []  # AbortAll's on their way (the pump goes on)
         self._io: deque[Callable[[], Awaitable[None]]] = deque()  # engine I/O the core asked for
@@ -296,23 +299,30 @@ class LiveRuntime:
     def send(self, samples: Sequence[Sample], first_rid: int, cap: int | None, version: int,
              place: Placement | None = None) -> None:
         held = self._aborting or self.core.updating
+        self._n_sends += 1
         for j, s in enumerate(samples):
             c = effective_cap(s, cap)
             if held:  # new work starts once the abort has landed, or under the new weights
-                self._parked.append((first_rid + j, s, c, place))
+                self._parked.append((first_rid + j, s, c, place, self._n_sends))
             else:
-                self._start(first_rid + j, s, c, place)
+                self._start(first_rid + j, s, c, place, self._n_sends)
 
-    def _start(self, rid: int, s: Sample, cap: int | None, place: Placement | None = None) -> None:
-        """Send request ``rid`` of ``s`` to the engine the router picks, or the one ``place``
-        names (raises AllEnginesDown). Live, ``MOST_ROOM`` is the slot with the fewest requests
-        outstanding (an engine's KV is not read over HTTP) and ``keep_kv`` re-prefills."""
+    def _start(self, rid: int, s: Sample, cap: int | None, place: Placement | None = None,
+               send: int = 0) -> None:
+        """Send request ``rid`` of ``s`` (of send number ``send``) to the engine the router
+        picks, or the one ``place`` names (raises AllEnginesDown). ``MOST_ROOM`` is the
+        cluster's choice (`Cluster.most_room`: live, the fewest requests outstanding) and
+        ``keep_kv`` goes to the cluster (live engines re-prefill)."""
         t0 = time.monotonic()
-        slot = self._slot(s, place)
         req = self.source.request(s, self._ids.get(s.uid, ()), cap)
         if place is not None and place.priority:
             req = dataclasses.replace(req, priority=place.priority)
-        task = asyncio.create_task(self.cluster.generate(slot, req))
+        slot = self._slot(s, place, req, send)
+        if place is not None and place.keep_kv:
+            work = self.cluster.generate(slot, req, keep_kv=True)
+        else:
+            work = self.cluster.generate(slot, req)
+        task = asyncio.create_task(work)
         task.add_done_callback(lambda _t, rid=rid: self._inbox.put_nowait(("result", rid)))
         span = None
         if self.trace is not None:
@@ -323,16 +333,16 @@ class LiveRuntime:
         self.requests += 1
         self.overhead_s += time.monotonic() - t0
 
-    def _slot(self, s: Sample, place: Placement | None) -> Slot:
-        """The slot for a request: the router's, a named live engine, or the least busy one."""
+    def _slot(self, s: Sample, place: Placement | None, req: GenerateRequest, send: int) -> Slot:
+        """The slot for a request: the router's, a named live engine, or the one with the most
+        room (one chooser per send, as the simulator weighs a send's requests together)."""
         route = None if place is None else place.route
         if route is None:
             return self.cluster.pick(s.group_id)
         if route == MOST_ROOM:
-            live = self.cluster.alive
-            if not live:
-                return self.cluster.pick(s.group_id)  # raises AllEnginesDown
-            return min(live, key=lambda sl: (sl.outstanding, sl.index))
+            if self._room is None or self._room[0] != send:
+                self._room = (send, self.cluster.most_room())
+            return self._room[1](req)
         if not isinstance(route, int) or not 0 <= route < len(self.cluster.slots):
             raise SchedulerError(f"Submit.route {route!r}: an engine index, {MOST_ROOM!r} or None")
         slot = self.cluster.slots[route]
@@ -342,8 +352,8 @@ class LiveRuntime:
         if self._aborting or self.core.updating:
             return
         parked, self._parked = self._parked, []
-        for rid, s, cap, place in parked:
-            self._start(rid, s, cap, place)
+        for rid, s, cap, place, send in parked:
+            self._start(rid, s, cap, place, send)
 
     def abort_all(self) -> list[_Ended] | None:
         if not self.core.inflight:

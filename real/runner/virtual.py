@@ -133,12 +133,14 @@ class VirtualEngine:
         loop.engines.append(self)
 
     # ---- what the virtual cluster and loop use
-    def submit(self, request: GenerateRequest) -> asyncio.Future:
-        """Queue ``request`` now; the future gets its result when the engine ends it."""
+    def submit(self, request: GenerateRequest, keep_kv: bool = False) -> asyncio.Future:
+        """Queue ``request`` now; the future gets its result when the engine ends it. With
+        ``keep_kv`` a resumed sample's KV comes along (`Request.migrated`), as the simulator's
+        send migrates it (a live HTTP engine re-prefills instead)."""
         rid = self._next
         self._next += 1
         req = Request(rid, len(request.prompt_ids), request.max_new_tokens,
-                      request.tokens_to_generate)
+                      request.tokens_to_generate, priority=request.priority)
         if self.sample_of is not None:  # as the simulator's send
             s, spec = self.sample_of(request), self.spec
             if spec.shares_prefixes and s.prompt_len > 1:  # the prompt but its last token
@@ -146,6 +148,8 @@ class VirtualEngine:
                 req.input_len -= req.shared
             if spec.retains_prefixes:
                 req.seq = s.uid
+            if keep_kv and s.generated and not spec.shares_prefixes and not spec.retains_prefixes:
+                req.migrated = req.input_len - 1  # all but the last input token
             if s.start_s < 0:  # the engine stamps its first scheduling
                 req.owner = s
         self._pending.append(req)
@@ -195,8 +199,8 @@ class VirtualEngine:
         return stream_via_generate(self, request)
 
     async def abort_all(self) -> None:
-        """Abort everything: at once, or (``abort_steps`` k) once the step in flight and k more
-        decode steps have run, as the simulator's AbortAll lands."""
+        """Abort everything: at once (``abort_steps`` -1), or (k >= 0) once the step in flight
+        and k more decode steps have run, as the simulator's AbortAll lands."""
         self.flush()
         e, now = self.engine, self.loop.time()
         if self._transit:  # requests on their way never reach the engine (no token generated)
@@ -205,11 +209,10 @@ class VirtualEngine:
             self._deliver([Completion(r.rid, 0, "abort", now) for r in dropped])
         if e.is_idle():
             return
-        k = self.spec.abort_steps
-        if k is None:
+        if self.spec.aborts_at_once:  # `abort_steps` -1
             self._deliver(e.abort_all(now))
             return
-        land, comps = e.abort_after_steps(now, k)
+        land, comps = e.abort_after_steps(now, self.spec.abort_steps)
         if land > now:
             landed = self.loop.create_future()
             self.loop.call_at(land, landed.set_result, None)
@@ -251,11 +254,34 @@ class VirtualEngine:
 class VirtualCluster(Cluster):
     """The live cluster whose requests reach their simulated engine the moment they are sent."""
 
-    def generate(self, slot: Slot, request: GenerateRequest):  # type: ignore[override]
-        """Not a coroutine function: queue the request now, return the coroutine of its result."""
+    def generate(self, slot: Slot, request: GenerateRequest, *,  # type: ignore[override]
+                 keep_kv: bool = False):
+        """Not a coroutine function: queue the request now, return the coroutine of its result
+        (``keep_kv``: the simulated engine takes the resumed sample's KV, as simulated)."""
         slot.started()
-        fut = slot.engine.submit(request)  # type: ignore[attr-defined]
+        fut = slot.engine.submit(request, keep_kv)  # type: ignore[attr-defined]
         return self._result(slot, fut)
+
+    def most_room(self) -> Callable[[GenerateRequest], Slot]:
+        """The simulator's rule (`Simulation._send_placed`): each engine's room at the send
+        (`room_at`: free KV less its queue's input, with what was sent before on it), less what
+        this send already put there (input plus max_new); ties to the lowest index."""
+        live = self.alive
+        if not live:
+            return super().most_room()
+        engines: list[VirtualEngine] = [sl.engine for sl in live]  # type: ignore[misc]
+        for e in engines:
+            e.flush()  # what earlier sends put on an engine is on it (as simulated) before a read
+        now = engines[0].loop.time()
+        rooms = [e.engine.room_at(now) for e in engines]
+
+        def choose(request: GenerateRequest) -> Slot:
+            k = max(range(len(rooms)), key=rooms.__getitem__)
+            rooms[k] -= len(request.prompt_ids) + request.max_new_tokens
+            live[k].picked += 1
+            return live[k]
+
+        return choose
 
     async def _result(self, slot: Slot, fut: asyncio.Future) -> GenerateResult:
         res = await fut

@@ -133,7 +133,7 @@ def test_the_variants_reach_what_they_are_for():
     assert sum(s.retractions for s in small.steps) > 0
     plain = conformance_scenario()
     assert plain.engine_spec().abort_steps == 1  # AbortAll lands a decode step later
-    assert conformance_scenario(**CLUSTERS["abort_at_once"]).engine_spec().abort_steps is None
+    assert conformance_scenario(**CLUSTERS["abort_at_once"]).engine_spec().aborts_at_once
     assert make_scheduler("fully_async").interrupt  # its default: an interrupting weight sync
     assert sum(s.offpolicy_tokens for s in simulate(plain, "fully_async").steps) > 0
 
@@ -180,7 +180,7 @@ def _scenarios(draw):
         "abort_steps": draw(st.sampled_from([-1, 0, 1, 30])),
         "router": draw(st.sampled_from(sorted(ROUTERS))),
         "prefix_sharing": draw(st.booleans()),
-        **({"kv_capacity": 8_000, "new_token_ratio": 0.0, "min_new_token_ratio_factor": 0.0}
+        **({"kv_capacity": 5_000, "new_token_ratio": 0.0, "min_new_token_ratio_factor": 0.0}
            if small_kv else {}),
     }
     sc = small_scenario(seed=draw(st.integers(0, 10_000)), steps=draw(st.integers(2, 4)), warmup=0,
@@ -206,7 +206,7 @@ def _parity_on_any_small_scenario(case) -> None:
     reached = {
         "several engines": sc.cluster.engines > 1,
         "aborted and resumed": sum(s.resumed_tokens for s in sim.steps) > 0,
-        "abort landing after the step in flight": spec.abort_steps is not None
+        "abort landing after the step in flight": not spec.aborts_at_once
                                                   and sum(s.resumed_tokens for s in sim.steps) > 0,
         "retracted": sum(s.retractions for s in sim.steps) > 0,
         "disaggregated": policy.mode == "disaggregated",

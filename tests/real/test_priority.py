@@ -43,3 +43,17 @@ def test_seer_live_sends_priorities_and_stays_on_policy():
     r = c.run.result
     assert r.summary()["offpolicy_token_fraction"] == 0.0
     assert sum(s.scheduler_stats.get("pieces_resent", 0) for s in r.steps) > 0
+
+
+def test_live_most_room_spreads_one_send_by_requests_outstanding_or_picked():
+    """Live `MOST_ROOM`: the slot with the fewest requests outstanding or already chosen for the
+    same send (a send's requests are chosen before any starts), ties to the lowest index."""
+    from real.runner.cluster import Cluster
+
+    cluster = Cluster([object(), object(), object()], ["a", "b", "c"], progress_deadline_s=None)
+    cluster.slots[0].outstanding = 2
+    choose = cluster.most_room()
+    got = [choose(GenerateRequest((1, 2), 4)).name for _ in range(5)]
+    assert got == ["b", "c", "b", "c", "a"]
+    cluster.slots[1].alive = False
+    assert cluster.most_room()(GenerateRequest((1,), 1)).name == "c"  # picked: c 2, a 3 (2+1)
