@@ -55,6 +55,20 @@ KNOB_DOCS: dict[str, dict[str, tuple[str, str]]] = {
                       "the new weights; false: they continue", "true, false"),
     },
 }
+KNOB_DOCS["seer"] = {
+    "chunk": ("tokens per piece: a response runs in pieces of at most this many tokens, each "
+              "sent to the engine with room (Seer's divided rollout)", "an integer >= 0 (0: one piece)"),
+    "probe": ("one response per group runs first at top priority; its length estimates the "
+              "group's, and the rest go longest-first", "true, false"),
+    "hold": ("the group's other responses wait until its probe has shown something",
+             "true, false"),
+    "route": ("where pieces go: the engine with the most room, or the runtime's router",
+              '"most_room", "router"'),
+    "history": ("estimate a group's length from the same prompt's earlier epochs "
+                "(seer_history); a prompt not seen yet is probed", "true, false"),
+    "migrate_kv": ("a piece's KV moves with it to the next engine (Seer's global KV cache; "
+                   "simulated only, off under a prefix cache): no re-prefill", "true, false"),
+}
 KNOB_DOCS["april_ds"] = {
     "std_threshold": ("finished groups with reward std <= this are dropped (waste) and replaced",
                       "a finite number >= 0"),

@@ -59,7 +59,7 @@ MIN_SHARE_CHUNKED = {
 
 
 @contextmanager
-def _no_mined_constants() -> Iterator[None]:
+def no_mined_constants() -> Iterator[None]:
     """Hypothesis (6.131+) seeds some draws with literals mined from every loaded local module,
     so which test files were imported or ran before (and any edit to aprilsim's source) changes
     a derandomized property's examples, hence the reach shares measured on them: a case reached
@@ -82,6 +82,9 @@ def _no_mined_constants() -> Iterator[None]:
         yield
     finally:
         providers._get_local_constants, providers.CONSTANTS_CACHE = get, cache
+
+
+_no_mined_constants = no_mined_constants  # the name this file's properties use
 
 
 @dataclass

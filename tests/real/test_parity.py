@@ -30,7 +30,7 @@ from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
 from runner_helpers import TESTS  # noqa: F401 - puts tests/ on sys.path
 from sched_helpers import USER_SCHEDULER, every_variant, variant_ids
-from test_engine_equivalence import _no_mined_constants
+from test_engine_equivalence import no_mined_constants
 
 from aprilsim.conformance import check_scheduler, conformance_scenario, small_scenario
 from aprilsim.engine.fast import FastEngine
@@ -223,7 +223,7 @@ def _parity_on_any_small_scenario(case) -> None:
 
 def test_parity_on_any_small_scenario_and_it_reaches_its_cases():
     REACHED.clear()
-    with _no_mined_constants():
+    with no_mined_constants():
         _parity_on_any_small_scenario()
     n = REACHED["examples"]
     assert n >= PROPERTY_EXAMPLES // 2, REACHED
