@@ -6,8 +6,9 @@ package (`aprilsim fit`'s), and `aprilsim --help` should not load numpy for them
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from aprilsim.lazy_names import lazy_attributes
 
 if TYPE_CHECKING:
     from aprilsim.workload.lengths import FAMILIES as FAMILIES
@@ -25,14 +26,4 @@ _LAZY = {name: "lengths" for name in (
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())

@@ -12,9 +12,9 @@ CLI's options, the errors) does not load scipy.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from aprilsim.lazy_names import lazy_attributes
 from aprilsim.workload.fitting.names import ALL_FAMILIES
 
 if TYPE_CHECKING:
@@ -41,14 +41,4 @@ _LAZY = {
 __all__ = ["ALL_FAMILIES", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
