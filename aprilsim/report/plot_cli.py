@@ -6,6 +6,7 @@ join). Rendering lives in `aprilsim.report`; this module only parses arguments a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -16,6 +17,19 @@ from aprilsim.cli_errors import fail
 @click.group(short_help="Figures from simulation outputs (needs matplotlib).")
 def plot() -> None:
     """Figures from the files `aprilsim simulate` writes (needs matplotlib: aprilsim[plot])."""
+
+
+def _write_figure(draw: Callable[[], object], out: Path) -> None:
+    """Draw a figure; a missing matplotlib or a bad input file is one line (exit 2)."""
+    try:
+        draw()
+    except ImportError:
+        fail("plotting needs matplotlib: pip install 'aprilsim[plot]'")
+        return
+    except (ValueError, OSError) as e:
+        fail(str(e))
+        return
+    click.echo(f"wrote {out}")
 
 
 @plot.command("steps", short_help="Per-step curves of a --steps-out file, one line per scheduler.")
@@ -30,15 +44,7 @@ def plot_steps_command(steps_file, out, each_seed) -> None:
     """
     from aprilsim.report.steps_plot import plot_steps, read_steps
 
-    try:
-        plot_steps(read_steps(steps_file), out, each_seed=each_seed)
-    except ImportError:
-        fail("plotting needs matplotlib: pip install 'aprilsim[plot]'")
-        return
-    except (ValueError, OSError) as e:
-        fail(str(e))
-        return
-    click.echo(f"wrote {out}")
+    _write_figure(lambda: plot_steps(read_steps(steps_file), out, each_seed=each_seed), out)
 
 
 @plot.command("gain", short_help="The gain decomposition over sync: a stacked bar per scheduler.")
@@ -52,15 +58,7 @@ def plot_gain_command(summary_file, out) -> None:
     """
     from aprilsim.report.gain_plot import plot_gain, read_gains
 
-    try:
-        plot_gain(read_gains(summary_file), out)
-    except ImportError:
-        fail("plotting needs matplotlib: pip install 'aprilsim[plot]'")
-        return
-    except (ValueError, OSError) as e:
-        fail(str(e))
-        return
-    click.echo(f"wrote {out}")
+    _write_figure(lambda: plot_gain(read_gains(summary_file), out), out)
 
 
 @plot.command("timeline", short_help="Per-engine request timeline of a trace (PNG or HTML).")
