@@ -77,3 +77,15 @@ def test_the_users_scale_runs_retract():
     if missing:
         pytest.skip(f"the whole-run cases did not all run first: {sorted(missing)}")
     assert sum(v > 0 for v in RETRACTED.values()) >= len(RETRACTED) // 2, RETRACTED
+
+
+def test_seers_migrated_kv_agrees_when_kv_binds_at_users_scale():
+    """Seer's pieces with migrated KV (priorities, routing to the engine with most room) on the
+    100k-token cache under the presets' rules: fast == reference, and both the migration and the
+    retractions happen (pieces of 8,192 tokens: shorter ones hold too little KV to retract)."""
+    sc = _small_kv_bound()
+    settings = {"migrate_kv": True, "chunk": 8192}
+    fast, ref = run(sc, "seer", settings), run(sc, "seer", settings, engine_factory=ReferenceEngine)
+    _assert_same_run(fast, ref)
+    assert sum(e.stats.migrated_tokens for e in fast.sim.engines) > 0
+    assert sum(r.retractions for r in fast.result.steps) > 0
