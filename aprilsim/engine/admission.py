@@ -18,7 +18,26 @@ from aprilsim.engine.cost import EngineSpec
 from aprilsim.engine.request import Request
 
 
-def ratio_at(spec: EngineSpec, base: float, steps: int) -> float:
+class AdmissionRules:
+    """The numbers the rules below read from an `EngineSpec`, copied once into plain slots.
+
+    Several are properties of the spec (a Python call per read); the fast engine asks the rules
+    a few times per event, so it passes this instead (the reference engine passes its spec: both
+    run the same functions on the same values)."""
+
+    __slots__ = ("kv_capacity", "max_running", "max_prefill_tokens", "clip_max_new_tokens",
+                 "sglang_ratio", "new_token_ratio", "new_token_ratio_decay",
+                 "min_new_token_ratio", "retract_decode_steps")
+
+    def __init__(self, spec: EngineSpec) -> None:
+        for name in self.__slots__:
+            setattr(self, name, getattr(spec, name))
+
+
+Rules = EngineSpec | AdmissionRules  # what every rule below reads its numbers from
+
+
+def ratio_at(spec: Rules, base: float, steps: int) -> float:
     """The new-token ratio `steps` decode steps after it was set to `base` (at a reset: the
     initial ratio; after a retraction: SGLang's estimate). SGLang subtracts the decay once per
     decode step and floors at the minimum; both engines use this closed form instead, so they
@@ -30,13 +49,13 @@ def ratio_at(spec: EngineSpec, base: float, steps: int) -> float:
     return r if r > lo else lo
 
 
-def ratio_after_retraction(spec: EngineSpec, gen_sum: int, max_new_sum: int, n: int) -> float:
+def ratio_after_retraction(spec: Rules, gen_sum: int, max_new_sum: int, n: int) -> float:
     """SGLang's `estimate_new_token_ratio_after_retract`, over the requests still running: what
     they have generated plus `retract_decode_steps` each, over their max_new_tokens (+1)."""
     return min(1.0, (gen_sum + spec.retract_decode_steps * n) / (max_new_sum + 1))
 
 
-def clipped(spec: EngineSpec, remaining: int) -> int:
+def clipped(spec: Rules, remaining: int) -> int:
     """A request's remaining max_new_tokens as the admission estimate counts it
     (SGLang's CLIP_MAX_NEW_TOKENS; no clip at 0)."""
     c = spec.clip_max_new_tokens
@@ -85,7 +104,7 @@ def _insert(waiting: deque[Request], r: Request, head: bool) -> None:
 
 
 def can_admit_head(
-    spec: EngineSpec,
+    spec: Rules,
     waiting: deque[Request],
     n_running: int,
     kv: int,
@@ -118,14 +137,16 @@ def can_admit_head(
         return False
     if n_running == 0:
         return True
-    head = clipped(spec, r.max_new - r.gen)
+    head, c = r.max_new - r.gen, spec.clip_max_new_tokens  # clipped(spec, ...), inline
+    if c and head >= c:
+        head = c
     if spec.sglang_ratio:
         return need + head <= spec.kv_capacity - kv - ratio * reserve - batch_reserve
     return need + ratio * head <= spec.kv_capacity - kv - ratio * (reserve + batch_reserve)
 
 
 def select_prefill_batch(
-    spec: EngineSpec,
+    spec: Rules,
     waiting: deque[Request],
     n_running: int,
     kv: int,

@@ -30,6 +30,7 @@ import math
 from collections import deque
 
 from aprilsim.engine.admission import (
+    AdmissionRules,
     can_admit_head,
     enqueue,
     prefill_pieces,
@@ -66,6 +67,7 @@ class FastEngine(EngineFace):
 
     def __init__(self, spec: EngineSpec, name: int = 0) -> None:
         self.spec = spec
+        self.rules = AdmissionRules(spec)  # what admission reads, without the spec's properties
         self.cost = spec.cost
         self.kv_capacity = spec.kv_capacity
         self.max_running = spec.max_running
@@ -92,7 +94,7 @@ class FastEngine(EngineFace):
         self.open_room = 0  # chunked prefill: tokens free in the pass the last batch left open
         self.chunk = spec.prefill_chunk
         self.pf = PrefillBatch()
-        self.ratio = NewTokenRatio(spec)
+        self.ratio = NewTokenRatio(self.rules)
         self.sglang = spec.sglang_ratio
         self.decay = spec.new_token_ratio_decay
         self.clip = spec.clip_max_new_tokens
@@ -490,7 +492,7 @@ class FastEngine(EngineFace):
         if self.cache is not None:
             self._cache_leave(victims)
         requeue(self.waiting, victims, head=spec.retract_to != "tail")
-        if spec.sglang_ratio:  # re-estimated over the requests left
+        if self.sglang:  # re-estimated over the requests left
             it = self.it
             self.ratio.re_estimate(
                 it, self._base_sum + it * len(running), self._max_new_sum, len(running))
@@ -556,11 +558,11 @@ class FastEngine(EngineFace):
         reserve = self.reserve if clipped is None else clipped.sum_after(0)
         ratio = self.ratio.at(self.it) if self.sglang else self.ratio.base
         refs = self.prefixes
-        if not can_admit_head(self.spec, self.waiting, len(running), self.kv, reserve, ratio, 0,
+        if not can_admit_head(self.rules, self.waiting, len(running), self.kv, reserve, ratio, 0,
                               refs):
             return False
         pf.reqs, tokens, sq, added, moved, capped = select_prefill_batch(
-            self.spec, self.waiting, len(running), self.kv, reserve, ratio, refs
+            self.rules, self.waiting, len(running), self.kv, reserve, ratio, refs
         )
         stamp_started(pf.reqs, self.t)
         comp = tokens  # the tokens it computes
@@ -605,7 +607,7 @@ class FastEngine(EngineFace):
         batch grows by b a step, the estimate falls by at most r*b), so later boundaries need no
         check; where the S bound would turn negative the span is cut too (clipped requests only).
         """
-        spec, running = self.spec, self.running
+        spec, running = self.rules, self.running
         b = len(running)
         if b >= self.max_running:
             return None
@@ -678,7 +680,7 @@ class FastEngine(EngineFace):
         if m >= self.n:
             return
         if not can_admit_head(
-            self.spec, self.waiting, b, self.kv + m * b, self._reserve_after(m),
+            self.rules, self.waiting, b, self.kv + m * b, self._reserve_after(m),
             self._ratio_after(m), 0, self.prefixes,
         ):
             if not self.decay or m + 1 >= self.n:

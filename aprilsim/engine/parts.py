@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from aprilsim.engine.admission import ratio_after_retraction, ratio_at
 
 if TYPE_CHECKING:
-    from aprilsim.engine.cost import EngineSpec
+    from aprilsim.engine.admission import Rules
     from aprilsim.engine.request import Request
 
 IDLE, PREFILL, DECODE = 0, 1, 2  # an engine's phase: nothing planned, a prefill batch, a decode span
@@ -109,9 +109,10 @@ class PrefillBatch:
 @dataclass(slots=True)
 class NewTokenRatio:
     """SGLang's new-token ratio: `base` set at decode iteration `it0` (a reset or a retraction's
-    re-estimate), decaying per step from there (`admission.ratio_at`)."""
+    re-estimate), decaying per step from there (`admission.ratio_at`). `spec` is an `EngineSpec`
+    or its `AdmissionRules` (the fast engine's: no property calls)."""
 
-    spec: EngineSpec
+    spec: Rules
     base: float = 0.0
     it0: int = 0
 
