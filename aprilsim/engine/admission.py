@@ -157,8 +157,9 @@ def select_prefill_batch(
     """Pop from `waiting` the requests one prefill batch admits (FCFS, KV reserve, token budget:
     at most `max_prefill_tokens` input tokens, at least one request).
 
-    Returns the batch with what it adds up to, counted in the same pass (the fast engine's hot
-    path): the input tokens it computes, the sum of their squares per request (attention work),
+    Returns the batch (empty when the head is not admitted: the fast engine's one admission
+    test) with what it adds up to, counted in the same pass (its hot path): the input tokens it
+    computes, the sum of their squares per request (attention work),
     its remaining max_new (unclipped), the migrated tokens it holds without computing them
     (`Request.migrated`: n computed tokens after m migrated ones cost (m + n)^2 - m^2), and
     whether the token budget ended it (the queue head was admissible but did not
@@ -171,7 +172,7 @@ def select_prefill_batch(
     tokens = sq = added = held = moved = 0
     limit = spec.max_prefill_tokens
     seen: Container[int] = resident
-    brought: set[int] = set()
+    brought: set[int] | None = None  # the prefixes this batch brings (made at the first)
     while can_admit_head(spec, waiting, n_running + len(batch), kv + tokens + moved, reserve, ratio,
                          held, seen):
         r = waiting[0]
@@ -192,7 +193,8 @@ def select_prefill_batch(
             sq += need * need - m * m
         moved += m
         if brings:
-            if not brought:
+            if brought is None:
+                brought = set()
                 seen = _Union(resident, brought)
             brought.add(r.prefix)
         added += r.max_new - r.gen

@@ -558,12 +558,12 @@ class FastEngine(EngineFace):
         reserve = self.reserve if clipped is None else clipped.sum_after(0)
         ratio = self.ratio.at(self.it) if self.sglang else self.ratio.base
         refs = self.prefixes
-        if not can_admit_head(self.rules, self.waiting, len(running), self.kv, reserve, ratio, 0,
-                              refs):
-            return False
-        pf.reqs, tokens, sq, added, moved, capped = select_prefill_batch(
+        reqs, tokens, sq, added, moved, capped = select_prefill_batch(
             self.rules, self.waiting, len(running), self.kv, reserve, ratio, refs
         )
+        if not reqs:  # the head is not admitted
+            return False
+        pf.reqs = reqs
         stamp_started(pf.reqs, self.t)
         comp = tokens  # the tokens it computes
         if self.share:
