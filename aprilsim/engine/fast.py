@@ -34,6 +34,7 @@ from aprilsim.engine.admission import (
     can_admit_head,
     enqueue,
     prefill_pieces,
+    ratio_at,
     requeue,
     select_prefill_batch,
 )
@@ -304,7 +305,7 @@ class FastEngine(EngineFace):
             return self._pop_finished_checked()
         done = []
         running, t, pop, clipped = self.running, self.t, heapq.heappop, self.clipped
-        freed = base_sum = max_new_sum = 0
+        freed = base_sum = max_new_sum = reserve = 0
         cache = self.cache
         left = []
         while heap and heap[0][0] <= it:
@@ -321,11 +322,12 @@ class FastEngine(EngineFace):
                 self._release(r)
             if cache is not None:
                 left.append(r)
-            self.reserve -= max_new - gen
+            reserve += max_new - gen
             done.append(Completion(rid, gen, "length" if gen == max_new else "stop", t))
         self.kv -= freed
         self._base_sum -= base_sum
         self._max_new_sum -= max_new_sum
+        self.reserve -= reserve
         self.hold = False
         if cache is not None:
             self._cache_leave(left)
@@ -556,7 +558,8 @@ class FastEngine(EngineFace):
         running, pf = self.running, self.pf
         clipped = self.clipped
         reserve = self.reserve if clipped is None else clipped.sum_after(0)
-        ratio = self.ratio.at(self.it) if self.sglang else self.ratio.base
+        nr = self.ratio  # nr.at(self.it), one call fewer (asked at every plan with a queue)
+        ratio = ratio_at(self.rules, nr.base, self.it - nr.it0)
         refs = self.prefixes
         reqs, tokens, sq, added, moved, capped = select_prefill_batch(
             self.rules, self.waiting, len(running), self.kv, reserve, ratio, refs
