@@ -230,7 +230,8 @@ def main() -> None:
           f"{'vLLM /metrics' if 'metrics' in cal['source'] else cal['source']}; decode "
           f"a {1e3 * cal['cost']['a']:.3f} ms + b {1e6 * cal['cost']['b']:.1f} us x B + c "
           f"{cal['cost']['c']:.3g} s x K, prefill p0 {1e3 * cal['cost']['p0']:.2f} ms + p1 "
-          f"{1e6 * cal['cost']['p1']:.2f} us x n. Fit error (median |rel|): "
+          f"{1e6 * cal['cost']['p1']:.2f} us x n + pr {1e3 * cal['cost'].get('pr', 0.0):.3f} ms x "
+          f"requests. Fit error (median |rel|): "
           + ", ".join(f"{k} {100 * e['median_abs']:.1f}%" for k, e in cal_err.items()) + ".", ""]
     md += [f"- measured: {m}" for m in cal.get("measured", [])]
     md += [f"- assumed: {a}" for a in cal.get("assumed", [])]

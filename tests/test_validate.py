@@ -51,17 +51,60 @@ def synthetic_log(n: int = 400, noise: float = 0.0, gap: float = 0.0, seed: int 
 
 
 def test_fit_recovers_known_coefficients():
-    from aprilsim.validate.costfit import fit_in_house
-
-    cost, dec_err, _ = fit_in_house([synthetic_log()])  # exact data: exact recovery
-    for k in ("a", "b", "c", "p0", "p1"):
-        assert getattr(cost, k) == pytest.approx(getattr(TRUE, k), rel=1e-3)
-    assert dec_err < 1e-6
-    # calibrate's estimator (used when present) reads the log's prefill sizes as equal: close
+    """Exact steps: the compute fit is calibrate's (robust bins; the log's prefill sizes read as
+    equal): close; the wall fit (absolute errors) recovers the decode terms, its p0 is a."""
     fit = fit_iterations([synthetic_log()])
     for k in ("a", "b", "c", "p0", "p1"):
         assert getattr(fit.cost, k) == pytest.approx(getattr(TRUE, k), rel=3e-2)
-    assert fit.decode_median_err < 1e-6 and fit.n_decode == 360 and fit.n_prefill == 40
+    for k in ("a", "b", "c"):
+        assert getattr(fit.wall, k) == pytest.approx(getattr(TRUE, k), rel=1e-3)
+    assert fit.wall.p0 == fit.wall.a and fit.cost.pr < 1e-3 * TRUE.p0
+    assert fit.source == "aprilsim.engine.calibration.CostCalibrator"
+    assert fit.decode_median_err < 1e-3 and fit.n_decode == 360 and fit.n_prefill == 40  # bins: not exact
+
+
+PER_REQ = CostModel(a=2e-3, b=1e-4, c=1e-6, p0=2e-3, p1=2e-6, pr=1.5e-3)
+
+
+def per_request_log(n: int = 600, seed: int = 0) -> list[dict]:
+    """An engine whose prefill costs per request (the bundled engine's loop over sequences):
+    fresh batches of many short prompts and resumed ones of a few long inputs."""
+    rng = random.Random(seed)
+    rows, t, kv, batch = [], 0.0, 0, 1
+    for i in range(n):
+        if i % 6 == 0:
+            batch = rng.randint(1, 16)
+            per = rng.choice([rng.randint(8, 24), rng.randint(100, 300)])  # fresh or resumed
+            tokens = batch * per
+            dur = PER_REQ.prefill_time(tokens, tokens * tokens // batch, requests=batch)
+            kv = tokens
+            rows.append(dict(seq=i + 1, t=0, phase="prefill", batch_size=batch, prefill_tokens=tokens,
+                             kv_tokens=kv, running=batch, retracted=0, duration_s=dur, padded_s=dur))
+        else:
+            dur = PER_REQ.decode_time(batch, kv)
+            kv += batch
+            rows.append(dict(seq=i + 1, t=0, phase="decode", batch_size=batch, prefill_tokens=0,
+                             kv_tokens=kv, running=batch, retracted=0, duration_s=dur, padded_s=dur))
+        t += dur
+        rows[-1]["t"] = t
+    return rows
+
+
+def test_a_per_request_bound_prefill_is_priced_right():
+    """Both fits carry calibrate's per-request term: a batch of 16 short prompts and one long
+    resumed input are both priced within 1 %; without pr one of them is off by far more."""
+    from aprilsim.validate.pricing import price
+
+    rows = per_request_log()
+    fit = fit_iterations([rows])
+    for cost in (fit.cost, fit.wall):
+        assert cost.pr == pytest.approx(PER_REQ.pr, rel=0.05)
+        for batch, per in ((16, 12), (1, 280), (4, 150)):
+            r = dict(phase="prefill", batch_size=batch, prefill_tokens=batch * per)
+            assert price(cost, None, r) == pytest.approx(
+                PER_REQ.prefill_time(batch * per, batch * per * per, requests=batch), rel=0.01)
+    assert fit.prefill_median_err < 0.01 < 0.1 < fit.prefill_without_pr_err
+    assert fit.to_dict()["wall"]["pr"] == fit.wall.pr and fit.to_dict()["pr"] == fit.cost.pr
 
 
 def test_wall_fit_takes_in_the_gap_between_steps_and_matches_sums():

@@ -116,13 +116,11 @@ def explain(rows: Sequence[SchedulerComparison], fit: dict[str, Any]) -> list[st
             why.append(f"Prefill p0+p1*n fits with {100 * fit['prefill_median_err']:.1f}% median "
                        f"error; prefill takes {100 * (1 - fit.get('decode_share', 1)):.0f}% of the "
                        "engines' compute.")
-        br, bt = fit.get("prefill_by_request_err", 0.0), fit.get("prefill_by_token_err", 0.0)
-        if br and bt and br < 0.7 * bt:
-            why.append(f"Prefill follows the number of requests (fit error {100 * br:.0f}%) rather "
-                       f"than their tokens ({100 * bt:.0f}%), which the cost model's p0 + p1*sum(n) "
-                       "cannot express: with one p1, fresh samples' short prompts and resumed "
-                       "samples' long inputs are not both priced right (a per-request prefill term "
-                       "is missing).")
+        pe_fit, pe_no_pr = fit.get("prefill_median_err", 0.0), fit.get("prefill_without_pr_err", 0.0)
+        if pe_no_pr > 0.1 and pe_fit < 0.7 * pe_no_pr:
+            why.append(f"Prefill costs per request (the per-request term pr "
+                       f"{1e3 * fit.get('pr', 0.0):.3f} ms fits it with {100 * pe_fit:.0f}% median "
+                       f"error, p0 + p1*sum(n) alone with {100 * pe_no_pr:.0f}%): priced with pr.")
         out.append(" ".join(why))
     for label, g in gains(rows).items():
         if abs(g["diff_pp"]) > TARGET_GAIN_PP:
@@ -231,10 +229,12 @@ def report_markdown(rep: dict[str, Any], figures: Sequence[str] = ()) -> str:
         lines += [
               f"From {m.get('calibration_from', '')} ({cal.get('source', '')}): decode "
               f"a {1e3 * cal['a']:.3f} ms + b {1e6 * cal['b']:.1f} us x B + c {cal['c']:.3g} s x K; "
-              f"prefill p0 {1e3 * cal['p0']:.3f} ms + p1 {1e6 * cal['p1']:.2f} us x n (compute, relative "
+              f"prefill p0 {1e3 * cal['p0']:.3f} ms + p1 {1e6 * cal['p1']:.2f} us x n + pr "
+              f"{1e3 * cal.get('pr', 0.0):.3f} ms x requests (compute, relative "
               f"errors). The simulation runs the fit to step-end-to-step-end intervals (absolute errors): "
               f"a {1e3 * cal['wall']['a']:.3f} ms, b {1e6 * cal['wall']['b']:.1f} us, c {cal['wall']['c']:.3g}, "
-              f"p0 {1e3 * cal['wall']['p0']:.3f} ms, p1 {1e6 * cal['wall']['p1']:.2f} us. Median gap "
+              f"p0 {1e3 * cal['wall']['p0']:.3f} ms, p1 {1e6 * cal['wall']['p1']:.2f} us, pr "
+              f"{1e3 * cal['wall'].get('pr', 0.0):.3f} ms. Median gap "
               f"between busy steps {1e3 * cal['overhead_s']:.3f} ms. Fit error (median, compute): "
               f"decode {100 * cal['decode_median_err']:.1f}% over {cal['n_decode']} iterations, prefill "
               f"{100 * cal['prefill_median_err']:.1f}% over {cal['n_prefill']}; decode "
