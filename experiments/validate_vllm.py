@@ -122,13 +122,21 @@ def calibrate(urls: list[str], scale: float, out: Path) -> dict:
 def targets_table(rep: dict) -> list[str]:
     """The issue's targets, per scheduler, with the noise floor beside each error."""
     pool, t = rep["rounds"], rep["targets"]
-    lines = ["| scheduler | per-step rollout error (median, pooled) | noise floor | gain over sync: "
-             "predicted / measured (mean +- 95 %) | gain error (pp, +- 95 %) | engine-time error "
-             "(priced, median) | engine-time gain error (pp) |", "|---|---|---|---|---|---|---|"]
+    def pct(x):
+        return "n/a" if x is None else f"{100 * x:.1f}%"
+
+    lines = [f"| scheduler | per-step rollout error vs the mean of {pool['rounds']} rounds (median) | "
+             "noise floor of that mean (floor / sqrt(R); split halves) | single-run per-step error "
+             "(median, pooled) | noise floor of one run | gain over sync: "
+             "predicted / measured (mean +- 95 %) | gain error (pp, paired, +- 95 %) | engine-time error "
+             "(priced, median; vs mean) | engine-time gain error (pp, paired) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for lab, v in pool["schedulers"].items():
         g = pool["gains"].get(lab)
-        err = "n/a" if v["step_rollout_median_abs"] is None else f"{100 * v['step_rollout_median_abs']:.1f}%"
-        nf = "n/a" if v["noise_floor"] is None else f"{100 * v['noise_floor']:.1f}%"
+        vm = (f"{pct(v.get('step_rollout_vs_mean_median_abs'))} | {pct(v.get('noise_floor_of_mean'))}; "
+              f"{pct(v.get('noise_floor_of_mean_split_half'))}")
+        err = pct(v["step_rollout_median_abs"])
+        nf = pct(v["noise_floor"])
         if g:
             m, d = g["measured"], g["diff_pp"]
             hw = "" if m["half_width"] is None else f" +- {100 * m['half_width']:.1f}"
@@ -140,8 +148,8 @@ def targets_table(rep: dict) -> list[str]:
                 "" if dp.get("half_width") is None else f" +- {dp['half_width']:.1f}")
         else:
             gain, ge, gp = "(base)", "", ""
-        pe = "n/a" if v.get("step_priced_median_abs") is None else f"{100 * v['step_priced_median_abs']:.1f}%"
-        lines.append(f"| {lab} | {err} | {nf} | {gain} | {ge} | {pe} | {gp} |")
+        pe = f"{pct(v.get('step_priced_median_abs'))}; {pct(v.get('step_priced_vs_mean_median_abs'))}"
+        lines.append(f"| {lab} | {vm} | {err} | {nf} | {gain} | {ge} | {pe} | {gp} |")
     rk = t["ranking"]
     lines += ["", f"Ranking: predicted {' > '.join(rk['predicted'])}; preserved in "
               f"{rk['preserved_rounds']}/{rk['rounds']} rounds (ties within 2 % may swap)."]

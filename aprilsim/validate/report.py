@@ -39,12 +39,21 @@ def targets(rows: Sequence[SchedulerComparison], pool: dict[str, Any] | None = N
     """Each target, the figure measured against it, and whether it is met (None: not measured,
     shown as n/a). With ``pool`` (:func:`aprilsim.validate.rounds.pooled` over repeated rounds)
     the step errors are pooled over the rounds, the gains are the paired means, the ranking must
-    hold in every round, and each scheduler's noise floor stands beside its error."""
+    hold in every round, and each scheduler's noise floor stands beside its error. With two
+    rounds or more the step error is the prediction's against the mean of the rounds' measured
+    step (noise floor: that mean's); the single-run figures stay beside it."""
+    single: dict[str, Any] = {}
+    single_noise: dict[str, Any] = {}
     if pool is not None and pool.get("rounds", 0) >= 1:
         ps = pool["schedulers"]
-        errs = {lab: v["step_rollout_median_abs"] for lab, v in ps.items()}
+        single = {lab: v["step_rollout_median_abs"] for lab, v in ps.items()}
+        single_noise = {lab: v["noise_floor"] for lab, v in ps.items()}
+        if pool["rounds"] >= 2:
+            errs = {lab: v.get("step_rollout_vs_mean_median_abs") for lab, v in ps.items()}
+            noise = {lab: v.get("noise_floor_of_mean") for lab, v in ps.items()}
+        else:
+            errs, noise = dict(single), dict(single_noise)
         priced = {lab: v["step_priced_median_abs"] for lab, v in ps.items()}
-        noise = {lab: v["noise_floor"] for lab, v in ps.items()}
         g = {lab: {"predicted": v["predicted"], "measured": v["measured"]["mean"],
                    "diff_pp": v["diff_pp"]["mean"], "diff_pp_half_width": v["diff_pp"]["half_width"],
                    "measured_half_width": v["measured"]["half_width"], "rounds": v["diff_pp"]["n"]}
@@ -69,7 +78,10 @@ def targets(rows: Sequence[SchedulerComparison], pool: dict[str, Any] | None = N
         priced_rank = ranking_preserved(rows, RANK_TIE, side="priced")
     return {
         "step_rollout_error": {"bound": TARGET_STEP_ERR, "worst": we, "by_scheduler": errs,
-                               "noise_floor": noise, "met": _met(we, TARGET_STEP_ERR)},
+                               "noise_floor": noise, "met": _met(we, TARGET_STEP_ERR),
+                               "single_run": single, "single_run_noise_floor": single_noise,
+                               "against": "mean of the rounds" if pool and pool.get("rounds", 0) >= 2
+                               else "each run"},
         "step_priced_error": {"bound": TARGET_PRICED_ERR, "worst": wp, "by_scheduler": priced,
                               "met": _met(wp, TARGET_PRICED_ERR)},
         "gain_vs_sync_pp": {"bound": TARGET_GAIN_PP, "worst": wg, "by_scheduler": g,
@@ -177,7 +189,8 @@ def report_markdown(rep: dict[str, Any], figures: Sequence[str] = ()) -> str:
              f"{m.get('steps')} steps (warm-up left out), limits {m.get('limits')}.", "",
              "## Targets", "",
              "| target | bound | measured | met |", "|---|---|---|---|",
-             f"| median per-step rollout-time error (worst scheduler) | <= {100 * t['step_rollout_error']['bound']:.0f}% "
+             f"| median per-step rollout-time error (worst scheduler; against "
+             f"{t['step_rollout_error'].get('against', 'each run')}) | <= {100 * t['step_rollout_error']['bound']:.0f}% "
              f"| {_abs_pct(t['step_rollout_error']['worst'])}{_noise(t)} | {_yes(t['step_rollout_error']['met'])} |",
              f"| engine-time error per step, logged iterations priced (load-independent) | <= "
              f"{100 * t['step_priced_error']['bound']:.0f}% | {_abs_pct(t['step_priced_error']['worst'])} "
@@ -206,9 +219,11 @@ def report_markdown(rep: dict[str, Any], figures: Sequence[str] = ()) -> str:
     pool = rep.get("rounds")
     if pool and pool.get("rounds", 0) > 1:
         lines += ["", f"## Rounds: model error beside the noise floor ({pool['rounds']} interleaved rounds, same seed)", "",
-                  "| scheduler | per-step rollout error, median abs (pooled) | noise floor (same steps repeated) "
+                  "| scheduler | per-step rollout error vs the rounds' mean, median abs | noise floor of "
+                  "that mean (floor / sqrt(R); split halves) | single-run error, median abs (pooled) "
+                  "| noise floor of one run (same steps repeated) "
                   "| gain over sync: predicted | measured (mean +- 95%) | predicted - measured (pp, +- 95%) |",
-                  "|---|---|---|---|---|---|"]
+                  "|---|---|---|---|---|---|---|---|"]
         for lab, v in pool["schedulers"].items():
             gg = pool["gains"].get(lab)
             if gg:
@@ -218,7 +233,9 @@ def report_markdown(rep: dict[str, Any], figures: Sequence[str] = ()) -> str:
                 gcells = f"{_pct(gg['predicted'])} | {100 * m['mean']:+.1f}%{hw} | {d['mean']:+.1f}{dhw}"
             else:
                 gcells = "(base) | | "
-            lines.append(f"| {lab} | {_abs_pct(v['step_rollout_median_abs'])} | {_abs_pct(v['noise_floor'])} | {gcells} |")
+            lines.append(f"| {lab} | {_abs_pct(v.get('step_rollout_vs_mean_median_abs'))} | "
+                         f"{_abs_pct(v.get('noise_floor_of_mean'))}; {_abs_pct(v.get('noise_floor_of_mean_split_half'))} | "
+                         f"{_abs_pct(v['step_rollout_median_abs'])} | {_abs_pct(v['noise_floor'])} | {gcells} |")
     lines += ["", "## Calibration", ""]
     if cal.get("n_decode") is None:  # a cost given, not fitted here (offline: replay-validate)
         coef = ", ".join(f"{k} {cal[k]:.4g}" for k in ("a", "b", "c", "p0", "p1", "p2", "pr")
