@@ -38,6 +38,10 @@ BEGIN, END = "<!-- vllm-results -->", "<!-- /vllm-results -->"
 VENV = Path(os.environ.get("APRILSIM_VLLM_VENV", "/work/venv-vllm"))
 
 
+class _Loaded(Exception):
+    """Saved runs judged: skip the live part."""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -56,12 +60,12 @@ def build_model(venv: Path, out: Path) -> dict:
 class VLLMServer:
     """One ``vllm.entrypoints.openai.api_server`` in a process group of its own."""
 
-    def __init__(self, venv: Path, model: Path, port: int, log: Path) -> None:
+    def __init__(self, venv: Path, model: Path, port: int, log: Path, pin: str | None = None) -> None:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
         self.url = f"http://127.0.0.1:{port}"
         self.log = log
         self.proc = subprocess.Popen(
-            [str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server", "--model",
+            [*(["taskset", "-c", pin] if pin else []), str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server", "--model",
              str(model), "--max-model-len", "2048", "--dtype", "bfloat16", "--port", str(port),
              "--host", "127.0.0.1"],
             stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -176,16 +180,33 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/aprilsim_vllm"))
     ap.add_argument("--doc", type=Path, default=ROOT / "docs" / "validation.md")
     ap.add_argument("--keep", action="store_true", help="leave the servers running")
+    ap.add_argument("--pin", help="taskset core list for the servers (e.g. 1)")
+    ap.add_argument("--save", type=Path, help="pickle the live runs (and keep cal.json in --work)")
+    ap.add_argument("--load", type=Path, help="judge live runs saved by --save (no servers, no calibrate)")
     args = ap.parse_args()
     from aprilsim.config import load_scenario, with_overrides
     from real.runner.options import EngineTarget
-    from real.validate import ValidateOptions, validate, write_all
+    from real.validate import ValidateOptions, judge, load_live, validate, write_all
 
     args.work.mkdir(parents=True, exist_ok=True)
     servers: list[VLLMServer] = []
     t0 = time.monotonic()
     notes = []
+    load0 = os.getloadavg()
     try:
+        if args.load:
+            saved = json.loads((args.work / "cal.json").read_text())
+            cal, t_cal, urls, notes = saved["cal"], saved["t_cal"], saved["urls"], saved["notes"]
+            live, limits, what, checks, t_live = load_live(args.load)
+            sc = with_overrides(load_scenario(SCENARIO), steps=args.steps, warmup=None)
+            opts = ValidateOptions(EngineTarget(engines=tuple(urls)), seed=args.seed, steps=args.steps,
+                                   calibration=args.work / "cal.toml", repeats=args.repeats,
+                                   max_running=cal.get("max_running"), scale=args.scale)
+            tv = time.monotonic()
+            v = judge(sc, SPECS, opts, live, limits, what, checks, t_live)
+            rep = write_all(v, args.work / "report", figures=False)
+            t_val = saved.get("t_val", t_live)
+            raise _Loaded
         if args.url:
             urls = [u.strip() for u in args.url.split(",") if u.strip()]
         else:
@@ -197,7 +218,7 @@ def main() -> None:
             for _ in range(args.servers):
                 port = free_port()
                 servers.append(VLLMServer(args.venv, args.work / "tiny-llama", port,
-                                          args.work / f"vllm-{port}.log"))
+                                          args.work / f"vllm-{port}.log", args.pin))
             ready = [s.wait_healthy() for s in servers]
             notes.append(f"{len(servers)} vLLM server(s) healthy after {max(ready):.0f} s")
             urls = [f"vllm+{s.url}" for s in servers]
@@ -210,9 +231,15 @@ def main() -> None:
                                calibration=args.work / "cal.toml", repeats=args.repeats,
                                max_running=cal.get("max_running"), scale=args.scale)
         tv = time.monotonic()
-        v = validate(sc, SPECS, opts, lambda n, d, t: print(f"{n}: step {d}/{t}", flush=True))
+        v = validate(sc, SPECS, opts, lambda n, d, t: print(f"{n}: step {d}/{t}", flush=True),
+                     save=args.save)
         rep = write_all(v, args.work / "report", figures=False)
         t_val = time.monotonic() - tv
+        (args.work / "cal.json").write_text(json.dumps(
+            {"cal": cal, "t_cal": t_cal, "t_val": t_val, "urls": urls, "notes": notes,
+             "load": [load0, os.getloadavg()]}))
+    except _Loaded:
+        load0, _ = json.loads((args.work / "cal.json").read_text()).get("load", [load0, None])
     finally:
         left = []
         if not args.keep:
@@ -227,7 +254,7 @@ def main() -> None:
     ver = rep["meta"].get("engines", "")
     md = ["## vLLM (vllm-cpu, measured by `python experiments/validate_vllm.py`)", "",
           f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs (loaded-machine "
-          f"figures); {ver} ({', '.join(urls)}){''.join('; ' + n for n in notes)}. Scenario `experiments/scenarios/validate_live.toml` "
+          f"figures; load average {load0[0]:.1f} at the start, 1 min){'; servers pinned to core(s) ' + args.pin if args.pin else ''}; {ver} ({', '.join(urls)}){''.join('; ' + n for n in notes)}. Scenario `experiments/scenarios/validate_live.toml` "
           f"at scale {args.scale:g} (max_response_len {int(16384 * args.scale)}), {args.steps} steps "
           f"(1 warm-up), seed {args.seed}, {args.repeats} interleaved rounds of "
           f"{', '.join(SPECS)}. Wall: calibrate {t_cal:.0f} s, validate {t_val:.0f} s, "
