@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import platform
 import shutil
@@ -89,8 +90,10 @@ def serve_main(args) -> None:
     scale = local_scale(sc.max_response_len)
     t0 = time.monotonic()
     load0 = os.getloadavg()
-    if args.load:  # saved live runs, judged again (no servers)
+    if args.load:  # saved live runs, judged again (no servers); their load and wall beside them
         live, limits, what, checks, t_live = load_live(args.load)
+        side = json.loads(args.load.with_suffix(".json").read_text())
+        load0, t0 = side["load"][0], time.monotonic() - side["wall_s"]
         opts = ValidateOptions(EngineTarget(engines=("saved",)), seed=args.seed, steps=args.steps,
                                repeats=args.repeats, scale=scale)
         v = judge(sc, SPECS, opts, live, limits, what, checks, t_live)
@@ -110,7 +113,10 @@ def serve_main(args) -> None:
             for p, _ in procs:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     p.wait(10)
-    load1 = os.getloadavg()
+    load1 = side["load"][1] if args.load else os.getloadavg()
+    if args.save:
+        args.save.with_suffix(".json").write_text(json.dumps(
+            {"load": [load0, load1], "wall_s": time.monotonic() - t0, "pin": args.pin}))
     live = rep["meta"]["live"]
     rv = live.get("reconstruction_vs_log", {})
     cal = rep["calibration"]

@@ -247,6 +247,12 @@ def main() -> None:
                 left += s.stop()
         if servers and not args.keep:
             print(f"vLLM process groups killed; processes left: {left or 'none'}", flush=True)
+    t_all = time.monotonic() - t0
+    if args.load:
+        t_all = json.loads((args.work / "cal.json").read_text()).get("t_all", t_all)
+    elif args.save:
+        saved = json.loads((args.work / "cal.json").read_text())
+        (args.work / "cal.json").write_text(json.dumps({**saved, "t_all": t_all}))
     live = rep["meta"]["live"]
     vl = live.get("vllm", {})
     rv = live.get("reconstruction_vs_vllm_metrics", {})
@@ -258,7 +264,7 @@ def main() -> None:
           f"at scale {args.scale:g} (max_response_len {int(16384 * args.scale)}), {args.steps} steps "
           f"(1 warm-up), seed {args.seed}, {args.repeats} interleaved rounds of "
           f"{', '.join(SPECS)}. Wall: calibrate {t_cal:.0f} s, validate {t_val:.0f} s, "
-          f"{time.monotonic() - t0:.0f} s in all.", "",
+          f"{t_all:.0f} s in all.", "",
           "### Calibration (its own runs, held out)", "",
           f"`aprilsim calibrate --engines {','.join(urls)} --scenario ... --scale {args.scale:g}`: "
           f"{cal['n_decode']} decode and {cal['n_prefill']} prefill records, timed by "
