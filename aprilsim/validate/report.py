@@ -125,7 +125,7 @@ def explain(rows: Sequence[SchedulerComparison], fit: dict[str, Any]) -> list[st
                        f"{100 * fit['decode_median_err']:.1f}% median error (a CPU engine's "
                        "iteration time is mostly Python overhead and noisy).")
         if fit.get("prefill_median_err", 0) > 2 * TARGET_STEP_ERR:
-            why.append(f"Prefill p0+p1*n fits with {100 * fit['prefill_median_err']:.1f}% median "
+            why.append(f"Prefill p0+p1*n+pr*requests fits with {100 * fit['prefill_median_err']:.1f}% median "
                        f"error; prefill takes {100 * (1 - fit.get('decode_share', 1)):.0f}% of the "
                        "engines' compute.")
         pe_fit, pe_no_pr = fit.get("prefill_median_err", 0.0), fit.get("prefill_without_pr_err", 0.0)
