@@ -11,7 +11,12 @@ round of their own (held out), the noise floor beside every error; rewrites the 
 `<!-- serve-results -->` markers.
 
     python experiments/validate_bundled.py [--steps 5] [--seed 0] [--local 1]
-    python experiments/validate_bundled.py --serve 2 [--repeats 3] [--steps 4]
+    python experiments/validate_bundled.py --serve 2 [--repeats 3] [--steps 4] [--pin]
+        [--save RUN.pkl | --load RUN.pkl]
+
+``--pin``: server i on core i (taskset). ``--save`` pickles the live runs (RUN.json beside them
+keeps the load average and wall time); ``--load`` judges them again with this tree, without
+servers (experiments/validate_causes.py reads the same file).
 """
 
 from __future__ import annotations

@@ -11,9 +11,13 @@ vLLM's engine processes outlive a killed API server: each server is started in a
 of its own, and the group is killed at the end (and checked empty).
 
     python experiments/validate_vllm.py [--venv /work/venv-vllm] [--servers 1] [--repeats 3]
-        [--steps 4] [--scale 0.015625] [--keep] [--url vllm+http://127.0.0.1:8100]
+        [--steps 4] [--scale 0.015625] [--keep] [--url vllm+http://127.0.0.1:8100] [--pin 1]
+        [--save RUN.pkl | --load RUN.pkl]
 
-``--url`` uses servers that already run (nothing is started or stopped).
+``--url`` uses servers that already run (nothing is started or stopped). ``--pin CORES`` starts
+the servers under ``taskset -c CORES`` (run the script itself under ``taskset -c`` another core
+to pin the client). ``--save`` pickles the live runs (the calibration's JSON stays in
+``--work``); ``--load`` judges them again with this tree, without servers.
 """
 
 from __future__ import annotations
