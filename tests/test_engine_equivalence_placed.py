@@ -180,9 +180,11 @@ class PlacedDriver:
             cap = min(case.chunk, CAP - g) if case.chunk else CAP - g
             r = Request(self.next_rid, plen + g, cap, min(s.target - g, cap), priority=priority)
             self.next_rid += 1
-            if spec.retains_prefixes:  # the group's prompt but its last token, held once
-                r.prefix, r.shared, r.seq = s.group, plen - 1, id_of(s)
+            if spec.shares_prefixes:  # the group's prompt but its last token, held once
+                r.prefix, r.shared = s.group, plen - 1
                 r.input_len -= r.shared
+                if spec.retains_prefixes:  # and the sample's run, kept past its requests
+                    r.seq = id_of(s)
             elif case.migrate and g:
                 r.migrated = r.input_len - 1
             if route is None:
