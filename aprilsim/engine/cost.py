@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
-from aprilsim.engine.speculative import SpeculativeSpec
+from aprilsim.engine.speculative_spec import SpeculativeSpec
 
 
 @runtime_checkable
