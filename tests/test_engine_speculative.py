@@ -33,7 +33,8 @@ from aprilsim.engine.speculative import (
     fit_acceptance,
     tokens_per_step,
 )
-from aprilsim.metrics.gain import COMPONENTS, engine_time
+from aprilsim.metrics.gain import COMPONENTS, decompose, engine_time
+from aprilsim.sim.build import build_simulation
 
 COST = CostModel(a=0.005, b=1e-4, c=2e-7, p0=0.01, p1=1e-5, p2=1e-8)
 GROUPS = 4  # the property's requests belong to groups rid % GROUPS of GROUP_N samples
@@ -308,3 +309,20 @@ def test_gain_parts_add_up_with_the_speculative_part_filled():
     total = res.n_engines * sum(s.rollout_time_s for s in res.steps)
     assert sum(parts.values()) == pytest.approx(total, rel=1e-9)
     assert parts["speculative"] < 0 and parts["context"] > 0
+
+
+def test_the_decomposition_of_gains_adds_up_with_speculative_decoding():
+    """sync, APRIL and seer with "siblings" acceptance: each decomposition's parts add up to its
+    measured gain over sync, and the speculative part is nonzero (the schedulers' batches, hence
+    their draft lengths and acceptance, differ)."""
+    sc = _with_spec(small_scenario(engines=2, batch=6, group=4, max_len=3072, steps=3, seed=2,
+                                   alpha=0.5, beta=0.5), SPEC_SIBLINGS)
+    rows = {}
+    for name in ("sync", "april", "seer"):
+        res = build_simulation(sc, name, seed=2).run()
+        res.warmup_steps = 1
+        rows[name] = res.summary()
+    for name in ("april", "seer"):
+        d = decompose(rows[name], rows["sync"])
+        assert sum(d["parts"].values()) == pytest.approx(d["gain"], abs=1e-9), name
+        assert d["parts"]["speculative"] != 0.0, name
