@@ -29,6 +29,7 @@ from aprilsim.engine.fast import FastEngine
 from aprilsim.engine.protocol import SimEngine
 from aprilsim.engine.request import Completion, Request
 from aprilsim.engine.router import Router, make_router
+from aprilsim.engine.speculative import engine_cost
 from aprilsim.metrics.gain import fixed_iteration_cost
 from aprilsim.metrics.records import RunResult, StepRecord
 from aprilsim.metrics.trace import EngineSample, PhaseSpan, RequestSpan, Trace
@@ -680,5 +681,5 @@ class Simulation:
         mean_prompt = float(self.workload.prompt_lengths.mean())
         ctx = mean_prompt + mean_resp / 2
         b = max(1, min(spec.max_running, int(spec.kv_capacity // (mean_prompt + mean_resp))))
-        return b / spec.cost.decode_time(b, b * ctx)
+        return b / engine_cost(spec).decode_time(b, b * ctx)  # speculative decoding's if on
 
