@@ -267,6 +267,8 @@ def try_lines(advice: Advice, scenario_file: Path, out_dir: Path) -> list[str]:
 
 
 VERL_HINTS = {
+    # sync is verl's own default (the PPO trainer generates the batch, then trains): no recipe
+    "sync": "the default trainer (verl.trainer.main_ppo): a synchronous rollout, nothing to change",
     "fully_async": "the fully-async recipe (recipe/fully_async_policy), async_training.partial_rollout"
                    "=True; staleness bounded by eta policy versions",
     "async_one_step": "the one-step-off-policy recipe (recipe/one_step_off_policy)",

@@ -11,13 +11,19 @@ round of their own (held out), the noise floor beside every error; rewrites the 
 `<!-- serve-results -->` markers.
 
     python experiments/validate_bundled.py [--steps 5] [--seed 0] [--local 1]
-    python experiments/validate_bundled.py --serve 2 [--repeats 3] [--steps 4]
+    python experiments/validate_bundled.py --serve 2 [--repeats 3] [--steps 4] [--pin]
+        [--save RUN.pkl | --load RUN.pkl]
+
+``--pin``: server i on core i (taskset). ``--save`` pickles the live runs (RUN.json beside them
+keeps the load average and wall time); ``--load`` judges them again with this tree, without
+servers (experiments/validate_causes.py reads the same file).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import platform
 import shutil
@@ -30,7 +36,7 @@ from pathlib import Path
 
 from aprilsim.config import load_scenario, with_overrides
 from real.runner.options import EngineTarget, local_scale
-from real.validate import ValidateOptions, validate, write_all
+from real.validate import ValidateOptions, judge, load_live, validate, write_all
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = ["sync", "april", "april@ratio=1.5", "async_one_step"]
@@ -45,13 +51,16 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def start_servers(n: int, work: Path) -> list[tuple[subprocess.Popen, str]]:
-    """N bundled servers (2 layers, d_model 64, one torch thread each), healthy."""
+def start_servers(n: int, work: Path, pin: bool = False) -> list[tuple[subprocess.Popen, str]]:
+    """N bundled servers (2 layers, d_model 64, one torch thread each), healthy; ``pin``: server
+    i on core i mod cores (``taskset``)."""
     out = []
-    for _ in range(n):
+    cores = sorted(os.sched_getaffinity(0))
+    for i in range(n):
         port = _port()
         log = (work / f"serve-{port}.log").open("wb")
-        p = subprocess.Popen([sys.executable, "-m", "real.serve", "--host", "127.0.0.1", "--port",
+        taskset = ["taskset", "-c", str(cores[i % len(cores)])] if pin else []
+        p = subprocess.Popen([*taskset, sys.executable, "-m", "real.serve", "--host", "127.0.0.1", "--port",
                               str(port), "--d-model", "64", "--n-layers", "2", "--max-context", "1024",
                               "--max-running-requests", "64", "--tokenizer-path", "none",
                               "--torch-threads", "1", "--seed", "0"],
@@ -85,34 +94,52 @@ def serve_main(args) -> None:
     sc = with_overrides(load_scenario(SERVE_SCENARIO), steps=args.steps, warmup=None)
     scale = local_scale(sc.max_response_len)
     t0 = time.monotonic()
-    procs = start_servers(args.serve, work)
-    try:
-        urls = [u for _, u in procs]
-        opts = ValidateOptions(EngineTarget(engines=tuple(urls)), seed=args.seed, steps=args.steps,
+    load0 = os.getloadavg()
+    if args.load:  # saved live runs, judged again (no servers); their load and wall beside them
+        live, limits, what, checks, t_live = load_live(args.load)
+        side = json.loads(args.load.with_suffix(".json").read_text())
+        load0, t0 = side["load"][0], time.monotonic() - side["wall_s"]
+        opts = ValidateOptions(EngineTarget(engines=("saved",)), seed=args.seed, steps=args.steps,
                                repeats=args.repeats, scale=scale)
-        v = validate(sc, SPECS, opts, lambda n, d, t: print(f"{n}: step {d}/{t}", flush=True))
+        v = judge(sc, SPECS, opts, live, limits, what, checks, t_live)
         rep = write_all(v, work / "report", figures=False)
-    finally:
-        for p, _ in procs:
-            p.terminate()
-        for p, _ in procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(10)
+    else:
+        procs = start_servers(args.serve, work, args.pin)
+        try:
+            urls = [u for _, u in procs]
+            opts = ValidateOptions(EngineTarget(engines=tuple(urls)), seed=args.seed, steps=args.steps,
+                                   repeats=args.repeats, scale=scale)
+            v = validate(sc, SPECS, opts, lambda n, d, t: print(f"{n}: step {d}/{t}", flush=True),
+                         save=args.save)
+            rep = write_all(v, work / "report", figures=False)
+        finally:
+            for p, _ in procs:
+                p.terminate()
+            for p, _ in procs:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(10)
+    load1 = side["load"][1] if args.load else os.getloadavg()
+    if args.save:
+        args.save.with_suffix(".json").write_text(json.dumps(
+            {"load": [load0, load1], "wall_s": time.monotonic() - t0, "pin": args.pin}))
     live = rep["meta"]["live"]
     rv = live.get("reconstruction_vs_log", {})
     cal = rep["calibration"]
     md = [f"## Bundled engines in separate processes (measured by `python experiments/validate_bundled.py --serve {args.serve}`)", "",
           f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs (loaded-machine figures); "
-          f"{args.serve} `python -m real.serve` servers (d_model 64, 2 layers, one torch thread each) "
-          f"on loopback; scenario `experiments/scenarios/validate_live.toml` at scale {scale:g} "
+          f"load average {load0[0]:.1f} before, {load1[0]:.1f} after (1 min); "
+          f"{args.serve} `python -m real.serve` servers (d_model 64, 2 layers, one torch thread each"
+          f"{', each pinned to one core' if args.pin else ''}) on loopback; scenario `experiments/scenarios/validate_live.toml` at scale {scale:g} "
           f"(max_response_len {int(round(sc.max_response_len * scale))}), {args.steps} steps (1 warm-up), "
           f"seed {args.seed}; a calibration round of every scheduler first (its iteration logs give "
           f"the cost, held out), then {args.repeats} interleaved rounds judged. "
           f"{time.monotonic() - t0:.0f} s wall in all.", "",
           f"Cost (wall fit of the calibration round): decode a {1e3 * cal['wall']['a']:.3f} ms + b "
           f"{1e6 * cal['wall']['b']:.1f} us x B + c {cal['wall']['c']:.3g} s x K; prefill p0 "
-          f"{1e3 * cal['wall']['p0']:.3f} ms + p1 {1e6 * cal['wall']['p1']:.2f} us x n; compute fit "
-          f"error decode {100 * cal['decode_median_err']:.1f}%, prefill {100 * cal['prefill_median_err']:.1f}%.", "",
+          f"{1e3 * cal['wall']['p0']:.3f} ms + p1 {1e6 * cal['wall']['p1']:.2f} us x n + pr "
+          f"{1e3 * cal['wall']['pr']:.3f} ms x requests; compute fit error decode "
+          f"{100 * cal['decode_median_err']:.1f}%, prefill {100 * cal['prefill_median_err']:.1f}% "
+          f"({100 * cal['prefill_without_pr_err']:.1f}% without the per-request term).", "",
           "### Targets (median per-step rollout-time error <= 10 %, gain within 3 pp, ranking)", ""]
     md += targets_table(rep)
     if rv:
@@ -136,6 +163,9 @@ def main() -> None:
     ap.add_argument("--serve", type=int, help="N bundled servers in their own processes instead")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path, default=ROOT / "docs")
+    ap.add_argument("--pin", action="store_true", help="--serve: pin server i to core i (taskset)")
+    ap.add_argument("--save", type=Path, help="--serve: pickle the live runs to this file")
+    ap.add_argument("--load", type=Path, help="--serve: judge live runs saved by --save (no servers)")
     args = ap.parse_args()
     if args.serve:
         args.steps = args.steps or 4

@@ -11,9 +11,13 @@ vLLM's engine processes outlive a killed API server: each server is started in a
 of its own, and the group is killed at the end (and checked empty).
 
     python experiments/validate_vllm.py [--venv /work/venv-vllm] [--servers 1] [--repeats 3]
-        [--steps 4] [--scale 0.015625] [--keep] [--url vllm+http://127.0.0.1:8100]
+        [--steps 4] [--scale 0.015625] [--keep] [--url vllm+http://127.0.0.1:8100] [--pin 1]
+        [--save RUN.pkl | --load RUN.pkl]
 
-``--url`` uses servers that already run (nothing is started or stopped).
+``--url`` uses servers that already run (nothing is started or stopped). ``--pin CORES`` starts
+the servers under ``taskset -c CORES`` (run the script itself under ``taskset -c`` another core
+to pin the client). ``--save`` pickles the live runs (the calibration's JSON stays in
+``--work``); ``--load`` judges them again with this tree, without servers.
 """
 
 from __future__ import annotations
@@ -38,6 +42,10 @@ BEGIN, END = "<!-- vllm-results -->", "<!-- /vllm-results -->"
 VENV = Path(os.environ.get("APRILSIM_VLLM_VENV", "/work/venv-vllm"))
 
 
+class _Loaded(Exception):
+    """Saved runs judged: skip the live part."""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -56,12 +64,12 @@ def build_model(venv: Path, out: Path) -> dict:
 class VLLMServer:
     """One ``vllm.entrypoints.openai.api_server`` in a process group of its own."""
 
-    def __init__(self, venv: Path, model: Path, port: int, log: Path) -> None:
+    def __init__(self, venv: Path, model: Path, port: int, log: Path, pin: str | None = None) -> None:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
         self.url = f"http://127.0.0.1:{port}"
         self.log = log
         self.proc = subprocess.Popen(
-            [str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server", "--model",
+            [*(["taskset", "-c", pin] if pin else []), str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server", "--model",
              str(model), "--max-model-len", "2048", "--dtype", "bfloat16", "--port", str(port),
              "--host", "127.0.0.1"],
             stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -122,13 +130,21 @@ def calibrate(urls: list[str], scale: float, out: Path) -> dict:
 def targets_table(rep: dict) -> list[str]:
     """The issue's targets, per scheduler, with the noise floor beside each error."""
     pool, t = rep["rounds"], rep["targets"]
-    lines = ["| scheduler | per-step rollout error (median, pooled) | noise floor | gain over sync: "
-             "predicted / measured (mean +- 95 %) | gain error (pp, +- 95 %) | engine-time error "
-             "(priced, median) | engine-time gain error (pp) |", "|---|---|---|---|---|---|---|"]
+    def pct(x):
+        return "n/a" if x is None else f"{100 * x:.1f}%"
+
+    lines = [f"| scheduler | per-step rollout error vs the mean of {pool['rounds']} rounds (median) | "
+             "noise floor of that mean (floor / sqrt(R); split halves) | single-run per-step error "
+             "(median, pooled) | noise floor of one run | gain over sync: "
+             "predicted / measured (mean +- 95 %) | gain error (pp, paired, +- 95 %) | engine-time error "
+             "(priced, median; vs mean) | engine-time gain error (pp, paired) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for lab, v in pool["schedulers"].items():
         g = pool["gains"].get(lab)
-        err = "n/a" if v["step_rollout_median_abs"] is None else f"{100 * v['step_rollout_median_abs']:.1f}%"
-        nf = "n/a" if v["noise_floor"] is None else f"{100 * v['noise_floor']:.1f}%"
+        vm = (f"{pct(v.get('step_rollout_vs_mean_median_abs'))} | {pct(v.get('noise_floor_of_mean'))}; "
+              f"{pct(v.get('noise_floor_of_mean_split_half'))}")
+        err = pct(v["step_rollout_median_abs"])
+        nf = pct(v["noise_floor"])
         if g:
             m, d = g["measured"], g["diff_pp"]
             hw = "" if m["half_width"] is None else f" +- {100 * m['half_width']:.1f}"
@@ -140,8 +156,8 @@ def targets_table(rep: dict) -> list[str]:
                 "" if dp.get("half_width") is None else f" +- {dp['half_width']:.1f}")
         else:
             gain, ge, gp = "(base)", "", ""
-        pe = "n/a" if v.get("step_priced_median_abs") is None else f"{100 * v['step_priced_median_abs']:.1f}%"
-        lines.append(f"| {lab} | {err} | {nf} | {gain} | {ge} | {pe} | {gp} |")
+        pe = f"{pct(v.get('step_priced_median_abs'))}; {pct(v.get('step_priced_vs_mean_median_abs'))}"
+        lines.append(f"| {lab} | {vm} | {err} | {nf} | {gain} | {ge} | {pe} | {gp} |")
     rk = t["ranking"]
     lines += ["", f"Ranking: predicted {' > '.join(rk['predicted'])}; preserved in "
               f"{rk['preserved_rounds']}/{rk['rounds']} rounds (ties within 2 % may swap)."]
@@ -168,16 +184,33 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/aprilsim_vllm"))
     ap.add_argument("--doc", type=Path, default=ROOT / "docs" / "validation.md")
     ap.add_argument("--keep", action="store_true", help="leave the servers running")
+    ap.add_argument("--pin", help="taskset core list for the servers (e.g. 1)")
+    ap.add_argument("--save", type=Path, help="pickle the live runs (and keep cal.json in --work)")
+    ap.add_argument("--load", type=Path, help="judge live runs saved by --save (no servers, no calibrate)")
     args = ap.parse_args()
     from aprilsim.config import load_scenario, with_overrides
     from real.runner.options import EngineTarget
-    from real.validate import ValidateOptions, validate, write_all
+    from real.validate import ValidateOptions, judge, load_live, validate, write_all
 
     args.work.mkdir(parents=True, exist_ok=True)
     servers: list[VLLMServer] = []
     t0 = time.monotonic()
     notes = []
+    load0 = os.getloadavg()
     try:
+        if args.load:
+            saved = json.loads((args.work / "cal.json").read_text())
+            cal, t_cal, urls, notes = saved["cal"], saved["t_cal"], saved["urls"], saved["notes"]
+            live, limits, what, checks, t_live = load_live(args.load)
+            sc = with_overrides(load_scenario(SCENARIO), steps=args.steps, warmup=None)
+            opts = ValidateOptions(EngineTarget(engines=tuple(urls)), seed=args.seed, steps=args.steps,
+                                   calibration=args.work / "cal.toml", repeats=args.repeats,
+                                   max_running=cal.get("max_running"), scale=args.scale)
+            tv = time.monotonic()
+            v = judge(sc, SPECS, opts, live, limits, what, checks, t_live)
+            rep = write_all(v, args.work / "report", figures=False)
+            t_val = saved.get("t_val", t_live)
+            raise _Loaded
         if args.url:
             urls = [u.strip() for u in args.url.split(",") if u.strip()]
         else:
@@ -189,7 +222,7 @@ def main() -> None:
             for _ in range(args.servers):
                 port = free_port()
                 servers.append(VLLMServer(args.venv, args.work / "tiny-llama", port,
-                                          args.work / f"vllm-{port}.log"))
+                                          args.work / f"vllm-{port}.log", args.pin))
             ready = [s.wait_healthy() for s in servers]
             notes.append(f"{len(servers)} vLLM server(s) healthy after {max(ready):.0f} s")
             urls = [f"vllm+{s.url}" for s in servers]
@@ -202,9 +235,15 @@ def main() -> None:
                                calibration=args.work / "cal.toml", repeats=args.repeats,
                                max_running=cal.get("max_running"), scale=args.scale)
         tv = time.monotonic()
-        v = validate(sc, SPECS, opts, lambda n, d, t: print(f"{n}: step {d}/{t}", flush=True))
+        v = validate(sc, SPECS, opts, lambda n, d, t: print(f"{n}: step {d}/{t}", flush=True),
+                     save=args.save)
         rep = write_all(v, args.work / "report", figures=False)
         t_val = time.monotonic() - tv
+        (args.work / "cal.json").write_text(json.dumps(
+            {"cal": cal, "t_cal": t_cal, "t_val": t_val, "urls": urls, "notes": notes,
+             "load": [load0, os.getloadavg()]}))
+    except _Loaded:
+        load0, _ = json.loads((args.work / "cal.json").read_text()).get("load", [load0, None])
     finally:
         left = []
         if not args.keep:
@@ -212,6 +251,12 @@ def main() -> None:
                 left += s.stop()
         if servers and not args.keep:
             print(f"vLLM process groups killed; processes left: {left or 'none'}", flush=True)
+    t_all = time.monotonic() - t0
+    if args.load:
+        t_all = json.loads((args.work / "cal.json").read_text()).get("t_all", t_all)
+    elif args.save:
+        saved = json.loads((args.work / "cal.json").read_text())
+        (args.work / "cal.json").write_text(json.dumps({**saved, "t_all": t_all}))
     live = rep["meta"]["live"]
     vl = live.get("vllm", {})
     rv = live.get("reconstruction_vs_vllm_metrics", {})
@@ -219,18 +264,19 @@ def main() -> None:
     ver = rep["meta"].get("engines", "")
     md = ["## vLLM (vllm-cpu, measured by `python experiments/validate_vllm.py`)", "",
           f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs (loaded-machine "
-          f"figures); {ver} ({', '.join(urls)}){''.join('; ' + n for n in notes)}. Scenario `experiments/scenarios/validate_live.toml` "
+          f"figures; load average {load0[0]:.1f} at the start, 1 min){'; servers pinned to core(s) ' + args.pin if args.pin else ''}; {ver} ({', '.join(urls)}){''.join('; ' + n for n in notes)}. Scenario `experiments/scenarios/validate_live.toml` "
           f"at scale {args.scale:g} (max_response_len {int(16384 * args.scale)}), {args.steps} steps "
           f"(1 warm-up), seed {args.seed}, {args.repeats} interleaved rounds of "
           f"{', '.join(SPECS)}. Wall: calibrate {t_cal:.0f} s, validate {t_val:.0f} s, "
-          f"{time.monotonic() - t0:.0f} s in all.", "",
+          f"{t_all:.0f} s in all.", "",
           "### Calibration (its own runs, held out)", "",
           f"`aprilsim calibrate --engines {','.join(urls)} --scenario ... --scale {args.scale:g}`: "
           f"{cal['n_decode']} decode and {cal['n_prefill']} prefill records, timed by "
           f"{'vLLM /metrics' if 'metrics' in cal['source'] else cal['source']}; decode "
           f"a {1e3 * cal['cost']['a']:.3f} ms + b {1e6 * cal['cost']['b']:.1f} us x B + c "
           f"{cal['cost']['c']:.3g} s x K, prefill p0 {1e3 * cal['cost']['p0']:.2f} ms + p1 "
-          f"{1e6 * cal['cost']['p1']:.2f} us x n. Fit error (median |rel|): "
+          f"{1e6 * cal['cost']['p1']:.2f} us x n + pr {1e3 * cal['cost'].get('pr', 0.0):.3f} ms x "
+          f"requests. Fit error (median |rel|): "
           + ", ".join(f"{k} {100 * e['median_abs']:.1f}%" for k, e in cal_err.items()) + ".", ""]
     md += [f"- measured: {m}" for m in cal.get("measured", [])]
     md += [f"- assumed: {a}" for a in cal.get("assumed", [])]

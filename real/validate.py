@@ -15,6 +15,7 @@ import contextlib
 import sys
 import time
 from dataclasses import dataclass, field
+from dataclasses import replace as dc_replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -336,11 +337,36 @@ def _steady_rows(o: LiveOutcome) -> list[list[dict[str, Any]]]:
 
 
 def validate(sc: Scenario, specs: list[str], opts: ValidateOptions,
-             progress=lambda *a: None) -> Validation:
+             progress=lambda *a: None, save: Path | None = None) -> Validation:
     """Check, run live, calibrate, simulate: the whole of ``aprilsim validate`` but the report.
 
     ``opts.repeats`` R > 1: the judged runs are R interleaved rounds; without a calibration
-    file one more round runs first, for the fit alone (held out of every comparison)."""
+    file one more round runs first, for the fit alone (held out of every comparison).
+    ``save``: pickle the live runs there (:func:`load_live` reads them back for :func:`judge`)."""
+    repeats = max(1, opts.repeats)
+    holdout = repeats > 1 and not opts.calibration
+    t0 = time.monotonic()
+    live, limits, what, checks = asyncio.run(run_live(
+        sc, specs, opts, progress, rounds=repeats + (1 if holdout else 0)))
+    t_live = time.monotonic() - t0
+    if save is not None:
+        import pickle
+
+        save.write_bytes(pickle.dumps((live, limits, what, checks, t_live)))
+    return judge(sc, specs, opts, live, limits, what, checks, t_live)
+
+
+def load_live(path: Path) -> tuple[list[LiveOutcome], dict[str, Any], str, list[str], float]:
+    """Live runs saved by ``validate(..., save=path)``: (live, limits, engines, checks, seconds)."""
+    import pickle
+
+    return pickle.loads(path.read_bytes())
+
+
+def judge(sc: Scenario, specs: list[str], opts: ValidateOptions, live: list[LiveOutcome],
+          limits: dict[str, Any], what: str, checks: list[str], t_live: float) -> Validation:
+    """Fit (or load) the cost and simulate every scheduler against live runs already made: the
+    offline half of :func:`validate`, so saved live runs can be judged again."""
     from aprilsim.metrics.trace import Trace
     from aprilsim.validate.costfit import (
         CostFit,
@@ -351,12 +377,8 @@ def validate(sc: Scenario, specs: list[str], opts: ValidateOptions,
     )
     from aprilsim.validate.scaled import matched_engine, simulate_matched
 
-    repeats = max(1, opts.repeats)
-    holdout = repeats > 1 and not opts.calibration
-    t0 = time.monotonic()
-    live, limits, what, checks = asyncio.run(run_live(
-        sc, specs, opts, progress, rounds=repeats + (1 if holdout else 0)))
-    t_live = time.monotonic() - t0
+    holdout = max(1, opts.repeats) > 1 and not opts.calibration
+    limits = dict(limits)
     calib = [o for o in live if holdout and o.round == 0]
     judged = [o for o in live if not (holdout and o.round == 0)]
     fit_on = calib or judged
@@ -384,9 +406,8 @@ def validate(sc: Scenario, specs: list[str], opts: ValidateOptions,
     if opts.calibration:
         limits["client_overhead_s"] = load_client_overhead(str(opts.calibration))
     engine = matched_engine(fit.effective, **limits)
-    for o in judged:
-        if holdout:
-            o.round -= 1
+    if holdout:  # rounds counted from the first judged one (copies: ``live`` stays as run)
+        judged = [dc_replace(o, round=o.round - 1) for o in judged]
     v = Validation(scenario=sc, specs=specs, scale=opts.scale, seed=opts.seed,
                    steps=opts.steps or sc.steps, engines=what, limits=limits, fit=fit,
                    live=judged, calibration_from=source, held_out=bool(calib or opts.calibration),

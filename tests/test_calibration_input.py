@@ -89,6 +89,31 @@ def test_the_preset_says_what_was_measured_and_what_was_assumed():
     assert "# assumed: kv_capacity: not reported" in text
 
 
+def test_fit_prefill_holds_a_given_p0_and_fits_pr_from_an_iteration_log():
+    """validate's wall fit: the bundled engine's per-request-bound prefill read from its iteration
+    log (records_from_iterations), p0 held at a given value, pr and p1 fitted around it; the form
+    without pr fits the same steps far worse."""
+    from aprilsim.engine.calibration import records_from_iterations
+    from aprilsim.engine.calibration.fit import fit_prefill, relative_errors
+
+    true = CostModel(a=3e-3, b=1e-4, c=0.0, p0=3e-3, p1=1e-6, pr=4e-3)
+    rows, seq = [], 0
+    for b in (1, 2, 5, 9, 16):
+        for n in (10, 60, 250):  # tokens per request: fresh prompts to resumed inputs
+            seq += 1
+            rows.append(dict(seq=seq, phase="prefill", batch_size=b, prefill_tokens=b * n,
+                             kv_tokens=b * n, duration_s=true.prefill_time(b * n, b * n * n, requests=b)))
+    recs = records_from_iterations(rows)
+    p0, p1, p2, pr = fit_prefill(recs, p0=true.p0)
+    assert p0 == true.p0 and pr == pytest.approx(true.pr, rel=1e-3) and p1 == pytest.approx(true.p1, rel=1e-2)
+    fitted = CostModel(a=true.a, b=true.b, c=0.0, p0=p0, p1=p1, p2=p2, pr=pr)
+    assert np.max(np.abs(relative_errors(fitted, recs))) < 1e-3
+    q0, q1, q2, none = fit_prefill(recs, per_request=False)
+    assert none == 0.0
+    coarse = CostModel(a=true.a, b=true.b, c=0.0, p0=q0, p1=q1, p2=q2)
+    assert np.median(np.abs(relative_errors(coarse, recs))) > 0.2
+
+
 def test_a_per_request_prefill_term_is_fitted_priced_and_kept_in_the_preset(tmp_path):
     """Prefill that costs per request (a CPU engine's Python loop per sequence): calibrate fits
     pr, the chunked walk charges it once per request, the preset and a scenario carry it."""

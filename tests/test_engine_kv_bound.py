@@ -89,3 +89,49 @@ def test_seers_migrated_kv_agrees_when_kv_binds_at_users_scale():
     _assert_same_run(fast, ref)
     assert sum(e.stats.migrated_tokens for e in fast.sim.engines) > 0
     assert sum(r.retractions for r in fast.result.steps) > 0
+
+
+def _two_engines_kv_bound(seed: int, **cluster):
+    """The default scenario cut to 2 engines of 100k KV tokens x 8 groups x 8 samples x 3 steps
+    under the presets' rules, its prompts repeating every two steps (seer_history's epochs)."""
+    sc = default_scenario()
+    return sc.model_copy(update={
+        "batch_size": 8, "group_size": 8, "steps": 3, "seed": seed,
+        "workload": sc.workload.model_copy(update={"dataset_prompts": 16}),
+        "cluster": sc.cluster.model_copy(update={"engines": 2, "kv_capacity": 100_000,
+                                                 **cluster})})
+
+
+SEER_KV = {"migrated KV": ({"migrate_kv": True}, {}),
+           "re-prefill, retained cache": ({}, {"prefix_cache": "lru", "router": "group_affinity"})}
+
+
+@pytest.mark.parametrize("kv_mode", sorted(SEER_KV))
+@pytest.mark.parametrize("route", ["most_room", "router"])
+@pytest.mark.parametrize("name", ["seer", "seer_history"])
+def test_seer_whole_runs_agree_on_two_kv_bound_engines(name, route, kv_mode):
+    """seer and seer_history with both route modes (the engine with most room, or the
+    scenario's router), migrated KV or re-prefill over the retained prefix cache, on two
+    100k-token engines under the presets' rules: fast == reference on two paired seeds, and
+    each run retracts, resends pieces and migrates (or hits the cache); seer_history's second
+    epoch is estimated from the first (no probe)."""
+    knobs, cluster = SEER_KV[kv_mode]
+    settings = {"chunk": 8192, "route": route, **knobs}
+    for seed in (0, 1):
+        sc = _two_engines_kv_bound(seed, **cluster)
+        fast = run(sc, name, settings)
+        ref = run(sc, name, settings, engine_factory=ReferenceEngine)
+        _assert_same_run(fast, ref)
+        for fe, re_ in zip(fast.sim.engines, ref.sim.engines, strict=True):
+            assert fe.stats == re_.stats
+        stats = [e.stats for e in fast.sim.engines]
+        assert sum(r.retractions for r in fast.result.steps) > 0, seed
+        assert sum(r.to_dict()["scheduler_stats"].get("pieces_resent", 0)
+                   for r in fast.result.steps) > 0
+        if knobs.get("migrate_kv"):
+            assert sum(s.migrated_tokens for s in stats) > 0
+        else:
+            assert sum(s.cache_hits for s in stats) > 0
+        if name == "seer_history":
+            assert sum(r.to_dict()["scheduler_stats"].get("history_groups", 0)
+                       for r in fast.result.steps) > 0

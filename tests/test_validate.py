@@ -7,6 +7,9 @@ import json
 import random
 
 import pytest
+from hypothesis import event, given, target
+from hypothesis import settings as hyp_settings
+from hypothesis import strategies as st
 
 from aprilsim.config import load_scenario, scenario_from_dict
 from aprilsim.engine.cost import CostModel
@@ -51,17 +54,60 @@ def synthetic_log(n: int = 400, noise: float = 0.0, gap: float = 0.0, seed: int 
 
 
 def test_fit_recovers_known_coefficients():
-    from aprilsim.validate.costfit import fit_in_house
-
-    cost, dec_err, _ = fit_in_house([synthetic_log()])  # exact data: exact recovery
-    for k in ("a", "b", "c", "p0", "p1"):
-        assert getattr(cost, k) == pytest.approx(getattr(TRUE, k), rel=1e-3)
-    assert dec_err < 1e-6
-    # calibrate's estimator (used when present) reads the log's prefill sizes as equal: close
+    """Exact steps: the compute fit is calibrate's (robust bins; the log's prefill sizes read as
+    equal): close; the wall fit (absolute errors) recovers the decode terms, its p0 is a."""
     fit = fit_iterations([synthetic_log()])
     for k in ("a", "b", "c", "p0", "p1"):
         assert getattr(fit.cost, k) == pytest.approx(getattr(TRUE, k), rel=3e-2)
-    assert fit.decode_median_err < 1e-6 and fit.n_decode == 360 and fit.n_prefill == 40
+    for k in ("a", "b", "c"):
+        assert getattr(fit.wall, k) == pytest.approx(getattr(TRUE, k), rel=1e-3)
+    assert fit.wall.p0 == fit.wall.a and fit.cost.pr < 1e-3 * TRUE.p0
+    assert fit.source == "aprilsim.engine.calibration.CostCalibrator"
+    assert fit.decode_median_err < 1e-3 and fit.n_decode == 360 and fit.n_prefill == 40  # bins: not exact
+
+
+PER_REQ = CostModel(a=2e-3, b=1e-4, c=1e-6, p0=2e-3, p1=2e-6, pr=1.5e-3)
+
+
+def per_request_log(n: int = 600, seed: int = 0) -> list[dict]:
+    """An engine whose prefill costs per request (the bundled engine's loop over sequences):
+    fresh batches of many short prompts and resumed ones of a few long inputs."""
+    rng = random.Random(seed)
+    rows, t, kv, batch = [], 0.0, 0, 1
+    for i in range(n):
+        if i % 6 == 0:
+            batch = rng.randint(1, 16)
+            per = rng.choice([rng.randint(8, 24), rng.randint(100, 300)])  # fresh or resumed
+            tokens = batch * per
+            dur = PER_REQ.prefill_time(tokens, tokens * tokens // batch, requests=batch)
+            kv = tokens
+            rows.append(dict(seq=i + 1, t=0, phase="prefill", batch_size=batch, prefill_tokens=tokens,
+                             kv_tokens=kv, running=batch, retracted=0, duration_s=dur, padded_s=dur))
+        else:
+            dur = PER_REQ.decode_time(batch, kv)
+            kv += batch
+            rows.append(dict(seq=i + 1, t=0, phase="decode", batch_size=batch, prefill_tokens=0,
+                             kv_tokens=kv, running=batch, retracted=0, duration_s=dur, padded_s=dur))
+        t += dur
+        rows[-1]["t"] = t
+    return rows
+
+
+def test_a_per_request_bound_prefill_is_priced_right():
+    """Both fits carry calibrate's per-request term: a batch of 16 short prompts and one long
+    resumed input are both priced within 1 %; without pr one of them is off by far more."""
+    from aprilsim.validate.pricing import price
+
+    rows = per_request_log()
+    fit = fit_iterations([rows])
+    for cost in (fit.cost, fit.wall):
+        assert cost.pr == pytest.approx(PER_REQ.pr, rel=0.05)
+        for batch, per in ((16, 12), (1, 280), (4, 150)):
+            r = dict(phase="prefill", batch_size=batch, prefill_tokens=batch * per)
+            assert price(cost, None, r) == pytest.approx(
+                PER_REQ.prefill_time(batch * per, batch * per * per, requests=batch), rel=0.01)
+    assert fit.prefill_median_err < 0.01 < 0.1 < fit.prefill_without_pr_err
+    assert fit.to_dict()["wall"]["pr"] == fit.wall.pr and fit.to_dict()["pr"] == fit.cost.pr
 
 
 def test_wall_fit_takes_in_the_gap_between_steps_and_matches_sums():
@@ -264,7 +310,8 @@ def test_rounds_give_the_noise_floor_and_paired_gain_intervals():
     assert g["diff_pp"]["half_width"] == pytest.approx(t95(2) * stdev(per_round) / 3 ** 0.5)
     assert p["ranking"]["rounds"] == 3
     t = targets(rounds[0], p)
-    assert t["step_rollout_error"]["noise_floor"]["sync"] == pytest.approx(nf)
+    assert t["step_rollout_error"]["single_run_noise_floor"]["sync"] == pytest.approx(nf)
+    assert t["step_rollout_error"]["noise_floor"]["sync"] == pytest.approx(nf / 3 ** 0.5)  # of the mean
     assert t["gain_vs_sync_pp"]["by_scheduler"]["april"]["rounds"] == 3
 
 
@@ -309,3 +356,93 @@ def test_client_overhead_comes_from_the_calibration_file(tmp_path):
     bad.write_text('client_overhead_s = "fast"\n[cost]\na = 1\nb = 1\nc = 0\n')
     with pytest.raises(ValueError, match="client_overhead_s"):
         load_client_overhead(str(bad))
+
+
+def test_error_against_the_mean_of_repeats_and_its_noise_floor():
+    """R repeats of the same steps: the error is the prediction's against each step's mean
+    measurement, the floor of that mean is one run's floor / sqrt(R), and the split-half
+    estimate measures the same spread (Monte Carlo: iid noise of known spread, many steps)."""
+    from aprilsim.validate.rounds import errors_vs_mean, noise_floor, pooled, split_half_floor
+
+    pred = [1.0, 2.0, 4.0]
+    meas = [[1.1, 2.0, 5.0], [0.9, 2.4, 3.0], [1.0, 1.6, 4.0]]  # means 1.0, 2.0, 4.0
+    assert errors_vs_mean([pred] * 3, meas, range(3)) == pytest.approx([0.0, 0.0, 0.0])
+    assert errors_vs_mean([pred] * 3, [[2 * x for x in m] for m in meas], range(1, 3)) == \
+        pytest.approx([-0.5, -0.5])
+    assert split_half_floor(meas[:1], range(3)) is None and split_half_floor(meas, range(0)) is None
+    assert split_half_floor([pred, pred, pred], range(3)) == 0.0
+    # halves [0, 2] and [1]: d = (mean_A - mean_B) / mean, scaled by 1 / sqrt(3 * (1/2 + 1))
+    ds = [(1.05 - 0.9) / 1.0, (1.8 - 2.4) / 2.0, (4.5 - 3.0) / 4.0]
+    rms = (sum(d * d for d in ds) / 3) ** 0.5
+    assert split_half_floor(meas, range(3)) == pytest.approx(rms / (3 * 1.5) ** 0.5)
+
+    rng = random.Random(5)
+    sigma, r, n = 0.1, 5, 4000
+    steps = [rng.uniform(0.5, 5.0) for _ in range(n)]
+    noisy = [[t * (1 + rng.gauss(0, sigma)) for t in steps] for _ in range(r)]
+    want = sigma / r ** 0.5
+    assert split_half_floor(noisy, range(n)) == pytest.approx(want, rel=0.08)
+    # the pooled figures on comparisons: per-step rows from the same noisy repeats
+    from aprilsim.validate.compare import SchedulerComparison
+
+    rate = {"rollout_throughput_tok_s": 1.0}
+    runs = [SchedulerComparison("sync", rate, rate, steps[:400], m[:400], 0) for m in noisy]
+    p = pooled([[run] for run in runs])["schedulers"]["sync"]
+    assert p["noise_floor"] == pytest.approx(noise_floor(runs))
+    assert p["noise_floor_of_mean"] == pytest.approx(noise_floor(runs) / r ** 0.5)
+    assert p["noise_floor_of_mean"] == pytest.approx(want, rel=0.15)
+    assert p["noise_floor_of_mean_split_half"] == pytest.approx(want, rel=0.2)
+    # the mean of 5 repeats is closer than a single run: its error shrinks towards the floor
+    assert p["step_rollout_vs_mean_median_abs"] < 0.6 * p["step_rollout_median_abs"]
+    t = targets([runs[0]], pooled([[run] for run in runs]))["step_rollout_error"]
+    assert t["against"] == "mean of the rounds"
+    assert t["by_scheduler"]["sync"] == p["step_rollout_vs_mean_median_abs"]
+    assert t["single_run"]["sync"] == p["step_rollout_median_abs"]
+    assert t["noise_floor"]["sync"] == p["noise_floor_of_mean"]
+
+
+REACHED_MEAN: dict[str, int] = {}
+
+
+@hyp_settings(max_examples=150, derandomize=True, deadline=None)
+@given(st.integers(2, 7), st.integers(1, 6), st.data())
+def _vs_mean_properties(r, n, data):
+    from aprilsim.validate.rounds import errors_vs_mean, split_half_floor
+
+    pos = st.floats(0.01, 100.0, allow_nan=False)
+    meas = [[data.draw(st.one_of(pos, st.just(0.0)) if s == 0 else pos) for s in range(n)] for _ in range(r)]
+    pred = [data.draw(pos) for _ in range(n)]
+    perm = data.draw(st.permutations(range(r)))
+    k = data.draw(st.floats(0.1, 10.0))
+    REACHED_MEAN["examples"] = REACHED_MEAN.get("examples", 0) + 1
+    zero_step = any(m[0] == 0.0 for m in meas)
+    for name, hit in (("even R", r % 2 == 0), ("odd R", r % 2 == 1), ("a step measured 0", zero_step)):
+        if hit:
+            event(name)
+            REACHED_MEAN[name] = REACHED_MEAN.get(name, 0) + 1
+    e = errors_vs_mean([pred] * r, meas, range(n))
+    # the repeats' order does not matter; scaling the measurements by k maps 1 + e to (1 + e) / k
+    assert e == pytest.approx(errors_vs_mean([pred] * r, [meas[i] for i in perm], range(n)))
+    assert errors_vs_mean([pred] * r, [[k * x for x in m] for m in meas], range(n)) == \
+        pytest.approx([(1 + x) / k - 1 for x in e], rel=1e-9, abs=1e-12)
+    # steps with a non-positive mean are left out, the rest kept
+    assert len(e) == n - sum(1 for s in range(n) if sum(m[s] for m in meas) <= 0)
+    f = split_half_floor(meas, range(n))
+    if e:
+        target(max(abs(x) for x in e), label="largest error against the mean")
+        assert f is not None and f >= 0
+        assert split_half_floor([[k * x for x in m] for m in meas], range(n)) == pytest.approx(f, rel=1e-9, abs=1e-12)
+
+
+def test_error_against_the_mean_properties():
+    """Properties of the error against the mean of repeats and of the split-half floor: order
+    of repeats, scale, left-out steps, non-negative scale-free floor (reach asserted)."""
+    from test_engine_equivalence import _no_mined_constants
+
+    REACHED_MEAN.clear()
+    with _no_mined_constants():
+        _vs_mean_properties()
+    n = REACHED_MEAN["examples"]
+    assert n >= 100, REACHED_MEAN
+    for name in ("even R", "odd R", "a step measured 0"):
+        assert REACHED_MEAN.get(name, 0) >= 0.1 * n, (name, REACHED_MEAN)

@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
+from aprilsim.engine.speculative_spec import SpeculativeSpec
+
 
 @runtime_checkable
 class DecodeCost(Protocol):
@@ -331,6 +333,10 @@ class EngineSpec:
     # SGLang's chunked prefill: a prefill batch runs as forward passes of at most this many input
     # tokens, each paying p0 (`prefill_passes`); 0 or -1 (SGLang's "off"): one pass per batch.
     chunked_prefill_size: int = 0  # SGLang on H100/H200: 8192
+    # Speculative decoding (`aprilsim.engine.speculative`): None, off; else draft length k(B),
+    # acceptance and draft cost. An engine step then emits one token per request and costs a
+    # verify step over E(k, p) (`SpeculativeCost`).
+    speculative: SpeculativeSpec | None = None
 
     def __post_init__(self) -> None:
         if self.kv_capacity < 1 or self.max_running < 1 or self.max_prefill_tokens < 1:
@@ -354,6 +360,8 @@ class EngineSpec:
             raise ValueError("client_overhead_s must be >= 0")
         if self.prefix_cache not in PREFIX_CACHES:
             raise ValueError(f"prefix_cache must be one of {', '.join(PREFIX_CACHES)}")
+        if self.speculative is not None and not isinstance(self.speculative, SpeculativeSpec):
+            raise ValueError("speculative must be a SpeculativeSpec or None")
 
     @property
     def shares_prefixes(self) -> bool:

@@ -1,25 +1,26 @@
 """Fit the decode/prefill cost from the bundled engine's iteration log, for validation.
 
-The seam to ``aprilsim calibrate``: :func:`fit_iterations` uses
-``aprilsim.engine.calibration`` (``records_from_iterations`` + ``CostCalibrator``) when it is
-installed, and otherwise a small in-house fit of the same form (relative-error weighted,
-non-negative least squares of decode a + b*B + c*K and prefill p0 + p1*sum(n)).
+One fit, calibrate's: the records are ``aprilsim.engine.calibration``'s
+(``records_from_iterations``) and the coefficients come from its fitting code (``CostCalibrator``,
+``fit_linear``, ``fit_prefill``): decode a + b*B + c*K, prefill p0 + p1*sum(n) + p2*sum(n^2) +
+pr*requests, non-negative, where ``pr`` prices a prefill that costs per request (the bundled CPU
+engine prefills its requests one by one in Python).
 
 Two fits are made. ``cost`` is calibrate's: the steps' compute time (``duration_s``), relative
 errors. ``wall`` is what the simulation runs: on a CPU engine a step is not all compute (between
 two steps the engine's asyncio loop hands tokens to clients and admits requests) and the machine's
 other processes stretch steps now and then (the iteration times are right-skewed: a few steps
 take several times the median). So ``wall`` is fitted to the *interval* from the end of one step
-to the end of the next while the engine stays busy, by ordinary (absolute) non-negative least
-squares, which matches the *sum* of the intervals: the rollout time is a sum of iterations, and a
-relative-error fit of skewed times would predict it short. ``overhead_s`` (the median gap between
-steps) is reported beside them.
+to the end of the next while the engine stays busy, with absolute errors (weights (t/mean)^2 on
+the relative ones), which matches the *sum* of the intervals: the rollout time is a sum of
+iterations, and a relative-error fit of skewed times would predict it short. ``overhead_s`` (the
+median gap between steps) is reported beside them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import median
 from typing import Any
 
@@ -38,13 +39,12 @@ class CostFit:
     wall: CostModel  # step-end-to-step-end intervals while busy (absolute errors): what sim runs
     overhead_s: float  # median gap between consecutive busy steps
     decode_median_err: float  # median |relative error| of decode iterations (compute)
-    prefill_median_err: float
+    prefill_median_err: float  # the same of prefill steps, priced with pr
     n_decode: int
     n_prefill: int
     decode_share: float  # share of logged compute time spent in decode
-    prefill_by_request_err: float = 0.0  # median |rel. error| of prefill = q0 + q1 * requests
-    prefill_by_token_err: float = 0.0  # the same for q0 + q1 * tokens (the cost model's form)
-    source: str = "in-house NNLS"
+    prefill_without_pr_err: float = 0.0  # prefill's median |rel. error| fitted without pr
+    source: str = "aprilsim.engine.calibration.CostCalibrator"
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -54,14 +54,13 @@ class CostFit:
 
     def to_dict(self) -> dict[str, Any]:
         c, w = self.cost, self.wall
-        return {"a": c.a, "b": c.b, "c": c.c, "p0": c.p0, "p1": c.p1, "p2": c.p2,
+        return {"a": c.a, "b": c.b, "c": c.c, "p0": c.p0, "p1": c.p1, "p2": c.p2, "pr": c.pr,
                 "overhead_s": self.overhead_s,
-                "wall": {"a": w.a, "b": w.b, "c": w.c, "p0": w.p0, "p1": w.p1, "p2": w.p2},
+                "wall": {"a": w.a, "b": w.b, "c": w.c, "p0": w.p0, "p1": w.p1, "p2": w.p2, "pr": w.pr},
                 "decode_median_err": self.decode_median_err,
                 "prefill_median_err": self.prefill_median_err, "n_decode": self.n_decode,
                 "n_prefill": self.n_prefill, "decode_share": self.decode_share,
-                "prefill_by_request_err": self.prefill_by_request_err,
-                "prefill_by_token_err": self.prefill_by_token_err,
+                "prefill_without_pr_err": self.prefill_without_pr_err,
                 "source": self.source}
 
 
@@ -84,30 +83,6 @@ def kv_at_start(prev: dict[str, Any] | None, r: dict[str, Any]) -> float:
     return max(0.0, float(r["kv_tokens"]) - r.get("running", r["batch_size"]))
 
 
-def decode_points(rows: Sequence[dict[str, Any]], wall: bool = False) -> list[tuple[int, float, float]]:
-    """(B, KV at the start, seconds) of each decode step of one engine's log, in seq order
-    (seconds: compute, or the step's wall interval when ``wall``)."""
-    out: list[tuple[int, float, float]] = []
-    prev: dict[str, Any] | None = None
-    for r in rows:
-        if r["phase"] == "decode" and r["batch_size"] >= 1 and r["duration_s"] > 0:
-            t = interval(prev, r) if wall else float(r["duration_s"])
-            out.append((int(r["batch_size"]), kv_at_start(prev, r), t))
-        prev = r
-    return out
-
-
-def prefill_points(rows: Sequence[dict[str, Any]], wall: bool = False) -> list[tuple[int, float]]:
-    """(input tokens, seconds) of each prefill step."""
-    out: list[tuple[int, float]] = []
-    prev: dict[str, Any] | None = None
-    for r in rows:
-        if r["phase"] == "prefill" and r["prefill_tokens"] >= 1 and r["duration_s"] > 0:
-            out.append((int(r["prefill_tokens"]), interval(prev, r) if wall else float(r["duration_s"])))
-        prev = r
-    return out
-
-
 def busy_gaps(rows: Sequence[dict[str, Any]]) -> list[float]:
     """Seconds between consecutive steps beyond the step itself, while the engine stays busy."""
     gaps = []
@@ -119,92 +94,76 @@ def busy_gaps(rows: Sequence[dict[str, Any]]) -> list[float]:
     return gaps
 
 
-def _nnls(x: np.ndarray, y: np.ndarray, relative: bool = True) -> np.ndarray:
-    """Non-negative least squares: of relative errors, sum(((x @ p) / y - 1)^2), or of
-    absolute ones, sum((x @ p - y)^2) (which matches sum(x @ p) to sum(y))."""
-    w = 1.0 / y if relative else np.full_like(y, 1.0 / float(np.mean(y)))
-    scale = np.maximum(np.abs(x).max(axis=0), 1e-12)  # columns of comparable size
-    from scipy.optimize import nnls  # on first use: the CLI starts without scipy
+def records(rows: Sequence[dict[str, Any]], wall: bool = False) -> list:
+    """calibrate's timing records of one engine's log (``Record``), each step timed by its
+    compute (``duration_s``) or, ``wall``, by its interval from the previous step's end."""
+    from aprilsim.engine.calibration import records_from_iterations
 
-    p, _ = nnls(x * w[:, None] / scale, y * w)
-    return p / scale
+    if not wall:
+        return records_from_iterations(list(rows))
+    timed, prev = [], None
+    for r in rows:
+        timed.append({**r, "duration_s": interval(prev, r)} if r["duration_s"] > 0 else r)
+        prev = r
+    return records_from_iterations(timed)
 
 
-def _median_abs_rel(pred: np.ndarray, y: np.ndarray) -> float:
-    return float(np.median(np.abs(pred / y - 1))) if len(y) else 0.0
+def _median_abs(errs: np.ndarray) -> float:
+    return float(np.median(np.abs(errs))) if len(errs) else 0.0
 
 
-def fit_in_house(logs: Sequence[Sequence[dict[str, Any]]], wall: bool = False) -> tuple[CostModel, float, float]:
-    """The in-house fit over several engines' logs: (cost, decode error, prefill error).
-    ``wall``: fit step intervals by absolute errors; else compute times by relative errors."""
-    dec = [p for rows in logs for p in decode_points(rows, wall)]
-    pre = [p for rows in logs for p in prefill_points(rows, wall)]
-    if not dec:
+def phase_errors(cost: CostModel, recs: Sequence) -> tuple[float, float]:
+    """Median |relative error| of the decode and of the prefill records priced by ``cost``."""
+    from aprilsim.engine.calibration.fit import relative_errors
+
+    dec = [r for r in recs if r.phase == "decode"]
+    pre = [r for r in recs if r.phase == "prefill"]
+    return (_median_abs(relative_errors(cost, dec)) if dec else 0.0,
+            _median_abs(relative_errors(cost, pre)) if pre else 0.0)
+
+
+def fit_compute(recs: Sequence) -> CostModel:
+    """calibrate's fit of the compute times (``CostCalibrator``, robust bins, relative errors);
+    where its checks refuse the records (too few distinct shapes), the same fit unchecked."""
+    from aprilsim.engine.calibration import CostCalibrator
+    from aprilsim.engine.calibration.fit import fit_cost
+
+    try:
+        cost = CostCalibrator(form="linear").fit(recs).cost_
+    except ValueError:
+        if not any(r.phase == "decode" for r in recs):
+            raise ValueError("no decode iterations in the iteration log: nothing to calibrate") from None
+        cost = fit_cost(recs, "linear")
+    assert isinstance(cost, CostModel)
+    return cost
+
+
+def fit_wall(recs: Sequence) -> CostModel:
+    """The wall fit: calibrate's decode and prefill fits with absolute errors (weights
+    (t/mean t)^2), the prefill's fixed cost p0 held at the decode step's a: a few large prefill
+    batches (one per rollout) cannot tell p0 from the per-token and per-request terms, and a
+    large p0 would overprice the small prefills of resumed samples."""
+    from aprilsim.engine.calibration.fit import fit_linear, fit_prefill
+
+    if not any(r.phase == "decode" for r in recs):
         raise ValueError("no decode iterations in the iteration log: nothing to calibrate")
-    xd = np.array([[1.0, b, k] for b, k, _ in dec])
-    yd = np.array([t for *_, t in dec])
-    a, b, c = _nnls(xd, yd, relative=not wall)
-    dec_err = _median_abs_rel(xd @ np.array([a, b, c]), yd)
-    p0 = p1 = 0.0
-    pre_err = 0.0
-    if pre:
-        xp = np.array([[1.0, n] for n, _ in pre])
-        yp = np.array([t for _, t in pre])
-        if wall:
-            # p0 is the step's fixed cost, the same loop as a decode step's: a few large prefill
-            # batches (one per rollout) cannot tell p0 from p1, and a large p0 would overprice
-            # the small prefills of resumed samples
-            p0 = float(a)
-            p1 = max(0.0, float(np.sum((yp - p0) * xp[:, 1]) / np.sum(xp[:, 1] ** 2)))
-        else:
-            p0, p1 = _nnls(xp, yp, relative=True)
-        pre_err = _median_abs_rel(xp @ np.array([p0, p1]), yp)
-    a = max(float(a), 1e-9) if b <= 0 else float(a)  # a cost needs a or b above zero
-    return CostModel(a=a, b=float(b), c=float(c), p0=float(p0), p1=float(p1), p2=0.0), dec_err, pre_err
-
-
-def prefill_form_errors(logs: Sequence[Sequence[dict[str, Any]]]) -> tuple[float, float]:
-    """Median |relative error| of a prefill step's wall interval fitted as q0 + q1 * requests,
-    and as q0 + q1 * tokens: which one the engine's prefill follows. The cost model has only the
-    token form; a CPU engine whose prefill costs per request (Python per sequence) follows the
-    other, and then resumed samples (long inputs) and fresh ones (short prompts) cannot both be
-    priced right."""
-    pts = []
-    for rows in logs:
-        prev = None
-        for r in rows:
-            if r["phase"] == "prefill" and r["prefill_tokens"] >= 1 and r["duration_s"] > 0:
-                pts.append((int(r["batch_size"]), int(r["prefill_tokens"]), interval(prev, r)))
-            prev = r
-    if len(pts) < 3:
-        return 0.0, 0.0
-    y = np.array([t for *_, t in pts])
-    errs = []
-    for col in (0, 1):
-        x = np.array([[1.0, p[col]] for p in pts])
-        q = _nnls(x, y, relative=True)
-        errs.append(_median_abs_rel(x @ q, y))
-    return errs[0], errs[1]
+    t = np.array([r.duration_s for r in recs])
+    w = list((t / t.mean()) ** 2)
+    a, b, c = fit_linear(recs, w)
+    p0, p1, p2, pr = fit_prefill(recs, w, p0=a)
+    return CostModel(a=a, b=b, c=c, p0=p0, p1=p1, p2=p2, pr=pr)
 
 
 def fit_iterations(logs: Sequence[Sequence[dict[str, Any]]]) -> CostFit:
     """Fit the cost of the engines whose iteration logs (one list of dicts per engine) are given."""
-    cost, dec_err, pre_err = fit_in_house(logs)
-    source = "in-house NNLS (aprilsim.validate.costfit)"
-    try:  # calibrate's estimator, where it is installed (same form, same weighting)
-        from aprilsim.engine.calibration import CostCalibrator, records_from_iterations
-    except ImportError:
-        pass
-    else:
-        recs = [r for rows in logs for r in records_from_iterations(list(rows))]
-        try:
-            cal = CostCalibrator(form="linear").fit(recs)
-        except ValueError:  # too few distinct shapes for calibrate's checks: the in-house fit
-            cal = None
-        if cal is not None and isinstance(cal.cost_, CostModel):
-            cost, source = cal.cost_, "aprilsim.engine.calibration.CostCalibrator"
-    wall_cost, *_ = fit_in_house(logs, wall=True)
-    by_req, by_tok = prefill_form_errors(logs)
+    from aprilsim.engine.calibration.fit import fit_prefill
+
+    recs = [r for rows in logs for r in records(rows)]
+    cost = fit_compute(recs)
+    dec_err, pre_err = phase_errors(cost, recs)
+    wall_cost = fit_wall([r for rows in logs for r in records(rows, wall=True)])
+    p0, p1, p2, _ = fit_prefill(recs, per_request=False)
+    _, pre_no_pr = phase_errors(replace(cost, p0=p0, p1=p1, p2=p2, pr=0.0), recs)
     gaps = [g for rows in logs for g in busy_gaps(rows)]
     all_rows = [r for rows in logs for r in rows]
     t_dec = sum(r["duration_s"] for r in all_rows if r["phase"] == "decode")
@@ -212,10 +171,8 @@ def fit_iterations(logs: Sequence[Sequence[dict[str, Any]]]) -> CostFit:
     return CostFit(
         cost=cost, wall=wall_cost, overhead_s=median(gaps) if gaps else 0.0, decode_median_err=dec_err,
         prefill_median_err=pre_err,
-        n_decode=sum(len(decode_points(rows)) for rows in logs),
-        n_prefill=sum(len(prefill_points(rows)) for rows in logs),
-        decode_share=t_dec / t_all if t_all else 0.0, prefill_by_request_err=by_req,
-        prefill_by_token_err=by_tok, source=source)
+        n_decode=sum(r.phase == "decode" for r in recs), n_prefill=sum(r.phase == "prefill" for r in recs),
+        decode_share=t_dec / t_all if t_all else 0.0, prefill_without_pr_err=pre_no_pr)
 
 
 def load_calibration(path: str) -> CostModel:
@@ -250,8 +207,6 @@ def cost_errors(cost: CostModel, logs: Sequence[Sequence[dict[str, Any]]]) -> tu
     """(decode, prefill median |relative error|, decode and prefill steps) of a given cost (a
     calibration file) against the live runs' step intervals: how well the cost the simulation
     runs fits what the engines did this time."""
-    dec = [p for rows in logs for p in decode_points(rows, wall=True)]
-    pre = [p for rows in logs for p in prefill_points(rows, wall=True)]
-    de = float(np.median([abs(cost.decode_time(b, k) / t - 1) for b, k, t in dec])) if dec else 0.0
-    pe = float(np.median([abs(cost.prefill_time(n) / t - 1) for n, t in pre])) if pre else 0.0
-    return de, pe, len(dec), len(pre)
+    recs = [r for rows in logs for r in records(rows, wall=True)]
+    de, pe = phase_errors(cost, recs)
+    return de, pe, sum(r.phase == "decode" for r in recs), sum(r.phase == "prefill" for r in recs)

@@ -8,7 +8,14 @@ calibration round of its own (or given as a file) and never on the rounds it is 
   standard deviation over mean) of its measured rollout time across the rounds, medianed over
   the steps; the same workload run again on the same machine moves this much, so a per-step
   error near it is noise, not model error;
-- the **per-step error**: every round's per-step rollout-time errors pooled (median of |err|);
+- the **per-step error against the mean of the repeats**: each step's prediction against the
+  mean of that step's R measured rollout times, median of |err| over the steps: the machine's
+  noise in it shrinks as 1/sqrt(R), so it is printed beside the **noise floor of that mean**,
+  twice: the floor above divided by sqrt(R), and measured by splitting the rounds into two halves
+  (odd and even) whose means differ by noise alone (root mean square of their relative difference
+  over the steps, scaled to the spread of the mean of all R);
+- the **single-run per-step error**: every round's per-step rollout-time errors pooled (median of
+  |err|), as before;
 - the **gain over sync**, paired within each round (APRIL's round r against sync's round r, run
   one after the other): the measured gain's mean over rounds with a 95 % t-interval, and the
   prediction's difference to it with the same interval;
@@ -59,6 +66,50 @@ def noise_floor(runs: Sequence[SchedulerComparison]) -> float | None:
     return median(cvs) if cvs else None
 
 
+def _steps(runs: Sequence[SchedulerComparison]) -> range:
+    """The steps after the warm-up that every run has."""
+    return range(max(r.warmup for r in runs), min(len(r.meas_rollout_s) for r in runs))
+
+
+def errors_vs_mean(pred: Sequence[Sequence[float]], meas: Sequence[Sequence[float]],
+                   steps: Sequence[int]) -> list[float]:
+    """Per step, (mean predicted - mean measured) / mean measured over the repeats (each list one
+    repeat's per-step values); steps whose measured mean is not positive are left out."""
+    out = []
+    for s in steps:
+        m = mean(x[s] for x in meas)
+        if m > 0:
+            out.append(mean(x[s] for x in pred) / m - 1)
+    return out
+
+
+def floor_of_mean(runs: Sequence[SchedulerComparison]) -> float | None:
+    """The noise floor (relative spread of one run) divided by sqrt(R): the spread of the mean of
+    R repeated runs of the same steps; None with fewer than two runs."""
+    nf = noise_floor(runs)
+    return None if nf is None else nf / len(runs) ** 0.5
+
+
+def split_half_floor(meas: Sequence[Sequence[float]], steps: Sequence[int]) -> float | None:
+    """The spread of the mean of R repeats, measured: the repeats split into two halves (even and
+    odd positions), each step's relative difference of the halves' means d = (mean_A - mean_B) /
+    mean; its variance is var * (1/n_A + 1/n_B), the mean of all R has var / R, so the root mean
+    square of d over the steps times 1 / sqrt(R * (1/n_A + 1/n_B)). None with fewer than two
+    repeats or no step."""
+    if len(meas) < 2:
+        return None
+    a, b = meas[0::2], meas[1::2]
+    ds = []
+    for s in steps:
+        m = mean(x[s] for x in meas)
+        if m > 0:
+            ds.append((mean(x[s] for x in a) - mean(x[s] for x in b)) / m)
+    if not ds:
+        return None
+    rms = (sum(d * d for d in ds) / len(ds)) ** 0.5
+    return rms / (len(meas) * (1 / len(a) + 1 / len(b))) ** 0.5
+
+
 def pooled(rounds: Sequence[Sequence[SchedulerComparison]]) -> dict[str, Any]:
     """Per scheduler and over rounds: pooled per-step errors, noise floor, paired gains with
     intervals, rankings preserved (see the module docstring)."""
@@ -68,11 +119,22 @@ def pooled(rounds: Sequence[Sequence[SchedulerComparison]]) -> dict[str, Any]:
     for lab, runs in by.items():
         errs = [e for r in runs for e in r.step_errors]
         priced = [e for r in runs for e in r.priced_errors]
+        steps = _steps(runs)
+        meas = [r.meas_rollout_s for r in runs]
+        vs_mean = errors_vs_mean([r.pred_rollout_s for r in runs], meas, steps)
+        have_priced = all(r.meas_priced_s and r.pred_busy_s for r in runs)
+        priced_vs_mean = (errors_vs_mean([r.pred_busy_s for r in runs], [r.meas_priced_s for r in runs], steps)
+                          if have_priced else [])
         out["schedulers"][lab] = {
             "step_rollout_median_abs": median(abs(e) for e in errs) if errs else None,
             "step_rollout_median": median(errs) if errs else None,
             "step_priced_median_abs": median(abs(e) for e in priced) if priced else None,
             "noise_floor": noise_floor(runs),
+            "step_rollout_vs_mean_median_abs": median(abs(e) for e in vs_mean) if vs_mean else None,
+            "step_rollout_vs_mean_median": median(vs_mean) if vs_mean else None,
+            "step_priced_vs_mean_median_abs": median(abs(e) for e in priced_vs_mean) if priced_vs_mean else None,
+            "noise_floor_of_mean": floor_of_mean(runs),
+            "noise_floor_of_mean_split_half": split_half_floor(meas, steps),
             "runs": len(runs)}
     per_round = [gains(rnd) for rnd in rounds]
     g: dict[str, Any] = {}

@@ -23,15 +23,18 @@ FORMS = ("linear", "tables")
 MIN_F = 1e-9  # TabulatedCost needs f(B) > 0
 
 
-def _nnls_relative(x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None) -> np.ndarray:
-    """argmin_{w >= 0} sum(weight * ((x @ w - y) / y)^2), columns scaled for conditioning."""
+def _nnls_relative(x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None,
+                   scale_by: np.ndarray | None = None) -> np.ndarray:
+    """argmin_{w >= 0} sum(weight * ((x @ w - y) / s)^2) with s = ``scale_by`` (default y: relative
+    errors), columns scaled for conditioning."""
     sw = np.ones(len(y)) if weight is None else np.sqrt(weight)
-    rows = x * (sw / y)[:, None]
+    s = y if scale_by is None else scale_by
+    rows = x * (sw / s)[:, None]
     scale = np.abs(rows).max(axis=0)
     scale[scale == 0] = 1.0
     from scipy.optimize import nnls  # on first use: the CLI starts without scipy
 
-    w, _ = nnls(rows / scale, sw, maxiter=50 * x.shape[1] + 500)
+    w, _ = nnls(rows / scale, sw * y / s, maxiter=50 * x.shape[1] + 500)
     return w / scale
 
 
@@ -74,20 +77,27 @@ def _weights(records: Sequence[Record], weights: Sequence[float] | None, phase: 
 
 
 def fit_prefill(records: Sequence[Record], weights: Sequence[float] | None = None,
-                ) -> tuple[float, float, float, float]:
+                p0: float | None = None, per_request: bool = True) -> tuple[float, float, float, float]:
     """(p0, p1, p2, pr) of p0 + p1*sum(n) + p2*sum(n^2) + pr*requests over the prefill records
     (zeros if none). The per-request term is fitted only where the records' batch sizes differ
-    (with one batch size it cannot be told from p0: then 0)."""
+    (with one batch size it cannot be told from p0: then 0). ``p0`` given: kept, the other
+    terms fitted to what is left of each step (validate's wall fit: the step's fixed cost is
+    the decode step's, which few large prefill batches cannot tell from the per-token terms).
+    ``per_request=False``: the form without pr (what the per-request term adds, measured)."""
     pre, w = _weights(records, weights, "prefill")
     if not pre:
         return 0.0, 0.0, 0.0, 0.0
-    per_request = len({r.batch_size for r in pre}) > 1
-    x = np.array([[1.0, r.prefill_tokens, r.tokens_sq] + ([float(r.batch_size)] if per_request else [])
-                  for r in pre])
+    per_request = per_request and len({r.batch_size for r in pre}) > 1
+    x = np.array([([] if p0 is not None else [1.0]) + [r.prefill_tokens, r.tokens_sq]
+                  + ([float(r.batch_size)] if per_request else []) for r in pre])
     y = np.array([r.duration_s for r in pre])
-    coef = _nnls_relative(x, y, w)
-    p0, p1, p2 = (float(v) for v in coef[:3])
-    return p0, p1, p2, float(coef[3]) if per_request else 0.0
+    if p0 is not None:  # residuals (x @ w + p0 - y) / y: fit x @ w to y - p0 with y's weights
+        coef = _nnls_relative(x, y - p0, w, scale_by=y)
+        coef = np.concatenate([[p0], coef])
+    else:
+        coef = _nnls_relative(x, y, w)
+    f0, p1, p2 = (float(v) for v in coef[:3])
+    return f0, p1, p2, float(coef[3]) if per_request else 0.0
 
 
 def fit_linear(records: Sequence[Record], weights: Sequence[float] | None = None,
