@@ -123,22 +123,31 @@ async def _iteration_rows(engine, since: int) -> list[dict[str, Any]]:
 def engine_rules(engine: Any, version: str | None, kv_block: int | None = None) -> dict[str, Any]:
     """When a simulated abort lands, where a retracted request re-enters the queue and how its
     prefix cache keeps prompts, as the engine's family does (``ENGINE_FAMILY_RULES``: SGLang's
-    are its preset rules); a vLLM server's own KV block size (`kv_block`, from its /metrics)
-    replaces the family's default one."""
+    are its preset rules); the server's own cache grain (`kv_block`: vLLM's KV block size,
+    SGLang's page size) replaces the family's default one."""
     from aprilsim.engine.cost import ENGINE_FAMILY_RULES
     from real.clients.connect import engine_family
 
-    family = engine_family(engine, version)
-    rules = dict(ENGINE_FAMILY_RULES[family])
-    if family == "vllm" and kv_block:
+    rules = dict(ENGINE_FAMILY_RULES[engine_family(engine, version)])
+    if kv_block and "prefix_cache_block" in rules:
         rules["prefix_cache_block"] = int(kv_block)
     return rules
 
 
 def _kv_block(info: Any) -> int | None:
-    """The KV block size a server reports (vLLM: ``vllm:cache_config_info``), or None."""
-    m = (getattr(info, "raw", None) or {}).get("metrics")
-    return getattr(m, "block_size", None)
+    """The prefix cache's grain a server reports, or None: vLLM's KV block size
+    (``vllm:cache_config_info`` in /metrics), SGLang's resolved ``page_size`` (/server_info,
+    the same on every worker)."""
+    raw = getattr(info, "raw", None) or {}
+    block = getattr(raw.get("metrics"), "block_size", None)
+    if block:
+        return int(block)
+    pages = {w.get("page_size") for w in raw.get("workers") or [] if isinstance(w, dict)}
+    if len(pages) == 1:
+        (page,) = pages
+        if isinstance(page, int) and not isinstance(page, bool) and page >= 1:
+            return page
+    return None
 
 
 def _is_vllm(engine: Any) -> bool:

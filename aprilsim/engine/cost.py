@@ -454,8 +454,9 @@ ENGINE_FAMILY_RULES: dict[str, dict] = {
     # prefix_cache: SGLang's radix cache and vLLM V1's prefix caching are on by default and keep
     # a prefix past its request ("lru"); the bundled engine has none. prefix_cache_block: SGLang
     # matches token by token (--page-size 1, its default); vLLM serves whole KV blocks only
-    # (CacheConfig.DEFAULT_BLOCK_SIZE 16; the CPU backend sets 128 unless --block-size is given:
-    # validate takes the server's own from /metrics' vllm:cache_config_info where it reports it).
+    # (CacheConfig.DEFAULT_BLOCK_SIZE 16; the CPU backend sets 128 unless --block-size is given).
+    # validate takes a server's own where it reports it: vLLM's vllm:cache_config_info in
+    # /metrics, SGLang's resolved page_size in /server_info.
     "sglang": {**{k: SGLANG_RULES[k] for k in ("abort_steps", "retract_to")}, "prefix_cache": "lru",
                "prefix_cache_block": 1},
     "bundled": {"abort_steps": 0, "retract_to": "tail", "prefix_cache": "none"},

@@ -107,5 +107,18 @@ vllm:cache_config_info{block_size="128",cache_dtype="auto",engine="0",num_gpu_bl
     info = SimpleNamespace(raw={"metrics": m})
     assert engine_rules(vllm, None, _kv_block(info))["prefix_cache_block"] == 128
     assert engine_rules(vllm, None, None)["prefix_cache_block"] == 16
-    assert engine_rules(object(), "0.5.23", 128)["prefix_cache_block"] == 1  # SGLang: its own
     assert _kv_block(SimpleNamespace(raw={})) is None
+
+
+def test_sglang_page_size_comes_from_the_server():
+    """SGLang's radix cache with --page-size N aligns its match down to a page: validate takes
+    the resolved page_size of /server_info (1 by default; the same on every worker)."""
+    from real.validate import _kv_block, engine_rules
+
+    one = SimpleNamespace(raw={"workers": [{"page_size": 1, "max_running_requests": 64}]})
+    paged = SimpleNamespace(raw={"workers": [{"page_size": 64}, {"page_size": 64}]})
+    mixed = SimpleNamespace(raw={"workers": [{"page_size": 64}, {"page_size": 16}]})
+    assert (_kv_block(one), _kv_block(paged), _kv_block(mixed)) == (1, 64, None)
+    assert engine_rules(object(), "0.5.23", _kv_block(paged))["prefix_cache_block"] == 64
+    assert engine_rules(object(), "0.5.23", None)["prefix_cache_block"] == 1
+    assert "prefix_cache_block" not in engine_rules(object(), "aprilsim-torch-0.2", 64)  # no cache
