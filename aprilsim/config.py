@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from aprilsim.engine.cost import PRESETS, CostModel, EngineSpec, TabulatedCost
 from aprilsim.engine.router import ROUTERS
+from aprilsim.engine.speculative import SpeculativeSpec
 from aprilsim.metrics.warmup import clamp_warmup
 from aprilsim.scenario_limits import LimitError, check_limits, parse_toml, read_text_bounded
 from aprilsim.suggest import did_you_mean
@@ -73,6 +74,28 @@ class CostSection(_Strict):
         return CostModel(a=self.a, b=self.b, c=self.c, p0=self.p0, p1=self.p1, p2=self.p2, pr=self.pr)
 
 
+class SpeculativeSection(_Strict):
+    """`[cluster] speculative = {...}`: speculative decoding (`aprilsim.engine.speculative`);
+    each key as `SpeculativeSpec`, which checks the combination."""
+
+    acceptance: Literal["constant", "siblings"] = "constant"
+    p: float = Field(default=0.7, ge=0, le=1)
+    p0: float = Field(default=0.5, ge=0, le=1)
+    p_max: float = Field(default=0.9, ge=0, le=1)
+    k_max: int = Field(default=4, ge=1)
+    k_min: int = Field(default=1, ge=1)
+    draft_budget: int = Field(default=0, ge=0)
+    draft_s: float = Field(default=0.0, ge=0)
+    overhead_s: float = Field(default=0.0, ge=0)
+
+    def spec(self, where: str) -> SpeculativeSpec:
+        """The engine's speculative setting; ScenarioError naming `where` when it contradicts."""
+        try:
+            return SpeculativeSpec(**self.model_dump())
+        except ValueError as e:
+            raise ScenarioError(f"{where}: {e}") from None
+
+
 class ClusterSection(_Strict):
     engines: int = Field(default=4, ge=1)
     preset: str = "qwen3-4b-h100-tp2"
@@ -97,6 +120,7 @@ class ClusterSection(_Strict):
     # the cache serves whole blocks of this many tokens (1: token-level; vLLM: its KV block size)
     prefix_cache_block: int | None = Field(default=None, ge=1)
     client_overhead_s: float | None = Field(default=None, ge=0)  # per request, client to engine
+    speculative: SpeculativeSection | None = None  # speculative decoding (docs/simulator.md)
     cost: CostSection | None = None
 
     @field_validator("preset")
@@ -132,6 +156,7 @@ class PresetFile(_Strict):
     prefix_cache: Literal["none", "group", "lru"] | None = None
     prefix_cache_flush: bool | None = None
     prefix_cache_block: int | None = Field(default=None, ge=1)
+    speculative: SpeculativeSection | None = None  # fitted from accepted-token logs
     cost: CostSection
 
 
@@ -155,6 +180,8 @@ def load_preset_file(path: str | Path) -> EngineSpec:
                              "client_overhead_s", "prefix_cache", "prefix_cache_flush",
                              "prefix_cache_block")
                             if getattr(pf, k) is not None}
+    if pf.speculative is not None:
+        over["speculative"] = pf.speculative.spec(f"cluster.preset: {p}: speculative")
     return replace(PRESETS[ClusterSection().preset], cost=cost, label=pf.label,
                    source=pf.source or f"preset file {p}", **over)
 
@@ -245,6 +272,8 @@ class Scenario(_Strict):
             raise ScenarioError("cluster: prefix_sharing = true and prefix_cache = \"none\" "
                                 "contradict each other (prefix_cache = \"group\" is the same "
                                 "as prefix_sharing = true)")
+        if c.speculative is not None:
+            over["speculative"] = c.speculative.spec("cluster.speculative")
         if c.cost is not None:
             try:
                 over["cost"] = c.cost.model()

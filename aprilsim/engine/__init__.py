@@ -4,6 +4,7 @@ from aprilsim.engine.cost import PRESETS, CostModel, DecodeCost, EngineSpec, Tab
 from aprilsim.engine.fast import FastEngine
 from aprilsim.engine.protocol import SimEngine
 from aprilsim.engine.request import Completion, Request
+from aprilsim.engine.speculative_spec import SpeculativeSpec
 
 __all__ = [
     "PRESETS",
@@ -14,5 +15,6 @@ __all__ = [
     "FastEngine",
     "Request",
     "SimEngine",
+    "SpeculativeSpec",
     "TabulatedCost",
 ]

@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
+from aprilsim.engine.speculative_spec import SpeculativeSpec
+
 
 @runtime_checkable
 class DecodeCost(Protocol):
@@ -337,6 +339,10 @@ class EngineSpec:
     # SGLang's chunked prefill: a prefill batch runs as forward passes of at most this many input
     # tokens, each paying p0 (`prefill_passes`); 0 or -1 (SGLang's "off"): one pass per batch.
     chunked_prefill_size: int = 0  # SGLang on H100/H200: 8192
+    # Speculative decoding (`aprilsim.engine.speculative`): None, off; else draft length k(B),
+    # acceptance and draft cost. An engine step then emits one token per request and costs a
+    # verify step over E(k, p) (`SpeculativeCost`).
+    speculative: SpeculativeSpec | None = None
 
     def __post_init__(self) -> None:
         if self.kv_capacity < 1 or self.max_running < 1 or self.max_prefill_tokens < 1:
@@ -367,6 +373,8 @@ class EngineSpec:
         if b > 1 and self.shares_prefixes and not self.retains_prefixes:
             raise ValueError(f"prefix_cache_block {b} needs prefix_cache = \"lru\" (the "
                              "within-group cache \"group\" is token-level only)")
+        if self.speculative is not None and not isinstance(self.speculative, SpeculativeSpec):
+            raise ValueError("speculative must be a SpeculativeSpec or None")
 
     @property
     def shares_prefixes(self) -> bool:

@@ -51,6 +51,7 @@ from aprilsim.engine.parts import (
     stamp_started,
 )
 from aprilsim.engine.request import Completion, Request, check_requests
+from aprilsim.engine.speculative import engine_cost
 
 INF = math.inf
 
@@ -66,7 +67,11 @@ class FastEngine(EngineFace):
 
     def __init__(self, spec: EngineSpec, name: int = 0) -> None:
         self.spec = spec
-        self.cost = spec.cost
+        self.cost = engine_cost(spec)  # speculative decoding: a per-engine SpeculativeCost
+        # speculative decoding's hooks (None when off): the plain cost (the gain's counterfactual)
+        # and, with "siblings" acceptance, the cost whose batch p the engine sets
+        self.plain = spec.cost if spec.speculative is not None else None
+        self.sib = self.cost if self.plain is not None and spec.speculative.by_siblings else None
         self.kv_capacity = spec.kv_capacity
         self.max_running = spec.max_running
         self.name = name
@@ -127,6 +132,8 @@ class FastEngine(EngineFace):
     def submit(self, reqs: list[Request], now: float) -> None:
         """Queue requests arriving at `now`; they are considered at the first boundary >= now."""
         check_requests(reqs, self.spec.kv_capacity)
+        if self.sib is not None:
+            self.sib.submitted(reqs)
         enqueue(self.waiting, reqs)
         if self.phase == IDLE:
             self.t = max(self.t, now)
@@ -148,6 +155,8 @@ class FastEngine(EngineFace):
             self.stats.iterations += m
             if self.clipped is not None:
                 self.clipped.it += m  # ClippedReserve.advance(m)
+            if self.plain is not None:
+                self._count_speculative(m, b)
             mb = m * b
             self.kv += mb
             self.reserve -= mb
@@ -161,6 +170,8 @@ class FastEngine(EngineFace):
             done = self._end_prefill()
         else:
             done = []
+        if self.sib is not None and done:
+            self.sib.finished(done)
         self.phase = IDLE
         self._plan()
         return done
@@ -182,6 +193,8 @@ class FastEngine(EngineFace):
                              {r.prefix for r in self.running.values() if r.shared})
         for r in [*self.running.values(), *self.pf.reqs, *self.waiting]:
             out.append(Completion(r.rid, r.gen, "abort", now))
+        if self.sib is not None:
+            self.sib.finished(out)  # the aborted leave; those finished were counted already
         self._empty()
         return out
 
@@ -428,6 +441,8 @@ class FastEngine(EngineFace):
             return
         b = len(self.running)
         dur = self.cost.decode_span(m, b, self.kv)
+        if self.plain is not None:
+            self.stats.spec_s += dur - self.plain.decode_span(m, b, self.kv)
         self.t += dur
         self.busy_time += dur
         self.it += m
@@ -441,6 +456,11 @@ class FastEngine(EngineFace):
             self.kv_peak = self.kv
         if self.cache is not None:
             self.cache.fit(self.kv_capacity - self.kv, self.stats)
+
+    def _count_speculative(self, m: int, b: int) -> None:
+        """A decode span of m steps ends: what speculative decoding saved (or cost) on it."""
+        span = self.cost.decode_span(m, b, self.kv)
+        self.stats.spec_s += span - self.plain.decode_span(m, b, self.kv)  # type: ignore[union-attr]
 
     def _cache_leave(self, left: list[Request]) -> None:
         """Requests left at one event: their runs (and the prompts freed with them) are kept."""
@@ -534,6 +554,8 @@ class FastEngine(EngineFace):
             self._retract_until_fits()
             b = len(running)
             retracted = self.sglang
+        if self.sib is not None:  # the batch's acceptance, fixed until the next plan
+            self.sib.set_batch(running.values())
         n_fin = self._finish[0][0] - self.it
         n_kv = (cap - self.kv) // b
         n = n_fin if n_fin < n_kv else n_kv

@@ -56,6 +56,9 @@ class EngineStats:
     # seconds of prefill batches that ended (the gain decomposition's prefill time); summed in
     # each engine's own order, so float rounding may differ: no part in equality
     prefill_s: float = field(default=0.0, compare=False)
+    # speculative decoding: decode seconds less what the same steps cost without it (negative
+    # when it saves; the gain decomposition's `speculative` part); float, no part in equality
+    spec_s: float = field(default=0.0, compare=False)
 
     def count_batch(self, batch: PrefillBatch) -> None:
         """A prefill batch ended: count its tokens, hits and passes."""

@@ -36,6 +36,7 @@ from aprilsim.engine.parts import (
     stamp_started,
 )
 from aprilsim.engine.request import Completion, Request, check_requests
+from aprilsim.engine.speculative import engine_cost
 
 INF = math.inf
 
@@ -45,7 +46,9 @@ class ReferenceEngine(EngineFace):
 
     def __init__(self, spec: EngineSpec, name: int = 0) -> None:
         self.spec = spec
-        self.cost = spec.cost
+        self.cost = engine_cost(spec)  # speculative decoding: one token per request per step
+        self.plain = spec.cost if spec.speculative is not None else None
+        self.sib = self.cost if self.plain is not None and spec.speculative.by_siblings else None
         self.name = name
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # in admission order
@@ -98,6 +101,8 @@ class ReferenceEngine(EngineFace):
 
     def submit(self, reqs: list[Request], now: float) -> None:
         check_requests(reqs, self.spec.kv_capacity)
+        if self.sib is not None:
+            self.sib.submitted(reqs)
         enqueue(self.waiting, reqs)
         if self.phase == IDLE:
             self.t = max(self.t, now)
@@ -140,6 +145,9 @@ class ReferenceEngine(EngineFace):
             self.room = self.batch_room
         elif self.phase == DECODE:
             self.busy_time += self.t_event - self.t
+            if self.plain is not None:  # what this step would cost without speculative decoding
+                self.stats.spec_s += self.t_event - self.t - self.plain.decode_time(
+                    len(self.running), self.kv)
             self.t = self.t_event
             self.stats.iterations += 1
             self.ratio_steps += 1
@@ -162,6 +170,8 @@ class ReferenceEngine(EngineFace):
             if len(done) > 1:  # the fast engine's order (its finish heap): by request id, so
                 done.sort(key=lambda c: c.rid)  # schedulers hear simultaneous ends alike
             self._count_freed_prefixes(left)
+        if self.sib is not None and done:
+            self.sib.finished(done)
         self.phase = IDLE
         self._plan()
         return done
@@ -177,6 +187,8 @@ class ReferenceEngine(EngineFace):
             self.cache.leave(self.running, {r.prefix for r in self.running if r.shared})
         for r in [*self.running, *self.batch, *self.waiting]:
             out.append(Completion(r.rid, r.gen, "abort", now))
+        if self.sib is not None:
+            self.sib.finished(out)
         self.running, self.batch = [], []
         self.waiting.clear()
         self.hold = False
@@ -300,6 +312,8 @@ class ReferenceEngine(EngineFace):
                     self.ratio_steps = -1
                 else:
                     self.hold = True
+            if self.sib is not None:  # the batch's mean acceptance, this step
+                self.sib.set_batch(self.running)
             self.phase = DECODE
             self.t_event = self.t + self.cost.decode_time(len(self.running), self.kv)
             return

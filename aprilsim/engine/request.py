@@ -40,6 +40,10 @@ class Request:
     # simulated KV migration (Seer's global KV cache): the first `migrated` input tokens arrive
     # with their KV, held but not recomputed by the prefill; lost if the request is retracted
     migrated: int = 0
+    # speculative decoding with "siblings" acceptance: the request's group and its size (set by
+    # the runtime only then; -1: none)
+    group: int = -1
+    group_n: int = 1
 
 
 @dataclass(slots=True)

@@ -42,13 +42,16 @@ def engine_time(steps: Sequence[Any], n_engines: int, iteration_cost_s: float) -
     resumed = sum(s.resumed_tokens for s in steps)
     reprefill = pf * min(1.0, resumed / ptok) if ptok else 0.0
     batch = sum(s.decode_iterations for s in steps) * iteration_cost_s
+    spec = sum(getattr(s, "speculative_time_s", 0.0) for s in steps)
     return {
         "idle": n_engines * roll - busy,
         "batch": batch,
-        "context": busy - pf - batch,
+        "context": busy - pf - batch - spec,
         "prefill": pf - reprefill,
         "reprefill": reprefill,
-        "speculative": 0.0,  # no speculative decoding in the engine model yet
+        # what speculative decoding changed: decode seconds less the same steps' plain cost
+        # (negative when it saves; batch and context are then the plain model's)
+        "speculative": spec,
     }
 
 

@@ -49,6 +49,9 @@ class StepRecord:
     decode_iterations: int = 0  # summed over engines
     prefill_time_s: float = 0.0  # seconds of prefill batches that ended, summed over engines
     prefill_tokens: int = 0  # tokens those batches prefilled
+    # speculative decoding: decode seconds less what the same steps cost without it (negative
+    # when it saves), summed over engines; 0 without it
+    speculative_time_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (one line of `simulate --steps-out`); staleness keys as strings."""

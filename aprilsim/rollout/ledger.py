@@ -34,7 +34,7 @@ class StepLedger:
         self._gen0 = 0
         self._busy0: list[float] = []
         self._retr0 = 0
-        self._engine0: tuple[int, float, int] = (0, 0.0, 0)
+        self._engine0: tuple[int, float, int, float] = (0, 0.0, 0, 0.0)
         self._waste = self._discarded = self._resumed = 0
         self._paused = False
         self._paused_since = 0.0
@@ -49,7 +49,7 @@ class StepLedger:
         self.current = StepRecord(step=step, rollout_start_s=now, rollout_time_s=0.0)
         r = self.meter.read(now)
         self._gen0, self._busy0, self._retr0 = r.tokens, r.busy_by_engine, r.retractions
-        self._engine0 = (r.iterations, r.prefill_s, r.prefill_tokens)
+        self._engine0 = (r.iterations, r.prefill_s, r.prefill_tokens, r.spec_s)
         self.meter.new_window(now)
         self._waste = self._discarded = self._resumed = 0
         return self.current
@@ -85,10 +85,11 @@ class StepLedger:
         rec.busy_time_s = sum(rec.busy_by_engine_s)
         rec.retractions = r.retractions - self._retr0
         rec.kv_peak_tokens = r.kv_peak
-        it0, pf0, pt0 = self._engine0
+        it0, pf0, pt0, sp0 = self._engine0
         rec.decode_iterations = r.iterations - it0
         rec.prefill_time_s = r.prefill_s - pf0
         rec.prefill_tokens = r.prefill_tokens - pt0
+        rec.speculative_time_s = r.spec_s - sp0
         rec.wasted_tokens = self._waste
         rec.discarded_samples = self._discarded
         rec.resumed_tokens = self._resumed

@@ -36,6 +36,7 @@ class Reading:
     iterations: int = 0  # decode iterations so far, every engine together
     prefill_s: float = 0.0  # seconds of prefill batches that ended so far
     prefill_tokens: int = 0  # tokens they prefilled
+    spec_s: float = 0.0  # speculative decoding: decode seconds less their plain cost so far
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from aprilsim.engine.fast import FastEngine
 from aprilsim.engine.protocol import SimEngine
 from aprilsim.engine.request import Completion, Request
 from aprilsim.engine.router import Router, make_router
+from aprilsim.engine.speculative import engine_cost
 from aprilsim.metrics.gain import fixed_iteration_cost
 from aprilsim.metrics.records import RunResult, StepRecord
 from aprilsim.metrics.trace import EngineSample, PhaseSpan, RequestSpan, Trace
@@ -83,6 +84,7 @@ class SimMeter:
             iterations=sum(e.iterations_at(now) for e in self.engines),
             prefill_s=sum(e.stats.prefill_s for e in self.engines),
             prefill_tokens=sum(e.stats.prefill_tokens for e in self.engines),
+            spec_s=sum(e.stats.spec_s for e in self.engines),
         )
 
     def new_window(self, now: float) -> None:
@@ -138,6 +140,8 @@ class Simulation:
             raise ValueError("n_engines, batch_size and steps must be >= 1")
         self.workload = workload
         self.spec = engine
+        # speculative decoding with "siblings" acceptance: requests carry their group
+        self._siblings = engine.speculative is not None and engine.speculative.by_siblings
         self.scheduler = scheduler
         self.batch_size = batch_size
         self.steps = steps
@@ -342,6 +346,8 @@ class Simulation:
                 per_engine[i] = [req]
             else:
                 reqs.append(req)
+        if self._siblings:
+            self._stamp_groups(samples, first_rid, per_engine)
         self._hand_over(per_engine, version)
 
     def _send_placed(self, samples: Sequence[Sample], first_rid: int, cap: int | None,
@@ -385,7 +391,17 @@ class Simulation:
                 i = route  # type: ignore[assignment]
             loads[i] += 1
             per_engine.setdefault(i, []).append(req)
+        if self._siblings:
+            self._stamp_groups(samples, first_rid, per_engine)
         self._hand_over(per_engine, version)
+
+    def _stamp_groups(self, samples: Sequence[Sample], first_rid: int,
+                      per_engine: dict[int, list[Request]]) -> None:
+        """Speculative decoding with "siblings" acceptance: each request names its group."""
+        n = self.workload.group_size
+        for reqs in per_engine.values():
+            for r in reqs:
+                r.group, r.group_n = samples[r.rid - first_rid].group_id, n
 
     def _hand_over(self, per_engine: dict[int, list[Request]], version: int) -> None:
         """Submit each engine's requests now (and open their trace spans)."""
@@ -665,5 +681,5 @@ class Simulation:
         mean_prompt = float(self.workload.prompt_lengths.mean())
         ctx = mean_prompt + mean_resp / 2
         b = max(1, min(spec.max_running, int(spec.kv_capacity // (mean_prompt + mean_resp))))
-        return b / spec.cost.decode_time(b, b * ctx)
+        return b / engine_cost(spec).decode_time(b, b * ctx)  # speculative decoding's if on
 

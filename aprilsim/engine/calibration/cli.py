@@ -126,9 +126,11 @@ def make_calibrate_command(live: LiveMeasure | None) -> click.Command:
     @click.option("--scenario", "scenario", type=click.Path(dir_okay=False, path_type=Path), help="Live: sweep the batch sizes and KV loads this scenario's rollouts reach on the measured engines.")
     @click.option("--scale", type=click.FloatRange(min=0, max=1, min_open=True), help="Live, with --scenario: the length scale of the runs (as validate --scale).")
     @click.option("--vocab-size", type=click.IntRange(min=17), help="Live: the engines' vocabulary (default: what the server states, else probed).")
+    @click.option("--speculative-log", type=click.Path(dir_okay=False, path_type=Path), help="Fit speculative decoding's acceptance p from an SGLang log ('accept len' decode lines) or a saved vLLM /metrics page (spec_decode counters); written as the preset's [speculative]. An --sglang-log with 'accept len' lines is read for it too.")
+    @click.option("--draft-tokens", type=click.IntRange(min=1), help="With the speculative fit: the draft length k (default: read from the log).")
     def calibrate(csv_path, sglang_log, iteration_log, vidur, local, engines, form, out, plot,
                   as_json, records_out, layers, tp, max_knots, batch_sizes, kv_loads, max_batch,
-                  scenario, scale, vocab_size) -> None:
+                  scenario, scale, vocab_size, speculative_log, draft_tokens) -> None:
         """Fit t(B, K) = f(B) + g(B)*K and prefill p0 + p1*sum(n) + p2*sum(n^2) to timings from
         ONE source (a CSV, logs, Vidur profiles, or live engines), print the per-regime error
         table, and write a preset file scenarios load by path."""
@@ -169,6 +171,7 @@ def make_calibrate_command(live: LiveMeasure | None) -> click.Command:
             from .client import client_overhead_lines, prefix_cache_line
 
             info["client_overhead_s"] = client_overhead_lines(cal.cost_, info)
+            _speculative(info, speculative_log, sglang_log, draft_tokens)
             if "prefix_hit_share" not in info:  # the source says nothing of a prefix cache
                 info.setdefault("assumed", []).append(prefix_cache_line(None)[1])
         except ValueError as e:
@@ -181,6 +184,30 @@ def make_calibrate_command(live: LiveMeasure | None) -> click.Command:
     return calibrate
 
 
+def _speculative(info: dict[str, Any], spec_log: Path | None, sglang_log: Path | None,
+                 k: int | None) -> None:
+    """The speculative fit into `info` (from --speculative-log, else an --sglang-log that
+    reports accepted tokens); ValueError when --speculative-log holds none."""
+    from .speculative_log import fit_from_sglang_lines, fit_speculative_file
+
+    if spec_log is not None:
+        fit = fit_speculative_file(spec_log, k)
+    elif sglang_log is not None:
+        lines = Path(sglang_log).read_text(errors="replace").splitlines()
+        fit = fit_from_sglang_lines(lines, k, f"SGLang log {sglang_log}")
+    elif k is not None:
+        raise ValueError("--draft-tokens goes with --speculative-log (or an --sglang-log)")
+    else:
+        return
+    if fit is None:
+        return
+    info["speculative"] = fit.to_dict()
+    info["speculative_preset"] = fit.preset()  # the preset file's [speculative] table
+    info.setdefault("measured", []).append(
+        f"speculative decoding: accept length {fit.accept_len:.3f} tokens per verify step at "
+        f"k = {fit.k} over {fit.steps:,.0f} request-steps ({fit.source}): p = {fit.p:.4f}")
+
+
 def _write_outputs(cal: CostCalibrator, info: dict[str, Any], out: Path | None,
                    plot: Path | None, records_out: Path | None, form: str) -> None:
     from .preset import write_preset
@@ -191,7 +218,8 @@ def _write_outputs(cal: CostCalibrator, info: dict[str, Any], out: Path | None,
                      source=f"calibrated ({form}) from {info['source']}",
                      max_running=info.get("max_running"), kv_capacity=info.get("kv_capacity"),
                      client_overhead_s=info.get("client_overhead_s"), errors=cal.errors_, measured=info.get("measured"),
-                     assumed=info.get("assumed"))
+                     assumed=info.get("assumed"),
+                     speculative=info.get("speculative_preset"))
         click.echo(f"wrote {out}", err=True)
     if records_out is not None:
         write_csv(cal.records_, records_out)
@@ -230,7 +258,7 @@ def _print(cal: CostCalibrator, info: dict[str, Any], form: str, as_json: bool,
             "errors": [e.to_dict() for e in cal.errors_],
             **{k: info[k] for k in ("max_running", "kv_capacity", "wall_s", "vocab_size",
                                     "measured", "assumed", "advice", "client_overhead_s",
-                                    "prefix_hit_share") if k in info},
+                                    "prefix_hit_share", "speculative") if k in info},
             "preset_file": str(out) if out else None}, indent=2))
         return
     click.echo(f"source: {info['source']}")

@@ -3,7 +3,8 @@
 A scenario uses it with ``[cluster] preset = "cal.toml"`` (relative to the scenario file). The
 file holds a ``[cost]`` table in the scenario's own ``[cluster.cost]`` form (``a, b, c`` or
 ``table_b, table_f, table_g``, plus ``p0, p1, p2``) and optional engine limits (``max_running``,
-``kv_capacity``, ``client_overhead_s``) measured on the engine; `aprilsim.config` validates it like any scenario key.
+``kv_capacity``, ``client_overhead_s``) measured on the engine, and a ``[speculative]`` table
+fitted from accepted-token logs (``--speculative-log``); `aprilsim.config` validates it like any scenario key.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def _num(v: float) -> str:
 def preset_toml(cost: CostModel | TabulatedCost, *, label: str = "calibrated", source: str = "",
                 max_running: int | None = None, kv_capacity: int | None = None,
                 client_overhead_s: float | None = None, errors: list[RegimeError] | None = None, measured: list[str] | None = None,
-                assumed: list[str] | None = None) -> str:
+                assumed: list[str] | None = None, speculative: dict | None = None) -> str:
     """The preset file's text; ``measured`` and ``assumed`` become comment lines saying which
     of its values were measured on the engine and which were assumed."""
     lines = ["# aprilsim engine preset written by `aprilsim calibrate`.",
@@ -55,6 +56,10 @@ def preset_toml(cost: CostModel | TabulatedCost, *, label: str = "calibrated", s
     lines += [f"p0 = {_num(cost.p0)}", f"p1 = {_num(cost.p1)}", f"p2 = {_num(cost.p2)}"]
     if getattr(cost, "pr", 0.0):  # seconds per request of a prefill batch (both engines charge it)
         lines.append(f"pr = {_num(cost.pr)}")
+    if speculative:  # fitted from accepted-token logs (`speculative_log`)
+        lines += ["", "[speculative]"]
+        for k, v in speculative.items():
+            lines.append(f"{k} = {_str(v) if isinstance(v, str) else int(v) if isinstance(v, int) else _num(v)}")
     lines.append("")
     return "\n".join(lines)
 

@@ -1,0 +1,123 @@
+"""Speculative decoding in the engine model: draft length, acceptance, and what a token costs.
+
+A speculative engine drafts k tokens per running request, then one verify forward pass checks
+them: a request keeps the accepted prefix of its draft plus one token of the target model, so a
+verify step emits E(k, p) = (1 - p^(k+1)) / (1 - p) tokens per request on average when each
+draft token is accepted with probability p (k + 1 at p = 1). The model here is the *fluid*
+one: a request advances by E tokens per verify step, spread evenly, so that one engine step
+(what `FastEngine` and `ReferenceEngine` call an iteration) still emits one token per running
+request and costs a verify step divided by E. Every rule of the engines that counts tokens (KV
+growth, the reserve, retraction, the new-token ratio, the finish heap) stays as it is, and the
+closed-form spans stay exact, because the per-token cost keeps the form f(B) + g(B)*K:
+
+    t_token(B, K) = (f(B * (1 + k)) + draft_s * k + overhead_s + g(B) * K) / E(k(B), p)
+
+The verify pass computes B*(1+k) tokens, priced as a decode iteration of that many requests'
+fixed part (`a + b*B*(1+k)` for `CostModel`), reads the KV cache once (g(B)*K), and the draft
+costs `draft_s` per draft token step plus `overhead_s` per step. The draft length adapts to the
+batch: k(B) = clamp(draft_budget // B, k_min, k_max) (a nearly empty engine, the tail, drafts
+most; draft_budget 0: k = k_max always).
+
+Acceptance: "constant" (p for every request), or "siblings": p rises linearly from p0 to p_max
+as the request's group has 0 .. n-1 finished siblings on its engine (their responses are draft
+material: Seer's grouped speculative decoding). A batch of requests with different p steps at
+the batch's mean p (the mean of integer 1/Q units, Q = 2^16, so every engine model computes the
+same float in any order). What the fluid model gives up: a live engine emits an integer number
+of tokens per verify step (1 .. k+1, at random); here a request's finish moves by less than one
+verify step, tens of milliseconds in a rollout of minutes. No I/O; the settings and their math
+live in `speculative_spec` (which `cost.EngineSpec` imports).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from aprilsim.engine.cost import _LinearInK
+from aprilsim.engine.speculative_spec import (
+    ACCEPTANCE,
+    Q,
+    SpeculativeSpec,
+    fit_acceptance,
+    tokens_per_step,
+)
+
+if TYPE_CHECKING:
+    from aprilsim.engine.request import Request
+
+__all__ = ["ACCEPTANCE", "Q", "SpeculativeCost", "SpeculativeSpec", "engine_cost",
+           "fit_acceptance", "tokens_per_step"]
+
+
+class SpeculativeCost(_LinearInK):
+    """A cost model whose decode step is one speculative token per request (`per_token`): still
+    f(B) + g(B)*K, so the closed forms of `cost._LinearInK` (spans, their inversion) hold; the
+    prefill is the plain model's. One per engine: with "siblings" acceptance the engine sets the
+    batch's p (`set_batch`) at each decode plan, and the cost is fixed until the next one."""
+
+    def __init__(self, base: Any, spec: SpeculativeSpec) -> None:
+        self.base, self.spec = base, spec
+        self.p0, self.p1, self.p2 = base.p0, base.p1, base.p2
+        self.pr = getattr(base, "pr", 0.0)
+        self.units = spec.p_units(0, 1)
+        self._cache: dict[tuple[int, int], tuple[float, float]] = {}
+        self.fin: dict[int, int] = {}  # group -> its requests finished on this engine
+        self.groups: dict[int, tuple[int, int]] = {}  # rid -> (group, n) of running "siblings"
+
+    def coefficients(self, batch: int) -> tuple[float, float]:
+        """(f'(B), g'(B)) at the current acceptance (cached per batch size and p)."""
+        key = (batch, self.units)
+        got = self._cache.get(key)
+        if got is None:
+            if len(self._cache) > 8192:
+                self._cache.clear()
+            k = self.spec.draft_len(batch)
+            f = self.base.coefficients(batch * (1 + k))[0]
+            g = self.base.coefficients(batch)[1]
+            got = self._cache[key] = self.spec.per_token(f, g, batch, self.units / Q)
+        return got
+
+    def prefill_time(self, tokens: int, tokens_sq: int | None = None, passes: int = 1,
+                     requests: int = 0) -> float:
+        """The plain model's prefill (speculative decoding drafts only in decode)."""
+        return self.base.prefill_time(tokens, tokens_sq, passes, requests)
+
+    # ---- "siblings" acceptance: what the engine tells it
+    def submitted(self, reqs: Iterable[Request]) -> None:
+        """Requests queued on the engine: remember their groups (n from `Request.group_n`)."""
+        if self.spec.by_siblings:
+            for r in reqs:
+                if r.group >= 0:
+                    self.groups[r.rid] = (r.group, r.group_n)
+
+    def finished(self, done: Iterable[Any]) -> None:
+        """Completions at one event: the finished ones (not aborted) count for their group."""
+        if not self.spec.by_siblings:
+            return
+        groups, fin = self.groups, self.fin
+        for c in done:
+            got = groups.pop(c.rid, None)
+            if got is not None and c.reason != "abort":
+                fin[got[0]] = fin.get(got[0], 0) + 1
+
+    def set_batch(self, running: Iterable[Request]) -> None:
+        """A decode plan starts over `running`: the batch's mean acceptance (1/Q units, floored)."""
+        spec, groups, fin = self.spec, self.groups, self.fin
+        total = n = 0
+        for r in running:
+            got = groups.get(r.rid)
+            total += spec.p_units(fin.get(got[0], 0), got[1]) if got else spec.p_units(0, 1)
+            n += 1
+        self.units = total // n if n else spec.p_units(0, 1)
+
+    def forget(self, rids: Iterable[int]) -> None:
+        """Requests aborted: no longer tracked."""
+        for rid in rids:
+            self.groups.pop(rid, None)
+
+
+def engine_cost(spec: Any) -> Any:
+    """The cost model an engine of `spec` (an EngineSpec) steps with: its own, or a fresh
+    per-engine `SpeculativeCost` when `spec.speculative` is set."""
+    sd = getattr(spec, "speculative", None)
+    return spec.cost if sd is None else SpeculativeCost(spec.cost, sd)
