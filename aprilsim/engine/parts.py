@@ -184,7 +184,8 @@ class PrefixCache:
     takes the runs it uses (`lookup`, then `commit` when the batch ends): they become live KV
     again, and come back longer when the request leaves. A sample's run is used only on top of
     its prompt (live, cached or brought by the batch); a run never outlives its prompt's, since
-    the prompt enters last. A weight update flushes it all (`clear`).
+    the prompt enters last. A weight update flushes it all (`clear`). With `block` > 1 (vLLM's
+    KV blocks) only whole blocks of what a request matched serve it (`block_served`).
     """
 
     __slots__ = ("runs", "heap", "size", "clock", "block")
