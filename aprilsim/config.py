@@ -117,6 +117,8 @@ class ClusterSection(_Strict):
     # none; group (= prefix_sharing); lru: kept past a request's life in free KV (docs/simulator.md)
     prefix_cache: Literal["none", "group", "lru"] | None = None
     prefix_cache_flush: bool | None = None  # a weight update empties the cache (default true)
+    # the cache serves whole blocks of this many tokens (1: token-level; vLLM: its KV block size)
+    prefix_cache_block: int | None = Field(default=None, ge=1)
     client_overhead_s: float | None = Field(default=None, ge=0)  # per request, client to engine
     speculative: SpeculativeSection | None = None  # speculative decoding (docs/simulator.md)
     cost: CostSection | None = None
@@ -153,6 +155,7 @@ class PresetFile(_Strict):
     client_overhead_s: float | None = Field(default=None, ge=0)
     prefix_cache: Literal["none", "group", "lru"] | None = None
     prefix_cache_flush: bool | None = None
+    prefix_cache_block: int | None = Field(default=None, ge=1)
     speculative: SpeculativeSection | None = None  # fitted from accepted-token logs
     cost: CostSection
 
@@ -174,7 +177,8 @@ def load_preset_file(path: str | Path) -> EngineSpec:
         raise ScenarioError(f"cluster.preset: {p}: cost: {e}") from None
     over: dict[str, Any] = {k: getattr(pf, k) for k in
                             ("kv_capacity", "max_running", "new_token_ratio", "max_prefill_tokens", "tp",
-                             "client_overhead_s", "prefix_cache", "prefix_cache_flush")
+                             "client_overhead_s", "prefix_cache", "prefix_cache_flush",
+                             "prefix_cache_block")
                             if getattr(pf, k) is not None}
     if pf.speculative is not None:
         over["speculative"] = pf.speculative.spec(f"cluster.preset: {p}: speculative")
@@ -260,7 +264,7 @@ class Scenario(_Strict):
                 "new_token_ratio_decay_steps", "min_new_token_ratio_factor",
                 "retract_decode_steps", "clip_max_new_tokens", "retract_to", "abort_steps",
                 "chunked_prefill_size", "prefix_sharing", "prefix_cache", "prefix_cache_flush",
-                "client_overhead_s",
+                "prefix_cache_block", "client_overhead_s",
             )
             if getattr(c, k) is not None
         }

@@ -12,12 +12,13 @@ of its own, and the group is killed at the end (and checked empty).
 
     python experiments/validate_vllm.py [--venv /work/venv-vllm] [--servers 1] [--repeats 3]
         [--steps 4] [--scale 0.015625] [--keep] [--url vllm+http://127.0.0.1:8100] [--pin 1]
-        [--save RUN.pkl | --load RUN.pkl]
+        [--save RUN.pkl | --load RUN.pkl [--prefix-cache-block 128]]
 
 ``--url`` uses servers that already run (nothing is started or stopped). ``--pin CORES`` starts
 the servers under ``taskset -c CORES`` (run the script itself under ``taskset -c`` another core
 to pin the client). ``--save`` pickles the live runs (the calibration's JSON stays in
-``--work``); ``--load`` judges them again with this tree, without servers.
+``--work``); ``--load`` judges them again with this tree, without servers
+(``--prefix-cache-block N`` for runs saved before the server's KV block size was recorded).
 """
 
 from __future__ import annotations
@@ -187,6 +188,9 @@ def main() -> None:
     ap.add_argument("--pin", help="taskset core list for the servers (e.g. 1)")
     ap.add_argument("--save", type=Path, help="pickle the live runs (and keep cal.json in --work)")
     ap.add_argument("--load", type=Path, help="judge live runs saved by --save (no servers, no calibrate)")
+    ap.add_argument("--prefix-cache-block", type=int,
+                    help="with --load: the simulated cache's block size, for runs saved before "
+                         "validate recorded the server's (vLLM's CPU backend: 128)")
     args = ap.parse_args()
     from aprilsim.config import load_scenario, with_overrides
     from real.runner.options import EngineTarget
@@ -202,6 +206,8 @@ def main() -> None:
             saved = json.loads((args.work / "cal.json").read_text())
             cal, t_cal, urls, notes = saved["cal"], saved["t_cal"], saved["urls"], saved["notes"]
             live, limits, what, checks, t_live = load_live(args.load)
+            if args.prefix_cache_block:
+                limits = {**limits, "prefix_cache_block": args.prefix_cache_block}
             sc = with_overrides(load_scenario(SCENARIO), steps=args.steps, warmup=None)
             opts = ValidateOptions(EngineTarget(engines=tuple(urls)), seed=args.seed, steps=args.steps,
                                    calibration=args.work / "cal.toml", repeats=args.repeats,
@@ -291,7 +297,9 @@ def main() -> None:
            f"{rv.get('runs', 0)} runs; then fitted to the counter)",
            f"- prefix cache: {100 * (vl.get('prefix_cache_hit_share') or 0):.1f}% of prompt tokens "
            f"served from cache (resumed samples re-send their partial output; the simulation keeps "
-           f"a retained prefix cache too: vLLM's family default, prefix_cache = \"lru\" unflushed), {int(vl.get('preemptions', 0))} preemptions, {int(vl.get('iterations', 0))} "
+           f"a retained prefix cache too: vLLM's family default, prefix_cache = \"lru\" unflushed, "
+           f"serving whole blocks of {rep['meta']['limits'].get('prefix_cache_block', 1)} tokens; the "
+           f"priced engine time counts only the prompt tokens vLLM computed), {int(vl.get('preemptions', 0))} preemptions, {int(vl.get('iterations', 0))} "
            "engine iterations",
            f"- checks before the first run: {'; '.join(rep['meta']['checks'])}"]
     if rep["explanations"]:

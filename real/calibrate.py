@@ -212,8 +212,8 @@ async def _timing_for(engine, label: str, url: str | None) -> _Timing:
 
 async def probe_concurrency(engine: Engine, need: int, vocab: int) -> int:
     """The most requests the engine runs at once, up to ``need``: ``need`` short requests sent
-    together, the largest decode batch rebuilt from their token streams (and, on vLLM, the
-    most ``/metrics`` reports running while they run)."""
+    together; the most ``/metrics`` reports running while they run (vLLM), else the largest
+    decode batch rebuilt from their token streams."""
     from aprilsim.validate.reconstruct import reconstruct
 
     from .clients.connect import stamped, unwrap
@@ -237,9 +237,11 @@ async def probe_concurrency(engine: Engine, need: int, vocab: int) -> int:
     finally:
         done.set()
         await poller
+    if seen:  # the engine's own running count: exact, where the stream is a timing estimate
+        return max(1, min(need, seen))  # (on a loaded client, tokens of two iterations coalesce)
     rows = reconstruct(s.take())
     from_stream = max((r["batch_size"] + r.get("mixed_decode", 0) for r in rows), default=0)
-    return max(1, min(need, max(seen, from_stream)))
+    return max(1, min(need, from_stream))
 
 
 async def _measure_engine(engine: Engine, timing: _Timing, vocab: tuple[int, str], max_batch: int,

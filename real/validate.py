@@ -120,13 +120,34 @@ async def _iteration_rows(engine, since: int) -> list[dict[str, Any]]:
     return []
 
 
-def engine_rules(engine: Any, version: str | None) -> dict[str, Any]:
-    """When a simulated abort lands and where a retracted request re-enters the queue, as the
-    engine's family does (``ENGINE_FAMILY_RULES``: SGLang's are its preset rules)."""
+def engine_rules(engine: Any, version: str | None, kv_block: int | None = None) -> dict[str, Any]:
+    """When a simulated abort lands, where a retracted request re-enters the queue and how its
+    prefix cache keeps prompts, as the engine's family does (``ENGINE_FAMILY_RULES``: SGLang's
+    are its preset rules); the server's own cache grain (`kv_block`: vLLM's KV block size,
+    SGLang's page size) replaces the family's default one."""
     from aprilsim.engine.cost import ENGINE_FAMILY_RULES
     from real.clients.connect import engine_family
 
-    return dict(ENGINE_FAMILY_RULES[engine_family(engine, version)])
+    rules = dict(ENGINE_FAMILY_RULES[engine_family(engine, version)])
+    if kv_block and "prefix_cache_block" in rules:
+        rules["prefix_cache_block"] = int(kv_block)
+    return rules
+
+
+def _kv_block(info: Any) -> int | None:
+    """The prefix cache's grain a server reports, or None: vLLM's KV block size
+    (``vllm:cache_config_info`` in /metrics), SGLang's resolved ``page_size`` (/server_info,
+    the same on every worker)."""
+    raw = getattr(info, "raw", None) or {}
+    block = getattr(raw.get("metrics"), "block_size", None)
+    if block:
+        return int(block)
+    pages = {w.get("page_size") for w in raw.get("workers") or [] if isinstance(w, dict)}
+    if len(pages) == 1:
+        (page,) = pages
+        if isinstance(page, int) and not isinstance(page, bool) and page >= 1:
+            return page
+    return None
 
 
 def _is_vllm(engine: Any) -> bool:
@@ -274,12 +295,14 @@ async def run_live(sc: Scenario, specs: list[str], opts: ValidateOptions, progre
         info = await cluster.slots[0].engine.server_info()
         limits = {"max_running": int(info.max_running_requests or opts.max_running or 64),
                   "kv_capacity": int(info.kv_capacity_tokens or 1 << 30),
-                  **engine_rules(cluster.slots[0].engine, info.version)}
+                  **engine_rules(cluster.slots[0].engine, info.version, _kv_block(info))}
         if limits.get("prefix_cache", "none") != "none":
             # validate relabels the weights and loads none, so the engines keep their caches
             limits["prefix_cache_flush"] = False
+            block = limits.get("prefix_cache_block", 1)
             notes.append(f"prefix cache: {limits['prefix_cache']}, kept across weight updates "
-                         "(the engine family's default; validate loads no weights)")
+                         "(the engine family's default; validate loads no weights), serving "
+                         + ("token by token" if block == 1 else f"whole blocks of {block} tokens"))
         if not info.max_running_requests:
             notes.append(f"max_running {limits['max_running']}: not reported by the engine "
                          f"({'--max-running' if opts.max_running else 'assumed'})")
@@ -431,8 +454,23 @@ def comparisons(v: Validation, round_: int | None = 0):
     from aprilsim.validate.pricing import per_step
 
     return [compare_runs(o.label, v.sim[o.label], o.result, per_step(o.result, o.rows),
-                         per_step(o.result, o.rows, v.fit.effective))
+                         per_step(o.result, o.rows, v.fit.effective, computed_shares(o)))
             for o in v.live if round_ is None or o.round == round_]
+
+
+def computed_shares(o: LiveOutcome) -> list[float | None]:
+    """Per engine of a live run, the share of the prompt tokens its rows count that it computed
+    (`pricing.computed_share` of its counters), for rows rebuilt from token streams (they count
+    every prompt token sent); None (all computed) for an engine's own iteration log, whose
+    prefill rows count computed tokens, and where the engine reports no cache hits."""
+    from aprilsim.validate.pricing import computed_share
+
+    out: list[float | None] = []
+    for i in range(len(o.rows)):
+        rebuilt = i < len(o.timing) and o.timing[i].startswith("token stream")
+        c = o.counters[i] if i < len(o.counters) else None
+        out.append(computed_share(c) if rebuilt else None)
+    return out
 
 
 def live_notes(v: Validation) -> dict[str, Any]:

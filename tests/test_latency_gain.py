@@ -26,10 +26,12 @@ from aprilsim.engine.fast import FastEngine
 from aprilsim.engine.reference import ReferenceEngine
 from aprilsim.metrics.gain import COMPONENTS, decompose, engine_time, mean_parts
 from aprilsim.metrics.latency import batch_latency, percentile
+from aprilsim.metrics.records import StepRecord
 from aprilsim.policies.registry import REGISTRY
+from aprilsim.rollout.ledger import StepLedger
 from aprilsim.sim.build import build_simulation
 from aprilsim.simulate_cli import apply_sets
-from aprilsim.types import Group, Sample, SampleStatus
+from aprilsim.types import Group, Sample, SampleStatus, Segment
 
 EXAMPLES = 60
 REACHED: Counter[str] = Counter()
@@ -147,6 +149,26 @@ def test_sample_times_are_ordered_and_steps_report_their_percentiles(name):
     row = run.summary(warmup=1)
     assert row["latency_p99_s"] == pytest.approx(
         sum(r.latency_p99_s for r in run.steps[1:]) / (len(run.steps) - 1))
+
+
+def test_ledger_one_pass_equals_batch_latency_and_counts_every_segment():
+    """The step ledger gathers latency in its staleness pass: the same figures as
+    `batch_latency`, and a resumed sample's segments each land at their own lag."""
+    samples = [_sample(i, 1.0, 1.0 + i, 3.0 + 2 * i) for i in range(4)]
+    samples.append(_sample(9, -1.0, -1.0, -1.0))  # never submitted: in no percentile
+    samples[0].segments = [Segment(0, 2), Segment(2, 3)]  # resumed under a newer policy
+    samples[1].segments = [Segment(2, 5)]
+    groups = [Group(0, 10, samples[:3], 0, 0.5), Group(1, 10, samples[3:], 0, 0.5)]
+    rec = StepRecord(step=0, rollout_start_s=0.0, rollout_time_s=0.0)
+    StepLedger(None, lambda step: 7.0, dict).trained(rec, iter(groups), trainer_version=3)
+    lat = batch_latency(groups)
+    assert (rec.latency_p50_s, rec.latency_p99_s) == (lat["latency_p50_s"], lat["latency_p99_s"])
+    assert (rec.queue_wait_p50_s, rec.queue_wait_p99_s) == (
+        lat["queue_wait_p50_s"], lat["queue_wait_p99_s"])
+    assert rec.staleness == {3: 2, 1: 8}  # lag 3: 2 tokens; lag 1: 3 + 5
+    assert rec.offpolicy_tokens == 10
+    assert (rec.trained_groups, rec.trained_samples, rec.trained_tokens) == (2, 5, 25)
+    assert rec.workload_mean_length == 7.0
 
 
 def test_recycled_partials_count_from_their_first_submit():

@@ -326,6 +326,12 @@ class EngineSpec:
     # reset_prefix_cache); False for a live setting whose engines keep their weights.
     prefix_cache: str = "none"
     prefix_cache_flush: bool = True
+    # The retained cache's granularity (`prefix_cache_block`): a request is served only whole
+    # blocks of this many tokens of what it matched, the rest of its input computed
+    # (`parts.block_served`). 1: token-level, as SGLang's radix cache with page_size 1 (its
+    # default); vLLM's KV block size otherwise (16 on GPU; 128 on its CPU backend). KV stays
+    # counted per token: the rule prices compute, not memory.
+    prefix_cache_block: int = 1
     # Seconds from a client's submission to the engine seeing the request (HTTP, tokenising,
     # the client's own loop): the simulated driver delivers each request this late
     # (`aprilsim calibrate` fits it from live timings; 0 in the presets).
@@ -360,6 +366,13 @@ class EngineSpec:
             raise ValueError("client_overhead_s must be >= 0")
         if self.prefix_cache not in PREFIX_CACHES:
             raise ValueError(f"prefix_cache must be one of {', '.join(PREFIX_CACHES)}")
+        b = self.prefix_cache_block
+        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+            raise ValueError(f"prefix_cache_block {b!r}: must be a whole number of tokens >= 1 "
+                             "(1: token-level)")
+        if b > 1 and self.shares_prefixes and not self.retains_prefixes:
+            raise ValueError(f"prefix_cache_block {b} needs prefix_cache = \"lru\" (the "
+                             "within-group cache \"group\" is token-level only)")
         if self.speculative is not None and not isinstance(self.speculative, SpeculativeSpec):
             raise ValueError("speculative must be a SpeculativeSpec or None")
 
@@ -447,10 +460,15 @@ SGLANG_RULES: dict = {
 # prepends a preempted one to the waiting queue.
 ENGINE_FAMILY_RULES: dict[str, dict] = {
     # prefix_cache: SGLang's radix cache and vLLM V1's prefix caching are on by default and keep
-    # a prefix past its request ("lru"); the bundled engine has none.
-    "sglang": {**{k: SGLANG_RULES[k] for k in ("abort_steps", "retract_to")}, "prefix_cache": "lru"},
+    # a prefix past its request ("lru"); the bundled engine has none. prefix_cache_block: SGLang
+    # matches token by token (--page-size 1, its default); vLLM serves whole KV blocks only
+    # (CacheConfig.DEFAULT_BLOCK_SIZE 16; the CPU backend sets 128 unless --block-size is given).
+    # validate takes a server's own where it reports it: vLLM's vllm:cache_config_info in
+    # /metrics, SGLang's resolved page_size in /server_info.
+    "sglang": {**{k: SGLANG_RULES[k] for k in ("abort_steps", "retract_to")}, "prefix_cache": "lru",
+               "prefix_cache_block": 1},
     "bundled": {"abort_steps": 0, "retract_to": "tail", "prefix_cache": "none"},
-    "vllm": {"abort_steps": 0, "retract_to": "head", "prefix_cache": "lru"},
+    "vllm": {"abort_steps": 0, "retract_to": "head", "prefix_cache": "lru", "prefix_cache_block": 16},
 }
 
 

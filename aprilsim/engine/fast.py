@@ -107,7 +107,7 @@ class FastEngine(EngineFace):
         self.clipped = ClippedReserve(self.clip) if self.clip else None
         self.share = spec.shares_prefixes
         self.prefixes = PrefixRefs()
-        self.cache = PrefixCache() if spec.retains_prefixes else None
+        self.cache = PrefixCache(spec.prefix_cache_block) if spec.retains_prefixes else None
         self._freed: list[int] = []  # prompts freed at this event (for the retained cache)
 
     # ---------------------------------------------------------------- public API
@@ -595,7 +595,7 @@ class FastEngine(EngineFace):
             if self.cache is not None:  # the retained cache may serve some (taken at its end)
                 got = pf.got = self.cache.lookup(pf.reqs, refs)
                 pf.pieces = (got.lens, got.cached)
-                if got.saved:
+                if got.saved or got.dropped:  # (dropped: partial blocks computed again)
                     pf.saved = got.saved
                     comp = tokens - got.saved
                     sq = sum((c + n) * (c + n) - c * c for n, c in zip(got.lens, got.cached))

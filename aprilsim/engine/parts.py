@@ -48,6 +48,7 @@ class EngineStats:
     cache_hits: int = 0  # requests prefilled onto tokens the cache kept
     cache_partial_hits: int = 0  # of those, requests that still computed more than one token
     cache_hit_tokens: int = 0  # tokens the cache served (not computed)
+    cache_block_dropped: int = 0  # tokens held but computed again: partial blocks (`block_served`)
     cache_evictions: int = 0  # runs evicted for KV that live requests needed
     cache_flushes: int = 0  # flushes of a non-empty cache (weight updates)
     migrated_tokens: int = 0  # input tokens prefilled over migrated KV (held, not computed)
@@ -166,9 +167,11 @@ class CacheLookup:
     lens: list[int]
     cached: list[int]
     taken: list[tuple[int, int]]
-    saved: int = 0  # tokens served by the cache
+    saved: int = 0  # of the KV the batch adds, tokens not computed (served less `dropped`)
     hits: int = 0  # requests served some
     partial: int = 0  # of those, requests computing more than their last token
+    served: int = 0  # tokens served by the cache
+    dropped: int = 0  # tokens held (live or cached) but computed: partial blocks (`block_served`)
 
 
 class PrefixCache:
@@ -182,12 +185,14 @@ class PrefixCache:
     takes the runs it uses (`lookup`, then `commit` when the batch ends): they become live KV
     again, and come back longer when the request leaves. A sample's run is used only on top of
     its prompt (live, cached or brought by the batch); a run never outlives its prompt's, since
-    the prompt enters last. A weight update flushes it all (`clear`).
+    the prompt enters last. A weight update flushes it all (`clear`). With `block` > 1 (vLLM's
+    KV blocks) only whole blocks of what a request matched serve it (`block_served`).
     """
 
-    __slots__ = ("runs", "heap", "size", "clock")
+    __slots__ = ("runs", "heap", "size", "clock", "block")
 
-    def __init__(self) -> None:
+    def __init__(self, block: int = 1) -> None:
+        self.block = block  # serve whole blocks of this many tokens only (`block_served`)
         self.runs: dict[tuple[int, int], tuple[int, int]] = {}  # key -> (stamp, tokens)
         self.heap: list[tuple[int, tuple[int, int]]] = []  # (stamp, key), stale entries skipped
         self.size = 0  # tokens held
@@ -246,8 +251,9 @@ class PrefixCache:
         """Price a prefill batch over what is live (`resident` prompts) and kept: as
         `admission.prefill_pieces`, but a prompt neither live nor brought earlier in the batch
         comes from the cache when kept there, and a request's own run covers its input but the
-        last token (SGLang always computes one). Takes nothing yet (`commit`)."""
-        runs = self.runs
+        last token (SGLang always computes one); with blocks, only whole blocks of what a
+        request matched serve it (`block_served`). Takes nothing yet (`commit`)."""
+        runs, block = self.runs, self.block
         lens: list[int] = []
         cached: list[int] = []
         out = CacheLookup(lens, cached, [])
@@ -265,6 +271,7 @@ class PrefixCache:
                 else:  # computed here, with the rest of this request's input
                     n += s
                     pre = 0
+            h = 0
             if (pre or not s) and r.seq >= 0 and (1, r.seq) in runs:
                 h = min(runs[1, r.seq][1], n - 1)
                 if h > 0:
@@ -272,10 +279,20 @@ class PrefixCache:
                     n -= h
                     pre += h
                     saved += h
+            served = saved
+            if block > 1 and pre:
+                drop = pre - block_served(pre, pre + n, block)
+                if drop:  # the partial block is computed again: own tokens first, then prompt's
+                    n += drop
+                    pre -= drop
+                    served -= min(drop, h) + (drop - h if drop > h and saved > h else 0)
+                    saved -= drop
+                    out.dropped += drop
             lens.append(n)
             cached.append(pre)
-            if saved:
-                out.saved += saved
+            out.saved += saved
+            if served:
+                out.served += served
                 out.hits += 1
                 out.partial += n > 1
         return out
@@ -288,7 +305,17 @@ class PrefixCache:
                 self.size -= old[1]
         stats.cache_hits += got.hits
         stats.cache_partial_hits += got.partial
-        stats.cache_hit_tokens += got.saved
+        stats.cache_hit_tokens += got.served
+        stats.cache_block_dropped += got.dropped
+
+
+def block_served(matched: int, total: int, block: int) -> int:
+    """Tokens of a `total`-token input a prefix cache serves when it matched `matched`: whole
+    blocks of `block` only, and never the last token (vLLM's `get_computed_blocks` caps the hit
+    at total - 1, then keeps whole blocks; SGLang's radix cache with page_size > 1 aligns the
+    match down to a page the same way)."""
+    m = min(matched, total - 1)
+    return m - m % block if m > 0 else 0
 
 
 def _rid(r: Request) -> int:

@@ -69,7 +69,7 @@ class ReferenceEngine(EngineFace):
         # chunked prefill: tokens free in the open last pass of a batch the token budget ended
         self.room = self.room_in = self.batch_room = 0
         self.batch_passes = 1  # forward passes the prefill batch in progress starts
-        self.cache = PrefixCache() if spec.retains_prefixes else None
+        self.cache = PrefixCache(spec.prefix_cache_block) if spec.retains_prefixes else None
         self.batch_got: CacheLookup | None = None  # what the batch takes from the cache
 
     @property

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 
 from aprilsim.types import Group
 
-__all__ = ["batch_latency", "percentile"]
+__all__ = ["batch_latency", "latency_figures", "percentile"]
 
 
 def percentile(xs: Sequence[float], q: float) -> float:
@@ -39,6 +39,12 @@ def batch_latency(groups: Iterable[Group]) -> dict[str, float | None]:
                 lat.append(s.finish_s - t0)
             if s.start_s >= 0:
                 wait.append(s.start_s - t0)
+    return latency_figures(lat, wait)
+
+
+def latency_figures(lat: list[float], wait: list[float]) -> dict[str, float | None]:
+    """p50/p99 of completion times `lat` and queue waits `wait` (sorted here; None: no values);
+    the step ledger gathers both in its own pass over a trained batch."""
     lat.sort()
     wait.sort()
     return {

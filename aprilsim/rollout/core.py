@@ -59,7 +59,7 @@ from aprilsim.policies.base import (
 from aprilsim.rollout.ledger import StepLedger
 from aprilsim.rollout.lifecycle import check
 from aprilsim.rollout.ports import Commands, Ended, Meter, Placement
-from aprilsim.types import Group, Sample, SampleStatus
+from aprilsim.types import Group, Sample, SampleStatus, Segment
 
 __all__ = ["MAX_FAULT_RESUBMITS", "GroupMaker", "Reveal", "RolloutCore", "effective_cap"]
 
@@ -214,22 +214,27 @@ class RolloutCore:
         finish it, return it unfinished (abort), or hold it PARTIAL (a token cap). Returns it.
         """
         s = self.inflight.pop(rid)
-        s.add_tokens(tokens, s.submit_version)
+        if tokens > 0:  # Sample.add_tokens, inlined
+            s.generated += tokens
+            segs, v = s.segments, s.submit_version
+            last = segs[-1] if segs else None
+            if last is not None and last.version == v:
+                last.tokens += tokens
+            else:
+                segs.append(Segment(v, tokens))
         if self._place:
             self._place.pop(rid, None)
+        if self._cap:
+            self._cap.pop(rid, None)
         if how == "abort":
             s.status = _PARTIAL
             self.ledger.n_partial += 1
-            if self._cap:
-                self._cap.pop(rid, None)
             return s
         target = s._target_len
         if target is None:
             done = self._reveal is not None and self._reveal(s, how)
         else:
             done = s.generated >= target
-        if self._cap:
-            self._cap.pop(rid, None)
         if not done:  # it ended short of its end: a token budget (or an engine's own cap)
             s.status = _PARTIAL
             self.ledger.n_partial += 1
@@ -453,13 +458,21 @@ class RolloutCore:
 
     def _close_batch(self, groups: Sequence[Group]) -> None:
         for g in groups:
-            if not g.finished or any(s.status is _TRAINED for s in g.samples):
-                raise SchedulerError(f"group {g.gid} is not finished or was trained already")
-            for s in g.samples:
+            samples = g.samples
+            for s in samples:  # finished and not yet trained: every sample DONE
+                if s.status is not _DONE:
+                    raise SchedulerError(f"group {g.gid} is not finished or was trained already")
+            for s in samples:
                 s.status = _TRAINED
         if not self.keep_groups:
+            registered = self.groups
             for g in groups:
-                self._retire_if_over(g.gid)
+                if registered.get(g.gid) is g:  # all of it trained just now: nothing to check
+                    self.ledger.retire(g)
+                    del registered[g.gid]
+                    self._left.pop(g.gid, None)
+                else:
+                    self._retire_if_over(g.gid)
         batch = tuple(groups)
         if self.n_closed >= self.steps:
             raise SchedulerError(

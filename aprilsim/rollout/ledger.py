@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from aprilsim.metrics.latency import batch_latency
+from aprilsim.metrics.latency import latency_figures
 from aprilsim.metrics.records import StepRecord
 from aprilsim.rollout.ports import Meter
 from aprilsim.types import Group, SampleStatus
@@ -105,19 +105,33 @@ class StepLedger:
     # ------------------------------------------------------------------ training
     def trained(self, rec: StepRecord, groups: Iterable[Group], trainer_version: int) -> None:
         """Fill the trained-batch figures of `rec`; staleness is against `trainer_version`."""
-        groups = tuple(groups)
         hist: dict[int, int] = {}
+        lat: list[float] = []  # metrics.latency.batch_latency's figures, in the same pass
+        wait: list[float] = []
         tokens = prompt = trunc = n = n_groups = 0
         for g in groups:
             n_groups += 1
             for s in g.samples:
                 n += 1
-                tokens += s.generated
+                gen = s.generated
+                tokens += gen
                 prompt += s.prompt_len
-                trunc += s.complete and s.generated >= s.max_len  # Sample.truncated, inlined
-                for seg in s.segments:
+                trunc += s.complete and gen >= s.max_len  # Sample.truncated, inlined
+                segs = s.segments
+                if len(segs) == 1:  # the common case: one segment
+                    seg = segs[0]
                     lag = trainer_version - seg.version
                     hist[lag] = hist.get(lag, 0) + seg.tokens
+                else:
+                    for seg in segs:
+                        lag = trainer_version - seg.version
+                        hist[lag] = hist.get(lag, 0) + seg.tokens
+                t0 = s.first_submit_s
+                if t0 >= 0:
+                    if s.finish_s >= 0:
+                        lat.append(s.finish_s - t0)
+                    if s.start_s >= 0:
+                        wait.append(s.start_s - t0)
         rec.trained_groups = n_groups
         rec.trained_samples = n
         rec.trained_tokens = tokens
@@ -127,9 +141,10 @@ class StepLedger:
         rec.workload_mean_length = self._expected_length(rec.step)
         rec.staleness = hist
         rec.offpolicy_tokens = sum(v for k, v in hist.items() if k > 0)
-        lat = batch_latency(groups)
-        rec.latency_p50_s, rec.latency_p99_s = lat["latency_p50_s"], lat["latency_p99_s"]
-        rec.queue_wait_p50_s, rec.queue_wait_p99_s = lat["queue_wait_p50_s"], lat["queue_wait_p99_s"]
+        lat_fig = latency_figures(lat, wait)
+        rec.latency_p50_s, rec.latency_p99_s = lat_fig["latency_p50_s"], lat_fig["latency_p99_s"]
+        rec.queue_wait_p50_s = lat_fig["queue_wait_p50_s"]
+        rec.queue_wait_p99_s = lat_fig["queue_wait_p99_s"]
 
     def retire(self, group: Group) -> None:
         """Count the samples of `group`, each trained or discarded (they never change again), so

@@ -621,20 +621,25 @@ class Simulation:
         core = self.core
         ended, events, inflight = core.request_ended, core.events, core.inflight
         close_span = self._close_span if self.trace is not None else None
+        pop, replace, peek = heapq.heappop, heapq.heapreplace, env.peek
+        # simpy's next event: its queue changes only when this loop yields or the core reacts
+        # (a drain, a batch handed over), so it is read again only then
+        due = peek()
         while not self._finished:
             while heap and heap[0][0] != armed[heap[0][1]]:
-                heapq.heappop(heap)  # stale: that engine re-planned
+                pop(heap)  # stale: that engine re-planned
             if not heap:
                 self._wake = env.event()
                 yield self._wake
+                due = peek()
                 continue
             te, i = heap[0]
-            if te > env.peek() and te > env.now:
+            if te > due and te > env.now:
                 # another simpy event comes first: let it run, then look again
                 self._wake = env.event()
                 yield env.timeout(te - env.now) | self._wake
+                due = peek()
                 continue
-            heapq.heappop(heap)
             if te > self.now:
                 self.now = te
             core.now = self.now  # the requests that end now finish at this time
@@ -647,16 +652,21 @@ class Simulation:
                     close_span(c, ended(c.rid, c.tokens, c.reason))
                 self._sample_engine(i)
             if events:
+                pop(heap)
                 armed[i] = INF
                 self._dirty.add(i)
                 self._drain()
+                due = peek()
             else:  # the common case: nothing for the scheduler, only this engine moved on
                 nxt = e.t_event
                 armed[i] = nxt
                 if nxt < INF:
-                    heapq.heappush(heap, (nxt, i))
+                    replace(heap, (nxt, i))  # pop its event and push its next in one sift
+                else:
+                    pop(heap)
                 if not inflight:
                     core.check_ready()
+                    due = peek()
 
     # ------------------------------------------------------------------ end of run
     def _final_drain(self) -> dict[str, int]:

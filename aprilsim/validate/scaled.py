@@ -33,7 +33,7 @@ def matched_engine(cost: CostModel | TabulatedCost, *, max_running: int, kv_capa
                    max_prefill_tokens: int = 8192, new_token_ratio: float = 1.0,
                    abort_steps: int = ABORT_AT_ONCE, retract_to: str = "head",
                    prefix_cache: str = "none", prefix_cache_flush: bool = True,
-                   client_overhead_s: float = 0.0) -> EngineSpec:
+                   prefix_cache_block: int = 1, client_overhead_s: float = 0.0) -> EngineSpec:
     """The simulated engine of a live replay run: replay requests ignore EOS, so the engine
     reserves their whole remaining length (ratio 1); aborts land, retracted requests re-enter
     the queue and prefixes stay cached as on the live engine (see EngineSpec); each request
@@ -42,7 +42,8 @@ def matched_engine(cost: CostModel | TabulatedCost, *, max_running: int, kv_capa
                       new_token_ratio=new_token_ratio, max_prefill_tokens=max_prefill_tokens,
                       tp=1, label="calibrated", source="aprilsim validate", abort_steps=abort_steps,
                       retract_to=retract_to, prefix_cache=prefix_cache,
-                      prefix_cache_flush=prefix_cache_flush, client_overhead_s=client_overhead_s)
+                      prefix_cache_flush=prefix_cache_flush, prefix_cache_block=prefix_cache_block,
+                      client_overhead_s=client_overhead_s)
 
 
 def simulate_matched(scenario: Scenario, spec: str, engine: EngineSpec, *, n_engines: int,

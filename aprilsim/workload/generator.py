@@ -16,6 +16,7 @@ lengths by the step at which the group is drawn, can differ.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import numpy as np
 
@@ -112,15 +113,16 @@ class Workload:
         groups = []
         uid, max_len = self._next_uid, self.max_len
         resp_l, rew_l, prom_l = resp.tolist(), rewards.tolist(), prompts.tolist()
+        pass_l, keys_l, pids_l = pass_rate.tolist(), keys.tolist(), pids.tolist()
+        index = range(n)
         for g in range(n_groups):
             gid = self._next_gid + g
             pl = prom_l[g]
-            samples = [
-                Sample(uid + i, gid, i, pl, resp_l[g][i], max_len, rew_l[g][i]) for i in range(n)
-            ]
+            # one C-level loop over the group's samples (a run creates every sample here)
+            samples = list(map(Sample, range(uid, uid + n), repeat(gid, n), index, repeat(pl, n),
+                               resp_l[g], repeat(max_len, n), rew_l[g]))
             uid += n
-            groups.append(Group(gid, pl, samples, step, float(pass_rate[g]), int(keys[g]),
-                                int(pids[g])))
+            groups.append(Group(gid, pl, samples, step, pass_l[g], keys_l[g], pids_l[g]))
         self._next_gid += n_groups
         self._next_prompt += n_groups
         self._next_uid = uid

@@ -547,11 +547,16 @@ def parse_sglang_counters(text: str) -> dict[str, float]:
     """SGLang 0.5.23's engine-side counters in a ``/metrics`` body, summed over labels:
     ``iterations`` (``sglang:cuda_graph_passes_total``: every forward pass, by CUDA-graph mode)
     and ``busy_s`` (``sglang:forward_execution_seconds_total``: the GPU executing forward
-    passes); names it lacks are left out (the bundled server exposes neither)."""
+    passes), ``prompt_tokens`` and ``cached_tokens`` (``sglang:prompt_tokens_total``,
+    ``sglang:cached_tokens_total``: prompt tokens of finished requests and those its radix cache
+    served, its ``#cached-token``); names it lacks are left out (the bundled server exposes
+    none)."""
     from .vllm_wire import iter_samples
 
     names = {"sglang:cuda_graph_passes_total": "iterations",
-             "sglang:forward_execution_seconds_total": "busy_s"}
+             "sglang:forward_execution_seconds_total": "busy_s",
+             "sglang:prompt_tokens_total": "prompt_tokens",
+             "sglang:cached_tokens_total": "cached_tokens"}
     out: dict[str, float] = {}
     for name, _labels, value in iter_samples(text):
         key = names.get(name)

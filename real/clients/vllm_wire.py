@@ -237,7 +237,8 @@ class MetricsLoad:
 
     ``kv_cache_usage`` is the mean of the engines' ``vllm:kv_cache_usage_perc`` (0..1);
     ``kv_capacity_tokens`` = sum of ``num_gpu_blocks * block_size`` from ``vllm:cache_config_info``
-    (None when absent); ``kv_used_tokens`` combines the two per engine.
+    (None when absent); ``kv_used_tokens`` combines the two per engine; ``block_size`` the KV
+    block size its engines share (None when absent or not shared), the prefix cache's grain.
     """
 
     running: int
@@ -246,6 +247,7 @@ class MetricsLoad:
     kv_capacity_tokens: int | None
     kv_used_tokens: int | None
     engines: int
+    block_size: int | None = None  # the KV block size (``block_size`` of cache_config_info)
 
     def as_loads(self) -> dict:
         """The keys of :meth:`real.clients.sglang.SGLangClient.loads`, for code that reads either."""
@@ -259,6 +261,7 @@ def parse_metrics(text: str) -> MetricsLoad | None:
     waiting: dict[str, float] = {}
     usage: dict[str, float] = {}
     capacity: dict[str, int] = {}
+    blocks: set[int] = set()
     for name, labels, value in iter_samples(text):
         eng = labels.get("engine", "")
         if name == "vllm:num_requests_running":
@@ -269,7 +272,9 @@ def parse_metrics(text: str) -> MetricsLoad | None:
             usage[eng] = value
         elif name == "vllm:cache_config_info" and value == 1.0:
             try:
-                capacity[eng] = int(labels["num_gpu_blocks"]) * int(labels["block_size"])
+                block = int(labels["block_size"])
+                blocks.add(block)
+                capacity[eng] = int(labels["num_gpu_blocks"]) * block
             except (KeyError, ValueError):
                 pass
     if not running:
@@ -282,6 +287,7 @@ def parse_metrics(text: str) -> MetricsLoad | None:
         running=int(sum(running.values())), waiting=int(sum(waiting.values())),
         kv_cache_usage=sum(usage.values()) / len(usage) if usage else None,
         kv_capacity_tokens=cap, kv_used_tokens=used, engines=len(running),
+        block_size=blocks.pop() if len(blocks) == 1 else None,
     )
 
 

@@ -28,14 +28,17 @@ def test_abort_steps_and_retraction_by_engine_family():
     assert engine_rules(object(), "aprilsim-torch-0.2") == {"abort_steps": 0, "retract_to": "tail",
                                                             "prefix_cache": "none"}
     assert engine_rules(object(), "0.5.23") == {"abort_steps": 1, "retract_to": "tail",
-                                                "prefix_cache": "lru"}  # the radix cache
-    assert engine_rules(VLLMEngine.__new__(VLLMEngine), None) == {"abort_steps": 0, "retract_to": "head",
-                                                                  "prefix_cache": "lru"}
+                                                "prefix_cache": "lru",  # the radix cache,
+                                                "prefix_cache_block": 1}  # token by token
+    assert engine_rules(VLLMEngine.__new__(VLLMEngine), None) == {
+        "abort_steps": 0, "retract_to": "head", "prefix_cache": "lru",
+        "prefix_cache_block": 16}  # whole KV blocks (vLLM's default block size)
 
 
 def test_sglangs_rules_are_stated_once():
     """What validate simulates an SGLang engine with is what every SGLang preset runs."""
-    sglang = {k: v for k, v in ENGINE_FAMILY_RULES["sglang"].items() if k != "prefix_cache"}
+    sglang = {k: v for k, v in ENGINE_FAMILY_RULES["sglang"].items()
+              if k not in ("prefix_cache", "prefix_cache_block")}
     assert sglang == {k: SGLANG_RULES[k] for k in sglang} and set(sglang) == {"abort_steps", "retract_to"}
     for name, spec in PRESETS.items():
         if spec.sglang_ratio:  # the presets that run SGLang's rules

@@ -58,7 +58,8 @@ FIELDS = [f.name for f in dataclasses.fields(StepRecord)]
 
 # the cluster variants each registered scheduler (defaults) also runs on: an abort that lands at
 # once, or 400 decode steps later, a KV cache small enough to retract, the load-aware routers
-# (prefix sharing on one, a retained LRU prefix cache on another), a client overhead per request
+# (prefix sharing on one, a retained LRU prefix cache on another, at vLLM's block grain on a
+# third), a client overhead per request
 CLUSTERS: dict[str, dict[str, Any]] = {
     "abort_at_once": {"abort_steps": -1},
     "slow_abort": {"abort_steps": 400},  # the trainer finishes while an abort is on its way
@@ -66,6 +67,8 @@ CLUSTERS: dict[str, dict[str, Any]] = {
     "least_loaded": {"router": "least_loaded"},
     "prefix_sharing": {"router": "group_affinity", "prefix_sharing": True},
     "lru_prefix_cache": {"router": "group_affinity", "prefix_cache": "lru"},
+    # vLLM's whole KV blocks (16 tokens, its GPU default)
+    "block_prefix_cache": {"router": "group_affinity", "prefix_cache": "lru", "prefix_cache_block": 16},
     "client_overhead": {"client_overhead_s": 0.05},  # requests reach their engine 50 ms later
 }
 
