@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from engine_agreement import assert_engines_agree, close
 from hypothesis import event, example, given, settings, target
 from hypothesis import strategies as st
 
@@ -308,26 +309,11 @@ class Driver:
         return sorted((c.rid, c.tokens, c.reason, c.time) for c in self.out)
 
 
-def _close(x: float, y: float) -> bool:
-    return math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9)
-
-
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True)  # reach shares are asserted: same examples every run
 @given(cases())
 def _fast_matches_reference(case: Case) -> None:
     fd, rd = Driver(FastEngine, case), Driver(ReferenceEngine, case)
-    fast, ref = fd.run(), rd.run()
-    assert [c[:3] for c in fast] == [c[:3] for c in ref]
-    for a, b in zip(fast, ref):
-        assert _close(a[3], b[3]), (a, b)
-    assert fd.hits == rd.hits
-    for ef, er in zip(fd.engines, rd.engines):
-        assert ef.tokens == er.tokens
-        assert ef.retractions == er.retractions
-        assert ef.kv_peak == er.kv_peak <= case.spec.kv_capacity
-        assert ef.stats == er.stats
-        assert _close(ef.busy_time, er.busy_time)
-        assert ef.is_idle() and er.is_idle()
+    fast, _ = assert_engines_agree(fd, rd, case.spec.kv_capacity)
     # every request ends exactly once, finished or aborted
     assert len({c[0] for c in fast}) == len(fast) == len(fd.reqs)
 
@@ -373,7 +359,7 @@ def _check(case: Case) -> tuple[Driver, dict[str, bool]]:
     fast, ref = fd.run(), rd.run()
     assert [c[:3] for c in fast] == [c[:3] for c in ref]
     for a, b in zip(fast, ref):
-        assert _close(a[3], b[3]), (a, b)
+        assert close(a[3], b[3]), (a, b)
     assert fd.hits == rd.hits
     for ef, er in zip(fd.engines, rd.engines):
         assert ef.tokens == er.tokens
@@ -381,7 +367,7 @@ def _check(case: Case) -> tuple[Driver, dict[str, bool]]:
         assert ef.kv_peak == er.kv_peak <= case.spec.kv_capacity
         assert ef.stats == er.stats  # chunked-prefill and prefix counters included
         assert not ef.prefixes  # every shared prefix left with its last holder
-        assert _close(ef.busy_time, er.busy_time)
+        assert close(ef.busy_time, er.busy_time)
         assert ef.is_idle() and er.is_idle()
     assert len({c[0] for c in fast}) == len(fast) == len(fd.reqs)
     retractions = sum(e.retractions for e in fd.engines)

@@ -23,9 +23,10 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
+from engine_agreement import assert_engines_agree
 from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
-from test_engine_equivalence import _close, _no_mined_constants
+from test_engine_equivalence import _no_mined_constants
 
 from aprilsim.config import default_scenario
 from aprilsim.engine.admission import can_admit_head, ratio_at
@@ -318,19 +319,7 @@ MIN_SHARE = {
 
 def _check(case: PlacedCase) -> tuple[PlacedDriver, PlacedDriver]:
     fd, rd = PlacedDriver(FastEngine, case), PlacedDriver(ProbedReference, case)
-    fast, ref = fd.run(), rd.run()
-    assert [c[:3] for c in fast] == [c[:3] for c in ref]
-    for a, b in zip(fast, ref):
-        assert _close(a[3], b[3]), (a, b)
-    assert fd.hits == rd.hits
-    for ef, er in zip(fd.engines, rd.engines):
-        assert ef.tokens == er.tokens and ef.retractions == er.retractions
-        assert ef.kv_peak == er.kv_peak <= case.spec.kv_capacity
-        assert ef.stats == er.stats  # migrated, cache, chunking and abort counters included
-        if ef.cache is not None:
-            assert ef.cache.runs == er.cache.runs
-        assert _close(ef.busy_time, er.busy_time)
-        assert ef.is_idle() and er.is_idle()
+    fast, _ = assert_engines_agree(fd, rd, case.spec.kv_capacity)
     assert len({c[0] for c in fast}) == len(fast) == fd.next_rid  # each request ends once
     # every response ran to its end: nothing is lost across pieces, aborts and retractions
     assert all(s.generated == s.target for s in fd.samples)

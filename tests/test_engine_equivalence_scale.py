@@ -15,9 +15,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
+from engine_agreement import close
 from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
-from test_engine_equivalence import Case, Driver, _close, _no_mined_constants
+from test_engine_equivalence import Case, Driver, _no_mined_constants
 
 from aprilsim.config import default_scenario
 from aprilsim.engine.admission import can_admit_head, ratio_at
@@ -108,11 +109,11 @@ def _fast_matches_reference_at_scale(case: Case) -> None:
     fast, ref = fd.run(), rd.run()
     assert [c[:3] for c in fast] == [c[:3] for c in ref]
     for a, b in zip(fast, ref):
-        assert _close(a[3], b[3]), (a, b)
+        assert close(a[3], b[3]), (a, b)
     for ef, er in zip(fd.engines, rd.engines):
         assert ef.tokens == er.tokens and ef.kv_peak == er.kv_peak
         assert ef.stats == er.stats
-        assert _close(ef.busy_time, er.busy_time)
+        assert close(ef.busy_time, er.busy_time)
     probe = sum((e.probe for e in rd.engines), Counter())
     REACHED["examples"] += 1
     for name in MIN_SHARE:

@@ -15,10 +15,11 @@ from collections import Counter
 from dataclasses import replace
 
 import pytest
+from engine_agreement import close as _close  # the name its derandomized examples were drawn under
 from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
 from sched_helpers import run, small_scenario
-from test_engine_equivalence import Case, Driver, _close, _no_mined_constants, cases
+from test_engine_equivalence import Case, Driver, _no_mined_constants, cases
 from test_whole_run_equivalence import _assert_same_run, _tight
 
 from aprilsim.config import ScenarioError, default_scenario, scenario_from_dict

@@ -17,8 +17,9 @@ from collections import Counter
 
 import pytest
 from click.testing import CliRunner
+from engine_agreement import close
 from hypothesis import event, given, settings, target
-from test_engine_equivalence import Driver, _close, _no_mined_constants, cases
+from test_engine_equivalence import Driver, _no_mined_constants, cases
 
 from aprilsim.cli import main
 from aprilsim.config import default_scenario
@@ -81,7 +82,7 @@ def _check_stamps(case) -> None:
     waited = 0
     for rid, (sf, t0) in fd.stamps.items():
         sr = rd.stamps[rid][0]
-        assert _close(sf.start_s, sr.start_s), (rid, sf.start_s, sr.start_s)
+        assert close(sf.start_s, sr.start_s), (rid, sf.start_s, sr.start_s)
         assert sf.start_s < 0 or sf.start_s >= t0 - 1e-9  # never scheduled before it arrived
         waited += sf.start_s > t0 + 1e-9
     for ef, er in zip(fd.engines, rd.engines):

@@ -14,9 +14,10 @@ from collections import Counter
 from dataclasses import replace
 
 import pytest
+from engine_agreement import assert_engines_agree
 from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
-from test_engine_equivalence import COST, Case, Driver, _close, _no_mined_constants, cases
+from test_engine_equivalence import COST, Case, Driver, _no_mined_constants, cases
 
 from aprilsim.config import ScenarioError, default_scenario
 from aprilsim.engine.cost import SGLANG_RULES, EngineSpec
@@ -189,17 +190,7 @@ class CheckedFast(FastEngine):
 
 def _check(case: Case) -> CacheDriver:
     fd, rd = CacheDriver(CheckedFast, case), CacheDriver(ReferenceEngine, case)
-    fast, ref = fd.run(), rd.run()
-    assert [c[:3] for c in fast] == [c[:3] for c in ref]
-    for a, b in zip(fast, ref):
-        assert _close(a[3], b[3]), (a, b)
-    assert fd.hits == rd.hits
-    for ef, er in zip(fd.engines, rd.engines):
-        assert ef.tokens == er.tokens and ef.kv_peak == er.kv_peak
-        assert ef.stats == er.stats  # the cache's counters included
-        assert ef.cache.runs == er.cache.runs  # the same runs, of the same age
-        assert _close(ef.busy_time, er.busy_time)
-        assert ef.is_idle() and er.is_idle()
+    fast, _ = assert_engines_agree(fd, rd, case.spec.kv_capacity)
     assert len({c[0] for c in fast}) == len(fast) == len(fd.reqs)
     return fd
 
