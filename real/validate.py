@@ -134,7 +134,7 @@ def engine_rules(engine: Any, version: str | None, kv_block: int | None = None) 
     return rules
 
 
-def _kv_block(info: Any) -> int | None:
+def kv_block_size(info: Any) -> int | None:
     """The prefix cache's grain a server reports, or None: vLLM's KV block size
     (``vllm:cache_config_info`` in /metrics), SGLang's resolved ``page_size`` (/server_info,
     the same on every worker)."""
@@ -295,7 +295,7 @@ async def run_live(sc: Scenario, specs: list[str], opts: ValidateOptions, progre
         info = await cluster.slots[0].engine.server_info()
         limits = {"max_running": int(info.max_running_requests or opts.max_running or 64),
                   "kv_capacity": int(info.kv_capacity_tokens or 1 << 30),
-                  **engine_rules(cluster.slots[0].engine, info.version, _kv_block(info))}
+                  **engine_rules(cluster.slots[0].engine, info.version, kv_block_size(info))}
         if limits.get("prefix_cache", "none") != "none":
             # validate relabels the weights and loads none, so the engines keep their caches
             limits["prefix_cache_flush"] = False

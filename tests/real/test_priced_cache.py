@@ -96,7 +96,7 @@ def test_vllm_block_size_comes_from_the_server():
     """validate simulates a vLLM server's own KV block size (vllm:cache_config_info; 128 on the
     CPU backend), the family default (16) where it does not say."""
     from real.clients.vllm import VLLMEngine
-    from real.validate import _kv_block, engine_rules
+    from real.validate import engine_rules, kv_block_size
 
     text = """vllm:num_requests_running{engine="0",model_name="tiny"} 0.0
 vllm:cache_config_info{block_size="128",cache_dtype="auto",engine="0",num_gpu_blocks="64"} 1.0
@@ -105,20 +105,20 @@ vllm:cache_config_info{block_size="128",cache_dtype="auto",engine="0",num_gpu_bl
     assert m.block_size == 128 and m.kv_capacity_tokens == 8192
     vllm = VLLMEngine.__new__(VLLMEngine)
     info = SimpleNamespace(raw={"metrics": m})
-    assert engine_rules(vllm, None, _kv_block(info))["prefix_cache_block"] == 128
+    assert engine_rules(vllm, None, kv_block_size(info))["prefix_cache_block"] == 128
     assert engine_rules(vllm, None, None)["prefix_cache_block"] == 16
-    assert _kv_block(SimpleNamespace(raw={})) is None
+    assert kv_block_size(SimpleNamespace(raw={})) is None
 
 
 def test_sglang_page_size_comes_from_the_server():
     """SGLang's radix cache with --page-size N aligns its match down to a page: validate takes
     the resolved page_size of /server_info (1 by default; the same on every worker)."""
-    from real.validate import _kv_block, engine_rules
+    from real.validate import engine_rules, kv_block_size
 
     one = SimpleNamespace(raw={"workers": [{"page_size": 1, "max_running_requests": 64}]})
     paged = SimpleNamespace(raw={"workers": [{"page_size": 64}, {"page_size": 64}]})
     mixed = SimpleNamespace(raw={"workers": [{"page_size": 64}, {"page_size": 16}]})
-    assert (_kv_block(one), _kv_block(paged), _kv_block(mixed)) == (1, 64, None)
-    assert engine_rules(object(), "0.5.23", _kv_block(paged))["prefix_cache_block"] == 64
+    assert (kv_block_size(one), kv_block_size(paged), kv_block_size(mixed)) == (1, 64, None)
+    assert engine_rules(object(), "0.5.23", kv_block_size(paged))["prefix_cache_block"] == 64
     assert engine_rules(object(), "0.5.23", None)["prefix_cache_block"] == 1
     assert "prefix_cache_block" not in engine_rules(object(), "aprilsim-torch-0.2", 64)  # no cache
