@@ -194,7 +194,7 @@ def tmp_logs(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def servers(tmp_logs) -> Iterator[list[Proc]]:
+def shared_servers(tmp_logs) -> Iterator[list[Proc]]:
     """Two bundled-engine servers (cumulative streaming), shared by the session."""
     procs: list[Proc] = []
     try:
@@ -203,6 +203,21 @@ def servers(tmp_logs) -> Iterator[list[Proc]]:
         yield procs
     finally:
         stop_all(procs)
+
+
+@pytest.fixture
+def servers(shared_servers) -> list[Proc]:
+    """The shared servers at their default weight version: a run or an update in an earlier test
+    bumps it, and under pytest-xdist which files ran earlier differs from run to run."""
+    from real.clients.sglang import SGLangClient
+
+    async def reset() -> None:
+        async with SGLangClient(worker_urls=[p.url for p in shared_servers]) as c:
+            if await c.weight_version() != "default":
+                await c.update_weights("default")
+
+    asyncio.run(reset())
+    return shared_servers
 
 
 @pytest.fixture(scope="session")
@@ -216,9 +231,9 @@ def incremental_server(tmp_logs) -> Iterator[Proc]:
 
 
 @pytest.fixture(scope="session")
-def router(tmp_logs, servers) -> Iterator[Proc]:
+def router(tmp_logs, shared_servers) -> Iterator[Proc]:
     """The real sglang-router in front of the two servers."""
-    p = start_router(tmp_logs, [s.url for s in servers])
+    p = start_router(tmp_logs, [s.url for s in shared_servers])
     try:
         yield p
     finally:
