@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from aprilsim.sample_error import UnfinishedSampleError
+
 
 class SampleStatus(str, Enum):
     """Where a sample is in its life; the ledger of conservation is built on this."""
@@ -37,10 +39,6 @@ class Segment:
 
     version: int
     tokens: int
-
-
-class UnfinishedSampleError(RuntimeError):
-    """A scheduler read what only a finished sample reveals (its reward)."""
 
 
 @dataclass(slots=True, eq=False)

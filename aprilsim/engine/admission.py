@@ -17,6 +17,10 @@ from collections.abc import Container
 from aprilsim.engine.cost import EngineSpec
 from aprilsim.engine.request import Request
 
+_NUMBERS = ("kv_capacity", "max_running", "max_prefill_tokens", "clip_max_new_tokens",
+            "sglang_ratio", "new_token_ratio", "new_token_ratio_decay", "min_new_token_ratio",
+            "retract_decode_steps")  # what `AdmissionRules` copies (mypyc drops `__slots__`)
+
 
 class AdmissionRules:
     """The numbers the rules below read from an `EngineSpec`, copied once into plain slots.
@@ -25,12 +29,19 @@ class AdmissionRules:
     a few times per event, so it passes this instead (the reference engine passes its spec: both
     run the same functions on the same values)."""
 
-    __slots__ = ("kv_capacity", "max_running", "max_prefill_tokens", "clip_max_new_tokens",
-                 "sglang_ratio", "new_token_ratio", "new_token_ratio_decay",
-                 "min_new_token_ratio", "retract_decode_steps")
+    __slots__ = _NUMBERS
+    kv_capacity: int
+    max_running: int
+    max_prefill_tokens: int
+    clip_max_new_tokens: int
+    sglang_ratio: bool
+    new_token_ratio: float
+    new_token_ratio_decay: float
+    min_new_token_ratio: float
+    retract_decode_steps: int
 
     def __init__(self, spec: EngineSpec) -> None:
-        for name in self.__slots__:
+        for name in _NUMBERS:
             setattr(self, name, getattr(spec, name))
 
 

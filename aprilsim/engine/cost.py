@@ -26,49 +26,19 @@ import math
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol, runtime_checkable
 
+from aprilsim.engine.cost_protocol import DecodeCost
 from aprilsim.engine.speculative_spec import SpeculativeSpec
-
-
-@runtime_checkable
-class DecodeCost(Protocol):
-    """What an engine asks of a cost model. Every method is closed form and exact."""
-
-    p0: float
-    p1: float
-    p2: float
-
-    def coefficients(self, batch: int) -> tuple[float, float]:
-        """(f(B), g(B)): fixed seconds per iteration and seconds per KV token read."""
-        ...
-
-    def decode_time(self, batch: int, kv_tokens: float) -> float:
-        """Seconds of one decode iteration with `batch` requests holding `kv_tokens`."""
-        ...
-
-    def decode_span(self, n: int, batch: int, kv_tokens: float) -> float:
-        """Seconds of n iterations from `kv_tokens` with `batch` requests (K grows by B each)."""
-        ...
-
-    def iterations_within(self, dt: float, batch: int, kv_tokens: float, n_max: int) -> int:
-        """Largest m <= n_max whose m iterations end no later than `dt` after they start."""
-        ...
-
-    def prefill_time(self, tokens: int, tokens_sq: int | None = None, passes: int = 1,
-                     requests: int = 0) -> float:
-        """Seconds of a prefill batch of `tokens` input tokens whose squares sum to `tokens_sq`,
-        run as `passes` forward passes (each pays the fixed cost p0 once)."""
-        ...
 
 
 class _LinearInK:
     """The closed forms shared by every t(B, K) = f(B) + g(B)*K (subclasses define
-    `coefficients` and the prefill coefficients p0, p1, p2)."""
+    `coefficients` and the prefill coefficients p0, p1, p2, pr)."""
 
     p0: float
     p1: float
     p2: float
+    pr: float
 
     def coefficients(self, batch: int) -> tuple[float, float]:
         """(f(B), g(B)): fixed seconds per iteration and seconds per KV token read."""

@@ -73,8 +73,9 @@ class FastEngine(EngineFace):
         self.cost = engine_cost(spec)  # speculative decoding: a per-engine SpeculativeCost
         # speculative decoding's hooks (None when off): the plain cost (the gain's counterfactual)
         # and, with "siblings" acceptance, the cost whose batch p the engine sets
-        self.plain = spec.cost if spec.speculative is not None else None
-        self.sib = self.cost if self.plain is not None and spec.speculative.by_siblings else None
+        sp = spec.speculative
+        self.plain = spec.cost if sp is not None else None
+        self.sib = self.cost if sp is not None and sp.by_siblings else None
         self.kv_capacity = spec.kv_capacity
         self.max_running = spec.max_running
         self.name = name

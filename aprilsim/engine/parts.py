@@ -99,7 +99,7 @@ class PrefillBatch:
     room_out: int = 0
     hits: int = 0
     moved: int = 0  # migrated KV tokens the batch holds without computing them
-    pieces: tuple[list[int], list[int]] = ((), ())  # type: ignore[assignment]
+    pieces: tuple[list[int], list[int]] = field(default_factory=lambda: ([], []))
     saved: int = 0  # of `tokens` (KV it adds), those the retained cache serves (not computed)
     got: CacheLookup | None = None  # what it takes from the retained cache (`PrefixCache`)
 
@@ -329,7 +329,8 @@ class EngineFace:
     `kv_peak`, `t` and `progress_at(now)`.
     """
 
-    running: object
+    # `running` (sized): a dict on the fast engine, a list on the reference one; not declared
+    # here, since a compiled subclass may not narrow an attribute's declared type
     waiting: deque[Request]
     phase: int
     kv_peak: int
@@ -351,7 +352,7 @@ class EngineFace:
     @property
     def load(self) -> int:
         """Requests on this engine (running, prefilling and queued): what a router balances."""
-        return len(self.running) + len(self.prefilling()) + len(self.waiting)  # type: ignore[arg-type]
+        return len(self.running) + len(self.prefilling()) + len(self.waiting)  # type: ignore[attr-defined]
 
     def room_at(self, now: float) -> int:
         """KV tokens free at `now` less the input the queued requests bring: what routing to
@@ -362,7 +363,7 @@ class EngineFace:
     @property
     def n_running(self) -> int:
         """Requests decoding or prefilling (the running batch; queued requests excluded)."""
-        return len(self.running) + len(self.prefilling())  # type: ignore[arg-type]
+        return len(self.running) + len(self.prefilling())  # type: ignore[attr-defined]
 
     @property
     def peak_kv(self) -> int:

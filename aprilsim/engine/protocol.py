@@ -20,8 +20,12 @@ class SimEngine(Protocol):
     t_event: float
     busy_time: float
     tokens: int
-    retractions: int
     stats: EngineStats  # counters (decode iterations, prefill seconds: the gain decomposition)
+
+    @property
+    def retractions(self) -> int:
+        """Requests retracted so far (KV cache full)."""
+        ...
 
     @property
     def load(self) -> int:

@@ -29,7 +29,6 @@ Decided here (docs/concepts.md, "What a scheduler may rely on"):
 
 from __future__ import annotations
 
-import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
@@ -88,26 +87,32 @@ def effective_cap(sample: Sample, cap: int | None) -> int | None:
     return None if cap is None or cap >= sample.max_len - sample.generated else cap
 
 
+def _register(groups: list[Group], registered: dict[int, Group], left: dict[int, int]) -> list[Group]:
+    """Enter `groups` in the core's tables: it counts their samples down as they finish."""
+    for g in groups:
+        registered[g.gid] = g
+        left[g.gid] = g.size
+    return groups
+
+
 class _Source:
     """What a scheduler's `ctx.new_groups` / `ctx.regenerate` reach, and no more; registers the
-    groups with the core (held weakly, so a finished run holds no reference cycle)."""
+    groups in the core's two tables (it holds them, not the core: a finished run holds no
+    reference cycle, and no weak reference is needed, which a compiled core would not take)."""
 
-    __slots__ = ("_core", "_maker")
+    __slots__ = ("_groups", "_left", "_maker")
 
-    def __init__(self, core: RolloutCore, maker: GroupMaker) -> None:
-        self._core = weakref.ref(core)
+    def __init__(self, groups: dict[int, Group], left: dict[int, int], maker: GroupMaker) -> None:
+        self._groups = groups
+        self._left = left
         self._maker = maker
 
     def new_groups(self, n: int, step: int, group_size: int | None = None) -> list[Group]:
-        return self._reg(self._maker.new_groups(n, step, group_size))
+        return _register(self._maker.new_groups(n, step, group_size), self._groups, self._left)
 
     def regenerate(self, groups: Sequence[Group], step: int, group_size: int) -> list[Group]:
-        return self._reg(self._maker.regenerate(groups, step, group_size))
-
-    def _reg(self, groups: list[Group]) -> list[Group]:
-        core = self._core()
-        assert core is not None, "the run is gone"
-        return core.register(groups)
+        return _register(self._maker.regenerate(groups, step, group_size), self._groups,
+                         self._left)
 
 
 class RolloutCore:
@@ -136,13 +141,13 @@ class RolloutCore:
         self.commands = commands
         self.now = 0.0
         self.version = 0
-        self.ctx = Context(source=_Source(self, groups), batch_size=batch_size, max_len=max_len,
-                           total_steps=steps, group_size=group_size)
         self.groups: dict[int, Group] = {}  # registered (all, or the live ones: `keep_groups`)
         # False: a group whose samples are all trained or discarded is counted by the ledger and
         # let go (memory bounded in steps); True keeps every group for a look after the run
         self.keep_groups = keep_groups
         self._left: dict[int, int] = {}  # unfinished samples per group
+        self.ctx = Context(source=_Source(self.groups, self._left, groups), batch_size=batch_size,
+                           max_len=max_len, total_steps=steps, group_size=group_size)
         self.inflight: dict[int, Sample] = {}  # request id -> the sample it generates
         self._cap: dict[int, int] = {}  # request id -> its binding token cap
         self._place: dict[int, Placement] = {}  # request id -> its priority and route, where set
@@ -170,10 +175,7 @@ class RolloutCore:
     # ------------------------------------------------------------------ groups
     def register(self, groups: list[Group]) -> list[Group]:
         """Groups a scheduler drew: the core counts their samples down as they finish."""
-        for g in groups:
-            self.groups[g.gid] = g
-            self._left[g.gid] = g.size
-        return groups
+        return _register(groups, self.groups, self._left)
 
     # ------------------------------------------------------------------ the RL loop's inputs
     def start_rollout(self, step: int, now: float) -> None:

@@ -169,7 +169,7 @@ class Simulation:
         # engine I/O the core asked for (an abort, a weight sync's pause or abort): carried out
         # once the scheduler's reaction is over, as the live driver does; sends wait behind it
         self._io: list[Callable[[], None]] = []
-        self._held: list[tuple[Sequence[Sample], int, int | None, int]] = []
+        self._held: list[tuple[Sequence[Sample], int, int | None, int, Placement | None]] = []
         self._aborting = 0  # AbortAlls on their way: sends wait for them to land (as live)
         self._last_landing = 0.0  # when the last of them lands
         # requests on their way to the engines (`client_overhead_s`): id -> engine -> requests
@@ -180,7 +180,7 @@ class Simulation:
         self.trace = trace
         self._spans: dict[int, RequestSpan] = {}  # rid -> its open span (only with a trace)
         if trace is not None:
-            self.core.on_ended = self._close_span
+            self.core.on_ended = self._close_span  # type: ignore[assignment]  # ends: Completions
 
     @property
     def version(self) -> int:
@@ -216,7 +216,9 @@ class Simulation:
         finally:
             engine_loop.close()  # its frame holds self: close it so no cycle outlives the run
         if not proc.ok:
-            raise proc.value
+            err = proc.value  # a failed process holds its exception
+            assert isinstance(err, BaseException)
+            raise err
         self._finished = True
         self.core.finish()
         end_state = self._final_drain()
@@ -326,11 +328,12 @@ class Simulation:
         retain = self.spec.retains_prefixes
         rid = first_rid
         for s in samples:
-            g = s.generated
+            g, t = s.generated, s._target_len
+            assert t is not None  # a simulated sample carries its length (a live one may not)
             if cap is None or cap >= s.max_len - g:  # rollout.core.effective_cap, inlined
-                req = Request(rid, s.prompt_len + g, s.max_len - g, s._target_len - g)
+                req = Request(rid, s.prompt_len + g, s.max_len - g, t - g)
             else:  # a token budget: stop this submission after `cap` tokens
-                req = Request(rid, s.prompt_len + g, cap, min(s._target_len - g, cap))
+                req = Request(rid, s.prompt_len + g, cap, min(t - g, cap))
             if share and s.prompt_len > 1:  # the prompt but its last token, held once per engine
                 req.prefix, req.shared = s.group_id, s.prompt_len - 1
                 req.input_len -= req.shared
@@ -369,9 +372,10 @@ class Simulation:
         migrate = place.keep_kv and not share and not retain  # the caches have their own rule
         per_engine: dict[int, list[Request]] = {}
         for k, s in enumerate(samples):
-            g = s.generated
+            g, t = s.generated, s._target_len
+            assert t is not None  # a simulated sample carries its length
             c = cap if cap is not None and cap < s.max_len - g else s.max_len - g
-            req = Request(first_rid + k, s.prompt_len + g, c, min(s._target_len - g, c),
+            req = Request(first_rid + k, s.prompt_len + g, c, min(t - g, c),
                           priority=place.priority)
             if share and s.prompt_len > 1:
                 req.prefix, req.shared = s.group_id, s.prompt_len - 1

@@ -21,7 +21,8 @@ import numpy as np
 class LengthModel(Protocol):
     """What the simulator needs of a length distribution."""
 
-    family: str
+    @property
+    def family(self) -> str: ...
 
     def ppf(self, q: np.ndarray) -> np.ndarray: ...
     def cdf(self, x: np.ndarray) -> np.ndarray: ...
