@@ -33,15 +33,21 @@ class FinishReason(str, Enum):
     ABORT = "abort"
 
 
-@dataclass(slots=True)
+# The hot dataclasses write their `__init__` (init=False): the opt-in mypyc build compiles a
+# written one, while a generated one stays interpreted (docs/development.md, speed).
+@dataclass(slots=True, init=False)
 class Segment:
     """`tokens` tokens of one sample generated under policy `version`."""
 
     version: int
     tokens: int
 
+    def __init__(self, version: int, tokens: int) -> None:
+        self.version = version
+        self.tokens = tokens
 
-@dataclass(slots=True, eq=False)
+
+@dataclass(slots=True, eq=False, init=False)
 class Sample:
     """One response.
 
@@ -70,6 +76,28 @@ class Sample:
     first_submit_s: float = -1.0  # its first request was sent to the engines
     start_s: float = -1.0  # its first request was first scheduled on an engine (simulated only)
     finish_s: float = -1.0  # it completed (its last request ended at its end)
+
+    def __init__(self, uid: int, group_id: int, index: int, prompt_len: int,
+                 _target_len: int | None, max_len: int, _reward: float | None, generated: int = 0,
+                 segments: list[Segment] | None = None, status: SampleStatus = SampleStatus.PENDING,
+                 submits: int = 0, submit_version: int = -1, complete: bool = False,
+                 first_submit_s: float = -1.0, start_s: float = -1.0, finish_s: float = -1.0) -> None:
+        self.uid = uid
+        self.group_id = group_id
+        self.index = index
+        self.prompt_len = prompt_len
+        self._target_len = _target_len
+        self.max_len = max_len
+        self._reward = _reward
+        self.generated = generated
+        self.segments = [] if segments is None else segments
+        self.status = status
+        self.submits = submits
+        self.submit_version = submit_version
+        self.complete = complete
+        self.first_submit_s = first_submit_s
+        self.start_s = start_s
+        self.finish_s = finish_s
 
     @property
     def reward(self) -> float:
@@ -112,7 +140,7 @@ class Sample:
             self.segments.append(Segment(version, tokens))
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class Group:
     """The n samples of one prompt; finished when all of its samples are."""
 
@@ -123,6 +151,16 @@ class Group:
     _pass_rate: float  # hidden truth of the workload (see Sample); schedulers do not read it
     prompt_key: int = -1  # index of the fresh prompt this group runs (the key of its random draws)
     prompt_id: int = -1  # the prompt's dataset index: the same in every epoch (what a scheduler may key history on)
+
+    def __init__(self, gid: int, prompt_len: int, samples: list[Sample], created_step: int,
+                 _pass_rate: float, prompt_key: int = -1, prompt_id: int = -1) -> None:
+        self.gid = gid
+        self.prompt_len = prompt_len
+        self.samples = samples
+        self.created_step = created_step
+        self._pass_rate = _pass_rate
+        self.prompt_key = prompt_key
+        self.prompt_id = prompt_id
 
     @property
     def size(self) -> int:

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 
-@dataclass(slots=True, eq=False)
+# `__init__` written out (init=False), as in `aprilsim.types`: mypyc compiles it
+@dataclass(slots=True, eq=False, init=False)
 class Request:
     """One submission of a sample.
 
@@ -45,8 +46,28 @@ class Request:
     group: int = -1
     group_n: int = 1
 
+    def __init__(self, rid: int, input_len: int, max_new: int, target_new: int, gen: int = 0,
+                 base: int = 0, retractions: int = 0, prefix: int = -1, shared: int = 0,
+                 seq: int = -1, owner: Any = None, priority: int = 0, migrated: int = 0,
+                 group: int = -1, group_n: int = 1) -> None:
+        self.rid = rid
+        self.input_len = input_len
+        self.max_new = max_new
+        self.target_new = target_new
+        self.gen = gen
+        self.base = base
+        self.retractions = retractions
+        self.prefix = prefix
+        self.shared = shared
+        self.seq = seq
+        self.owner = owner
+        self.priority = priority
+        self.migrated = migrated
+        self.group = group
+        self.group_n = group_n
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class Completion:
     """A request leaving the engine: finished ("stop"/"length") or aborted with partial output."""
 
@@ -54,6 +75,12 @@ class Completion:
     tokens: int
     reason: str
     time: float
+
+    def __init__(self, rid: int, tokens: int, reason: str, time: float) -> None:
+        self.rid = rid
+        self.tokens = tokens
+        self.reason = reason
+        self.time = time
 
 
 def check_requests(reqs: list[Request], kv_capacity: int) -> None:
