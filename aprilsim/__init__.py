@@ -1,10 +1,17 @@
 """aprilsim: simulate, compare and tune rollout schedulers (APRIL and friends) for RL on LLMs."""
 
+import os as _os
+
 from aprilsim._version import __version__
 
+if _os.environ.get("APRILSIM_PURE") == "1":  # a compiled install, run as pure Python (aprilsim.native)
+    from aprilsim.native import prefer_source
+
+    prefer_source()
+
 __all__ = [
-    "Scenario", "__version__", "check_scheduler", "load_scenario", "scenario_from_dict", "simulate",
-    "sweep",
+    "Scenario", "__version__", "check_scheduler", "compiled", "load_scenario", "scenario_from_dict",
+    "simulate", "sweep",
 ]
 
 
@@ -13,6 +20,10 @@ def __getattr__(name: str):  # lazy: `import aprilsim` stays light (no scipy, no
         from aprilsim.conformance import check_scheduler
 
         return check_scheduler
+    if name == "compiled":  # aprilsim.compiled(): True on the opt-in mypyc build
+        from aprilsim.native import compiled
+
+        return compiled
     if name == "simulate":
         from aprilsim.notebook import simulate
 

@@ -10,6 +10,7 @@ import click
 
 from aprilsim._version import __version__
 from aprilsim.cli_errors import EXIT_USAGE, OneLineGroup, command_line, fail
+from aprilsim.native import build_line
 
 __all__ = ["EXIT_USAGE", "fail", "main", "with_overrides"]
 
@@ -126,7 +127,8 @@ def _missing_extra_is_one_line(invoke, name: str):
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="aprilsim")
+@click.version_option(__version__, prog_name="aprilsim",
+                      message=f"%(prog)s, version %(version)s ({build_line()})")
 def main() -> None:
     """Simulate, compare and tune rollout schedulers (APRIL and friends) for RL on LLMs."""
 

@@ -54,10 +54,12 @@ from aprilsim.engine.parts import (
 )
 from aprilsim.engine.request import Completion, Request, check_requests
 from aprilsim.engine.speculative import engine_cost
+from aprilsim.native import mypyc_attr
 
 INF = math.inf
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # subclassed: tests, engine_factory
 class FastEngine(EngineFace):
     """One simulated SGLang server. Every public method leaves `t_event` (next event) valid.
 

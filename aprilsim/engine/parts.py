@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from aprilsim.engine.admission import ratio_after_retraction, ratio_at
+from aprilsim.native import mypyc_attr
 
 if TYPE_CHECKING:
     from aprilsim.engine.admission import Rules
@@ -322,6 +323,7 @@ def _rid(r: Request) -> int:
     return r.rid
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # subclassed: tests, engine_factory
 class EngineFace:
     """The public block both engines share: what a router and the runtime read.
 

@@ -33,6 +33,7 @@ from aprilsim.engine.speculative import engine_cost
 from aprilsim.metrics.gain import fixed_iteration_cost
 from aprilsim.metrics.records import RunResult, StepRecord
 from aprilsim.metrics.trace import EngineSample, PhaseSpan, RequestSpan, Trace
+from aprilsim.native import mypyc_attr
 from aprilsim.policies.base import MOST_ROOM, Scheduler, SchedulerError
 from aprilsim.rollout.core import RolloutCore
 from aprilsim.rollout.ports import Placement, Reading
@@ -117,6 +118,7 @@ class _Gone:
         raise SchedulerError("the simulation is over")
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # subclassed: tests, engine_factory
 class Simulation:
     """Run `scheduler` for `steps` training steps of `batch_size` groups on `n_engines` engines."""
 
