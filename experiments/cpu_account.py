@@ -12,12 +12,14 @@ import time
 from pathlib import Path
 
 TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+ROLES = ("api_server", "engine_core", "worker", "other")
 
 
 def _group_procs(pgid: int) -> dict[str, float]:
     """CPU seconds (user + system) of a process group's live processes, summed by role:
-    ``api_server`` (the group's leader), ``engine_core`` (vLLM's ``VLLM::EngineCore``), ``other``."""
-    out = {"api_server": 0.0, "engine_core": 0.0, "other": 0.0}
+    ``api_server`` (the group's leader), ``engine_core`` (vLLM's scheduler, ``VLLM::EngineCore``),
+    ``worker`` (vLLM's model executor, ``VLLM::Worker``), ``other``."""
+    out = dict.fromkeys(ROLES, 0.0)
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
@@ -30,7 +32,8 @@ def _group_procs(pgid: int) -> dict[str, float]:
         if int(f[2]) != pgid:
             continue
         role = ("api_server" if int(d.name) == pgid
-                else "engine_core" if comm.startswith("VLLM::EngineCor") else "other")
+                else "engine_core" if comm.startswith("VLLM::EngineCor")
+                else "worker" if comm.startswith("VLLM::Worker") else "other")
         out[role] += (int(f[11]) + int(f[12])) / TICK
     return out
 
@@ -49,7 +52,7 @@ def _cores() -> dict[str, dict[str, float]]:
 
 def cpu_snapshot(pgids: list[int]) -> dict:
     """The server groups' process CPU and every core's times, now."""
-    procs: dict[str, float] = {"api_server": 0.0, "engine_core": 0.0, "other": 0.0}
+    procs = dict.fromkeys(ROLES, 0.0)
     for g in pgids:
         for k, v in _group_procs(g).items():
             procs[k] += v

@@ -92,6 +92,11 @@ def serve_main(args) -> None:
     work = Path("/tmp/aprilsim_serve")
     work.mkdir(parents=True, exist_ok=True)
     sc = with_overrides(load_scenario(SERVE_SCENARIO), steps=args.steps, warmup=None)
+    if args.router:
+        from aprilsim.engine.router import make_router
+
+        make_router(args.router)  # an unknown name fails here, with the known ones
+        sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"router": args.router})})
     scale = local_scale(sc.max_response_len)
     t0 = time.monotonic()
     load0 = os.getloadavg()
@@ -129,7 +134,7 @@ def serve_main(args) -> None:
           f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs (loaded-machine figures); "
           f"load average {load0[0]:.1f} before, {load1[0]:.1f} after (1 min); "
           f"{args.serve} `python -m real.serve` servers (d_model 64, 2 layers, one torch thread each"
-          f"{', each pinned to one core' if args.pin else ''}) on loopback; scenario `experiments/scenarios/validate_live.toml` at scale {scale:g} "
+          f"{', each pinned to one core' if args.pin else ''}) on loopback, router {sc.cluster.router}; scenario `experiments/scenarios/validate_live.toml` at scale {scale:g} "
           f"(max_response_len {int(round(sc.max_response_len * scale))}), {args.steps} steps (1 warm-up), "
           f"seed {args.seed}; "
           + (f"{args.repeats} interleaved rounds, each judged with the cost fitted on the other "
@@ -169,6 +174,8 @@ def main() -> None:
     ap.add_argument("--pin", action="store_true", help="--serve: pin server i to core i (taskset)")
     ap.add_argument("--save", type=Path, help="--serve: pickle the live runs to this file")
     ap.add_argument("--load", type=Path, help="--serve: judge live runs saved by --save (no servers)")
+    ap.add_argument("--router", help="the scenario's [cluster] router on both sides (e.g. group_hash: "
+                                     "placement the order of sends cannot change)")
     ap.add_argument("--cross-fit", action="store_true",
                     help="--serve: judge each round with the cost fitted on the other rounds (no "
                          "extra calibration round; with --load, runs saved with one judge it too)")

@@ -139,11 +139,12 @@ def cpu_lines(cpu: dict) -> list[str]:
             continue
         ps, cs = d["procs_s"], d["cores_s"]
         cores = ", ".join(d["cores"])
+        tot = max(1e-9, sum(ps.values()))
+        roles = ", ".join(f"{k.replace('_', ' ')} {1e6 * v / n:.0f} us ({100 * v / tot:.0f} %)"
+                          for k, v in ps.items() if v > 0)
         out.append(
-            f"- {phase}: {n:.0f} tokens in {d['wall_s']:.0f} s; per generated token, engine core "
-            f"{1e6 * ps['engine_core'] / n:.0f} us and API server {1e6 * ps['api_server'] / n:.0f} us of "
-            f"CPU (the API server {100 * ps['api_server'] / max(1e-9, ps['api_server'] + ps['engine_core']):.0f} % "
-            f"of the server's); on {cores}: busy {100 * cs['busy'] / d['wall_s']:.0f} % of the wall "
+            f"- {phase}: {n:.0f} tokens in {d['wall_s']:.0f} s; CPU per generated token (share of "
+            f"the server's): {roles}; on {cores}: busy {100 * cs['busy'] / d['wall_s']:.0f} % of the wall "
             f"time, of which other processes {100 * d['others_busy_s'] / d['wall_s']:.0f} %, stolen by "
             f"the hypervisor {100 * cs['steal'] / d['wall_s']:.1f} %, idle {100 * cs['idle'] / d['wall_s']:.0f} %")
     return out
