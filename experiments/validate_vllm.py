@@ -170,8 +170,8 @@ def targets_table(rep: dict) -> list[str]:
              "noise floor of that mean (floor / sqrt(R); split halves) | single-run per-step error "
              "(median, pooled) | noise floor of one run | gain over sync: "
              "predicted / measured (mean +- 95 %) | gain error (pp, paired, +- 95 %) | engine-time error "
-             "(priced, median; vs mean) | engine-time gain error (pp, paired) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "(priced, median; vs mean) | noise floor of the priced work (one run) | engine-time gain error (pp, paired) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for lab, v in pool["schedulers"].items():
         g = pool["gains"].get(lab)
         vm = (f"{pct(v.get('step_rollout_vs_mean_median_abs'))} | {pct(v.get('noise_floor_of_mean'))}; "
@@ -190,7 +190,8 @@ def targets_table(rep: dict) -> list[str]:
         else:
             gain, ge, gp = "(base)", "", ""
         pe = f"{pct(v.get('step_priced_median_abs'))}; {pct(v.get('step_priced_vs_mean_median_abs'))}"
-        lines.append(f"| {lab} | {vm} | {err} | {nf} | {gain} | {ge} | {pe} | {gp} |")
+        pn = pct(v.get("priced_noise_floor"))
+        lines.append(f"| {lab} | {vm} | {err} | {nf} | {gain} | {ge} | {pe} | {pn} | {gp} |")
     rk = t["ranking"]
     lines += ["", f"Ranking: predicted {' > '.join(rk['predicted'])}; preserved in "
               f"{rk['preserved_rounds']}/{rk['rounds']} rounds (ties within 2 % may swap)."]

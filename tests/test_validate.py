@@ -550,3 +550,24 @@ def test_cross_fitting_judges_each_round_with_the_other_rounds_cost():
     assert v.held_out and "cross-fitted" in v.calibration_from
     assert [c.label for c in comparisons(v, 2)] == ["sync"]
     assert v.sim_for("sync", 2) is v.round_sims[("sync", 2)] and v.fit_for(2) is v.round_fits[2]
+
+
+def test_the_priced_work_has_its_own_noise_floor():
+    """Rounds whose priced work differs (APRIL's stop follows the timing) get that spread as the
+    priced noise floor; rounds doing the same work get 0; a run without priced steps gets None."""
+    from statistics import mean, stdev
+
+    from aprilsim.validate.rounds import noise_floor, pooled
+
+    sc = small_scenario()
+    eng = matched_engine(TRUE, max_running=64, kv_capacity=5120)
+    sim = simulate_matched(sc, "april", eng, n_engines=2, scale=1 / 256, seed=1, steps=4)
+    busy = [max(s.busy_by_engine_s) for s in sim.steps]
+    factors = [1.0, 1.2, 0.85]
+    rounds = [[compare_runs("april", sim, sim, busy, [f * b for b in busy]),
+               compare_runs("sync", sim, sim, busy, busy)] for f in factors]
+    p = pooled(rounds)["schedulers"]
+    assert p["april"]["priced_noise_floor"] == pytest.approx(stdev(factors) / mean(factors), rel=1e-6)
+    assert p["sync"]["priced_noise_floor"] == 0.0
+    assert p["april"]["noise_floor"] == 0.0  # the wall-clock times were the same
+    assert noise_floor([compare_runs("april", sim, sim)] * 2, "meas_priced_s") is None
