@@ -28,10 +28,10 @@ def engine_speeds(o, cost, share) -> list[float]:
     """Per engine, logged step intervals / the cost's price of the same steps (1: as fitted)."""
     from aprilsim.validate.costfit import interval
     from aprilsim.validate.pricing import price
-    from real.validate import _steady_rows
+    from real.validate import steady_rows
 
     out = []
-    for rows, sh in zip(_steady_rows(o), share, strict=True):
+    for rows, sh in zip(steady_rows(o), share, strict=True):
         live = priced = 0.0
         prev = None
         for r in rows:
@@ -56,12 +56,12 @@ def main() -> None:
     from aprilsim.validate.pricing import per_step
     from aprilsim.validate.scaled import matched_engine, simulate_matched
     from real.runner.options import local_scale
-    from real.validate import _fit_rows, computed_shares, load_live
+    from real.validate import computed_shares, fit_rows, load_live
 
     live, limits, what, _, _ = load_live(args.runs)
     sc = with_overrides(load_scenario(args.scenario), steps=args.steps, warmup=None)
     scale = local_scale(sc.max_response_len) if "scale" not in limits else limits["scale"]
-    fit = fit_iterations([e for o in live for e in _fit_rows(o)])
+    fit = fit_iterations([e for o in live for e in fit_rows(o)])
     cost = fit.effective
     engine = matched_engine(cost, **{k: v for k, v in limits.items() if k != "scale"})
     print(f"{len(live)} runs on {what}; one cost fitted on all of them (a diagnosis): {cost}")

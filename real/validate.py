@@ -376,19 +376,19 @@ async def run_live(sc: Scenario, specs: list[str], opts: ValidateOptions, progre
     return outcomes, limits, (f"{len(engines)} {what}" if conn.local else what), notes
 
 
-def _steady_rows(o: LiveOutcome) -> list[list[dict[str, Any]]]:
+def steady_rows(o: LiveOutcome) -> list[list[dict[str, Any]]]:
     """Iteration rows after the run's warm-up steps (engine warm-up left out of the fit)."""
     warm = o.result.warmup_steps
     t_min = o.result.steps[warm].rollout_start_s if warm < len(o.result.steps) else 0.0
     return [[r for r in eng if r["t_run"] >= t_min] for eng in o.rows]
 
 
-def _fit_rows(o: LiveOutcome) -> list[list[dict[str, Any]]]:
+def fit_rows(o: LiveOutcome) -> list[list[dict[str, Any]]]:
     """The steady rows a cost is fitted on, each rebuilt prefill counting the prompt tokens the
     engine computed (`pricing.computed_rows`), as the pricing counts them."""
     from aprilsim.validate.pricing import computed_rows
 
-    return [computed_rows(rows, share) for rows, share in zip(_steady_rows(o), computed_shares(o), strict=True)]
+    return [computed_rows(rows, share) for rows, share in zip(steady_rows(o), computed_shares(o), strict=True)]
 
 
 def validate(sc: Scenario, specs: list[str], opts: ValidateOptions,
@@ -437,7 +437,7 @@ def judge(sc: Scenario, specs: list[str], opts: ValidateOptions, live: list[Live
     calib = [o for o in live if holdout and o.round == 0]
     judged = [o for o in live if not (holdout and o.round == 0)]
     fit_on = calib or judged
-    logs = [eng for o in fit_on for eng in _fit_rows(o)]
+    logs = [eng for o in fit_on for eng in fit_rows(o)]
     fit = None
     if any(logs):
         try:
@@ -492,7 +492,7 @@ def _cross_fit(v: Validation, sc: Scenario, opts: ValidateOptions, limits: dict[
 
     rounds = sorted({o.round for o in v.live})
     for r in rounds:
-        logs = [eng for o in v.live if o.round != r for eng in _fit_rows(o)]
+        logs = [eng for o in v.live if o.round != r for eng in fit_rows(o)]
         fit = fit_iterations(logs)
         v.round_fits[r] = fit
         engine = matched_engine(fit.effective, **limits)
