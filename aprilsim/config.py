@@ -122,6 +122,19 @@ class ClusterSection(_Strict):
     client_overhead_s: float | None = Field(default=None, ge=0)  # per request, client to engine
     speculative: SpeculativeSection | None = None  # speculative decoding (docs/simulator.md)
     cost: CostSection | None = None
+    # per engine, how many times as long its steps take (stragglers, mixed devices); None: all 1
+    engine_slowdown: list[float] | None = None
+
+    @model_validator(mode="after")
+    def _one_slowdown_per_engine(self) -> ClusterSection:
+        s = self.engine_slowdown
+        if s is not None:
+            if len(s) != self.engines:
+                raise ValueError(f"engine_slowdown has {len(s)} values for {self.engines} engines "
+                                 "(one per engine)")
+            if not all(math.isfinite(x) and x > 0 for x in s):
+                raise ValueError("engine_slowdown values must be positive numbers (1: nominal)")
+        return self
 
     @field_validator("preset")
     @classmethod

@@ -92,6 +92,11 @@ def serve_main(args) -> None:
     work = Path("/tmp/aprilsim_serve")
     work.mkdir(parents=True, exist_ok=True)
     sc = with_overrides(load_scenario(SERVE_SCENARIO), steps=args.steps, warmup=None)
+    if args.router:
+        from aprilsim.engine.router import make_router
+
+        make_router(args.router)  # an unknown name fails here, with the known ones
+        sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"router": args.router})})
     scale = local_scale(sc.max_response_len)
     t0 = time.monotonic()
     load0 = os.getloadavg()
@@ -100,7 +105,7 @@ def serve_main(args) -> None:
         side = json.loads(args.load.with_suffix(".json").read_text())
         load0, t0 = side["load"][0], time.monotonic() - side["wall_s"]
         opts = ValidateOptions(EngineTarget(engines=("saved",)), seed=args.seed, steps=args.steps,
-                               repeats=args.repeats, scale=scale)
+                               repeats=args.repeats, scale=scale, cross_fit=args.cross_fit)
         v = judge(sc, SPECS, opts, live, limits, what, checks, t_live)
         rep = write_all(v, work / "report", figures=False)
     else:
@@ -108,7 +113,7 @@ def serve_main(args) -> None:
         try:
             urls = [u for _, u in procs]
             opts = ValidateOptions(EngineTarget(engines=tuple(urls)), seed=args.seed, steps=args.steps,
-                                   repeats=args.repeats, scale=scale)
+                                   repeats=args.repeats, scale=scale, cross_fit=args.cross_fit)
             v = validate(sc, SPECS, opts, lambda n, d, t: print(f"{n}: step {d}/{t}", flush=True),
                          save=args.save)
             rep = write_all(v, work / "report", figures=False)
@@ -129,12 +134,15 @@ def serve_main(args) -> None:
           f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs (loaded-machine figures); "
           f"load average {load0[0]:.1f} before, {load1[0]:.1f} after (1 min); "
           f"{args.serve} `python -m real.serve` servers (d_model 64, 2 layers, one torch thread each"
-          f"{', each pinned to one core' if args.pin else ''}) on loopback; scenario `experiments/scenarios/validate_live.toml` at scale {scale:g} "
+          f"{', each pinned to one core' if args.pin else ''}) on loopback, router {sc.cluster.router}; scenario `experiments/scenarios/validate_live.toml` at scale {scale:g} "
           f"(max_response_len {int(round(sc.max_response_len * scale))}), {args.steps} steps (1 warm-up), "
-          f"seed {args.seed}; a calibration round of every scheduler first (its iteration logs give "
-          f"the cost, held out), then {args.repeats} interleaved rounds judged. "
-          f"{time.monotonic() - t0:.0f} s wall in all.", "",
-          f"Cost (wall fit of the calibration round): decode a {1e3 * cal['wall']['a']:.3f} ms + b "
+          f"seed {args.seed}; "
+          + (f"{args.repeats} interleaved rounds, each judged with the cost fitted on the other "
+             f"rounds' iteration logs (`--cross-fit`). " if args.cross_fit else
+             f"a calibration round of every scheduler first (its iteration logs give the cost, held "
+             f"out), then {args.repeats} interleaved rounds judged. ")
+          + f"{time.monotonic() - t0:.0f} s wall in all.", "",
+          f"Cost (wall fit of {'the other rounds, shown for the first' if args.cross_fit else 'the calibration round'}): decode a {1e3 * cal['wall']['a']:.3f} ms + b "
           f"{1e6 * cal['wall']['b']:.1f} us x B + c {cal['wall']['c']:.3g} s x K; prefill p0 "
           f"{1e3 * cal['wall']['p0']:.3f} ms + p1 {1e6 * cal['wall']['p1']:.2f} us x n + pr "
           f"{1e3 * cal['wall']['pr']:.3f} ms x requests; compute fit error decode "
@@ -166,6 +174,11 @@ def main() -> None:
     ap.add_argument("--pin", action="store_true", help="--serve: pin server i to core i (taskset)")
     ap.add_argument("--save", type=Path, help="--serve: pickle the live runs to this file")
     ap.add_argument("--load", type=Path, help="--serve: judge live runs saved by --save (no servers)")
+    ap.add_argument("--router", help="the scenario's [cluster] router on both sides (e.g. group_hash: "
+                                     "placement the order of sends cannot change)")
+    ap.add_argument("--cross-fit", action="store_true",
+                    help="--serve: judge each round with the cost fitted on the other rounds (no "
+                         "extra calibration round; with --load, runs saved with one judge it too)")
     args = ap.parse_args()
     if args.serve:
         args.steps = args.steps or 4

@@ -118,6 +118,38 @@ def group_pids(pgid: int) -> list[int]:
     return out
 
 
+def served_tokens(urls: list[str]) -> float:
+    """Tokens the servers have generated so far (``vllm:generation_tokens_total``, summed)."""
+    total = 0.0
+    for u in urls:
+        base = u.split("+", 1)[1] if "+" in u else u
+        with urllib.request.urlopen(f"{base}/metrics", timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("vllm:generation_tokens_total"):
+                    total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def cpu_lines(cpu: dict) -> list[str]:
+    """The CPU accounting of the calibration and the validation runs, per generated token."""
+    out = []
+    for phase, d in cpu.items():
+        n = d.get("tokens") or 0
+        if not n:
+            continue
+        ps, cs = d["procs_s"], d["cores_s"]
+        cores = ", ".join(d["cores"])
+        tot = max(1e-9, sum(ps.values()))
+        roles = ", ".join(f"{k.replace('_', ' ')} {1e6 * v / n:.0f} us ({100 * v / tot:.0f} %)"
+                          for k, v in ps.items() if v > 0)
+        out.append(
+            f"- {phase}: {n:.0f} tokens in {d['wall_s']:.0f} s; CPU per generated token (share of "
+            f"the server's): {roles}; on {cores}: busy {100 * cs['busy'] / d['wall_s']:.0f} % of the wall "
+            f"time, of which other processes {100 * d['others_busy_s'] / d['wall_s']:.0f} %, stolen by "
+            f"the hypervisor {100 * cs['steal'] / d['wall_s']:.1f} %, idle {100 * cs['idle'] / d['wall_s']:.0f} %")
+    return out
+
+
 def calibrate(urls: list[str], scale: float, out: Path) -> dict:
     res = subprocess.run([sys.executable, "-m", "aprilsim", "calibrate", "--engines", ",".join(urls),
                           "--scenario", str(SCENARIO), "--scale", str(scale), "--out", str(out),
@@ -138,8 +170,8 @@ def targets_table(rep: dict) -> list[str]:
              "noise floor of that mean (floor / sqrt(R); split halves) | single-run per-step error "
              "(median, pooled) | noise floor of one run | gain over sync: "
              "predicted / measured (mean +- 95 %) | gain error (pp, paired, +- 95 %) | engine-time error "
-             "(priced, median; vs mean) | engine-time gain error (pp, paired) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "(priced, median; vs mean) | noise floor of the priced work (one run) | engine-time gain error (pp, paired) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for lab, v in pool["schedulers"].items():
         g = pool["gains"].get(lab)
         vm = (f"{pct(v.get('step_rollout_vs_mean_median_abs'))} | {pct(v.get('noise_floor_of_mean'))}; "
@@ -158,7 +190,8 @@ def targets_table(rep: dict) -> list[str]:
         else:
             gain, ge, gp = "(base)", "", ""
         pe = f"{pct(v.get('step_priced_median_abs'))}; {pct(v.get('step_priced_vs_mean_median_abs'))}"
-        lines.append(f"| {lab} | {vm} | {err} | {nf} | {gain} | {ge} | {pe} | {gp} |")
+        pn = pct(v.get("priced_noise_floor"))
+        lines.append(f"| {lab} | {vm} | {err} | {nf} | {gain} | {ge} | {pe} | {pn} | {gp} |")
     rk = t["ranking"]
     lines += ["", f"Ranking: predicted {' > '.join(rk['predicted'])}; preserved in "
               f"{rk['preserved_rounds']}/{rk['rounds']} rounds (ties within 2 % may swap)."]
@@ -188,16 +221,32 @@ def main() -> None:
     ap.add_argument("--pin", help="taskset core list for the servers (e.g. 1)")
     ap.add_argument("--save", type=Path, help="pickle the live runs (and keep cal.json in --work)")
     ap.add_argument("--load", type=Path, help="judge live runs saved by --save (no servers, no calibrate)")
+    ap.add_argument("--fit", choices=["sweep", "round", "cross"],
+                    help="the simulation's cost: calibrate's sweep (the default), a held-out round of "
+                         "the schedulers' own runs (validate without --calibration), or cross-fitted "
+                         "(each round judged with the cost of the other rounds); the last two need "
+                         "--repeats >= 2; with --load, default: what the saved runs used")
+    ap.add_argument("--pgid", help="with --url: the servers' process group ids (comma-separated), "
+                                   "for the CPU accounting")
     ap.add_argument("--prefix-cache-block", type=int,
                     help="with --load: the simulated cache's block size, for runs saved before "
                          "validate recorded the server's (vLLM's CPU backend: 128)")
     args = ap.parse_args()
+    from cpu_account import cpu_delta, cpu_snapshot
+
     from aprilsim.config import load_scenario, with_overrides
     from real.runner.options import EngineTarget
     from real.validate import ValidateOptions, judge, load_live, validate, write_all
 
+    if not args.load:
+        args.fit = args.fit or "sweep"
+    if args.fit in ("round", "cross") and args.repeats < 2:
+        sys.exit(f"--fit {args.fit} needs --repeats >= 2")
     args.work.mkdir(parents=True, exist_ok=True)
     servers: list[VLLMServer] = []
+    pgids: list[int] = [int(g) for g in args.pgid.split(",")] if args.pgid else []
+    cores = [int(c) for c in args.pin.split(",")] if args.pin and "-" not in args.pin else None
+    cpu: dict = {}
     t0 = time.monotonic()
     notes = []
     load0 = os.getloadavg()
@@ -205,13 +254,15 @@ def main() -> None:
         if args.load:
             saved = json.loads((args.work / "cal.json").read_text())
             cal, t_cal, urls, notes = saved["cal"], saved["t_cal"], saved["urls"], saved["notes"]
+            args.fit = args.fit or saved.get("fit", "sweep")
             live, limits, what, checks, t_live = load_live(args.load)
             if args.prefix_cache_block:
                 limits = {**limits, "prefix_cache_block": args.prefix_cache_block}
             sc = with_overrides(load_scenario(SCENARIO), steps=args.steps, warmup=None)
             opts = ValidateOptions(EngineTarget(engines=tuple(urls)), seed=args.seed, steps=args.steps,
-                                   calibration=args.work / "cal.toml", repeats=args.repeats,
-                                   max_running=cal.get("max_running"), scale=args.scale)
+                                   calibration=args.work / "cal.toml" if args.fit == "sweep" else None,
+                                   repeats=args.repeats, max_running=cal.get("max_running"),
+                                   scale=args.scale, cross_fit=args.fit == "cross")
             tv = time.monotonic()
             v = judge(sc, SPECS, opts, live, limits, what, checks, t_live)
             rep = write_all(v, args.work / "report", figures=False)
@@ -232,24 +283,33 @@ def main() -> None:
             ready = [s.wait_healthy() for s in servers]
             notes.append(f"{len(servers)} vLLM server(s) healthy after {max(ready):.0f} s")
             urls = [f"vllm+{s.url}" for s in servers]
+            pgids = [s.pgid for s in servers]
         print("calibrating", urls, flush=True)
         tc = time.monotonic()
+        s0, g0 = cpu_snapshot(pgids), served_tokens(urls)
         cal = calibrate(urls, args.scale, args.work / "cal.toml")
+        s1, g1 = cpu_snapshot(pgids), served_tokens(urls)
+        cpu["calibrate"] = cpu_delta(s0, s1, cores) | {"tokens": g1 - g0}
         t_cal = time.monotonic() - tc
         sc = with_overrides(load_scenario(SCENARIO), steps=args.steps, warmup=None)
         opts = ValidateOptions(EngineTarget(engines=tuple(urls)), seed=args.seed, steps=args.steps,
-                               calibration=args.work / "cal.toml", repeats=args.repeats,
-                               max_running=cal.get("max_running"), scale=args.scale)
+                               calibration=args.work / "cal.toml" if args.fit == "sweep" else None,
+                               repeats=args.repeats, max_running=cal.get("max_running"), scale=args.scale,
+                               cross_fit=args.fit == "cross")
         tv = time.monotonic()
         v = validate(sc, SPECS, opts, lambda n, d, t: print(f"{n}: step {d}/{t}", flush=True),
                      save=args.save)
+        s2, g2 = cpu_snapshot(pgids), served_tokens(urls)
+        cpu["validate"] = cpu_delta(s1, s2, cores) | {"tokens": g2 - g1}
         rep = write_all(v, args.work / "report", figures=False)
         t_val = time.monotonic() - tv
         (args.work / "cal.json").write_text(json.dumps(
             {"cal": cal, "t_cal": t_cal, "t_val": t_val, "urls": urls, "notes": notes,
-             "load": [load0, os.getloadavg()]}))
+             "load": [load0, os.getloadavg()], "cpu": cpu, "fit": args.fit}))
     except _Loaded:
-        load0, _ = json.loads((args.work / "cal.json").read_text()).get("load", [load0, None])
+        saved = json.loads((args.work / "cal.json").read_text())
+        load0, _ = saved.get("load", [load0, None])
+        cpu = saved.get("cpu", {})
     finally:
         left = []
         if not args.keep:
@@ -288,6 +348,17 @@ def main() -> None:
     md += [f"- assumed: {a}" for a in cal.get("assumed", [])]
     if cal.get("advice"):
         md.append(f"- note: {cal['advice']['advice']}")
+    if args.fit in ("round", "cross"):
+        f = rep["calibration"]
+        w = f["wall"]
+        md += ["", f"**The simulation's cost here is not the sweep's** (`--fit {args.fit}`): "
+               f"{rep['meta']['calibration_from']}. Wall fit: decode a {1e3 * w['a']:.3f} ms + b "
+               f"{1e6 * w['b']:.1f} us x B + c {w['c']:.3g} s x K, prefill p0 {1e3 * w['p0']:.2f} ms "
+               f"+ p1 {1e6 * w['p1']:.2f} us x n + pr {1e3 * w.get('pr', 0.0):.3f} ms x requests "
+               f"(the compute fit's median decode error {100 * f['decode_median_err']:.1f} %)."]
+    if cpu:
+        md += ["", "### Where the CPU went (/proc, the server's processes and its cores)", ""]
+        md += cpu_lines(cpu)
     md += ["", "### Targets (median per-step rollout-time error <= 10 %, gain within 3 pp, ranking)", ""]
     md += targets_table(rep)
     md += ["", "### What the engine said", "",

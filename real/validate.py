@@ -36,7 +36,9 @@ class ValidateOptions:
     """``aprilsim validate``'s options: the engines, the length scale (and the trainer's fixed
     times), the workload seed, the steps per run (default: the scenario's), a cost calibration
     file (default: fitted on the live runs), interleaved rounds of every scheduler, and the
-    concurrency of engines that do not report it."""
+    concurrency of engines that do not report it. ``cross_fit`` (R >= 2 rounds, no calibration
+    file): every round is judged with the cost fitted on the other R - 1 rounds (leave one round
+    out), instead of one extra round run for the fit alone."""
 
     target: EngineTarget
     scale: float = 1.0
@@ -45,6 +47,17 @@ class ValidateOptions:
     calibration: Path | None = None
     repeats: int = 1
     max_running: int | None = None
+    cross_fit: bool = False
+
+    @property
+    def holdout_round(self) -> bool:
+        """Whether one more round runs first, for the fit alone (R >= 2, no file, no cross-fit)."""
+        return self.repeats > 1 and not self.calibration and not self.cross_fit
+
+    @property
+    def cross_fitted(self) -> bool:
+        """Whether each round is judged with the cost fitted on the other rounds."""
+        return self.cross_fit and self.repeats > 1 and not self.calibration
 
 
 @dataclass
@@ -83,6 +96,17 @@ class Validation:
     held_out: bool = False  # the cost was fitted on runs the comparison does not use
     checks: list[str] = field(default_factory=list)  # what was checked before the first run
     calibration_runs: list[LiveOutcome] = field(default_factory=list)
+    # cross-fitting: per judged round, its own cost (fitted on the other rounds) and simulations
+    round_fits: dict[int, CostFit] = field(default_factory=dict)
+    round_sims: dict[tuple[str, int], RunResult] = field(default_factory=dict)
+
+    def fit_for(self, round_: int) -> CostFit:
+        """The cost that judges ``round_`` (its own under cross-fitting, else the one fit)."""
+        return self.round_fits.get(round_, self.fit)
+
+    def sim_for(self, label: str, round_: int) -> RunResult:
+        """The simulation ``round_``'s run of ``label`` is compared with."""
+        return self.round_sims.get((label, round_), self.sim[label])
 
     @property
     def rounds(self) -> list[list[LiveOutcome]]:
@@ -352,11 +376,19 @@ async def run_live(sc: Scenario, specs: list[str], opts: ValidateOptions, progre
     return outcomes, limits, (f"{len(engines)} {what}" if conn.local else what), notes
 
 
-def _steady_rows(o: LiveOutcome) -> list[list[dict[str, Any]]]:
+def steady_rows(o: LiveOutcome) -> list[list[dict[str, Any]]]:
     """Iteration rows after the run's warm-up steps (engine warm-up left out of the fit)."""
     warm = o.result.warmup_steps
     t_min = o.result.steps[warm].rollout_start_s if warm < len(o.result.steps) else 0.0
     return [[r for r in eng if r["t_run"] >= t_min] for eng in o.rows]
+
+
+def fit_rows(o: LiveOutcome) -> list[list[dict[str, Any]]]:
+    """The steady rows a cost is fitted on, each rebuilt prefill counting the prompt tokens the
+    engine computed (`pricing.computed_rows`), as the pricing counts them."""
+    from aprilsim.validate.pricing import computed_rows
+
+    return [computed_rows(rows, share) for rows, share in zip(steady_rows(o), computed_shares(o), strict=True)]
 
 
 def validate(sc: Scenario, specs: list[str], opts: ValidateOptions,
@@ -367,7 +399,7 @@ def validate(sc: Scenario, specs: list[str], opts: ValidateOptions,
     file one more round runs first, for the fit alone (held out of every comparison).
     ``save``: pickle the live runs there (:func:`load_live` reads them back for :func:`judge`)."""
     repeats = max(1, opts.repeats)
-    holdout = repeats > 1 and not opts.calibration
+    holdout = opts.holdout_round
     t0 = time.monotonic()
     live, limits, what, checks = asyncio.run(run_live(
         sc, specs, opts, progress, rounds=repeats + (1 if holdout else 0)))
@@ -400,12 +432,12 @@ def judge(sc: Scenario, specs: list[str], opts: ValidateOptions, live: list[Live
     )
     from aprilsim.validate.scaled import matched_engine, simulate_matched
 
-    holdout = max(1, opts.repeats) > 1 and not opts.calibration
+    holdout = opts.holdout_round
     limits = dict(limits)
     calib = [o for o in live if holdout and o.round == 0]
     judged = [o for o in live if not (holdout and o.round == 0)]
     fit_on = calib or judged
-    logs = [eng for o in fit_on for eng in _steady_rows(o)]
+    logs = [eng for o in fit_on for eng in fit_rows(o)]
     fit = None
     if any(logs):
         try:
@@ -436,7 +468,7 @@ def judge(sc: Scenario, specs: list[str], opts: ValidateOptions, live: list[Live
                    live=judged, calibration_from=source, held_out=bool(calib or opts.calibration),
                    checks=checks, calibration_runs=calib)
     t1 = time.monotonic()
-    for o in judged:
+    for o in [] if opts.cross_fitted else judged:
         if o.label in v.sim:
             continue
         tr = Trace(scheduler=o.label, n_engines=len(o.rows), source="sim")
@@ -444,8 +476,41 @@ def judge(sc: Scenario, specs: list[str], opts: ValidateOptions, live: list[Live
                                           scale=opts.scale, seed=opts.seed,
                                           steps=len(o.result.steps), trace=tr)
         v.sim_traces[o.label] = tr
+    if opts.cross_fitted:
+        _cross_fit(v, sc, opts, limits)
     v.timings = {"live_s": t_live, "sim_s": time.monotonic() - t1}
     return v
+
+
+def _cross_fit(v: Validation, sc: Scenario, opts: ValidateOptions, limits: dict[str, Any]) -> None:
+    """Leave one round out: fit the cost on the other rounds' iteration rows, simulate every
+    scheduler with it, and judge the round by that (each judged run stays out of its own fit, and
+    the machine's drift from round to round is averaged into every fit instead of one round's)."""
+    from aprilsim.metrics.trace import Trace
+    from aprilsim.validate.costfit import fit_iterations
+    from aprilsim.validate.scaled import matched_engine, simulate_matched
+
+    rounds = sorted({o.round for o in v.live})
+    for r in rounds:
+        logs = [eng for o in v.live if o.round != r for eng in fit_rows(o)]
+        fit = fit_iterations(logs)
+        v.round_fits[r] = fit
+        engine = matched_engine(fit.effective, **limits)
+        for o in v.live:
+            if o.round != r or (o.label, r) in v.round_sims:
+                continue
+            tr = Trace(scheduler=o.label, n_engines=len(o.rows), source="sim")
+            v.round_sims[(o.label, r)] = simulate_matched(
+                sc, o.label, engine, n_engines=len(o.rows), scale=opts.scale, seed=opts.seed,
+                steps=len(o.result.steps), trace=tr)
+            if r == rounds[0]:
+                v.sim_traces[o.label] = tr
+    v.fit = v.round_fits[rounds[0]]
+    v.sim.update({lab: res for (lab, r), res in v.round_sims.items() if r == rounds[0]})
+    v.held_out = True
+    v.calibration_from = (f"cross-fitted: each of the {len(rounds)} rounds is judged with the cost "
+                          f"fitted on the iteration rows of the other {len(rounds) - 1} (warm-up "
+                          f"steps left out); the first round's fit is shown")
 
 
 def comparisons(v: Validation, round_: int | None = 0):
@@ -453,8 +518,8 @@ def comparisons(v: Validation, round_: int | None = 0):
     from aprilsim.validate.compare import compare_runs
     from aprilsim.validate.pricing import per_step
 
-    return [compare_runs(o.label, v.sim[o.label], o.result, per_step(o.result, o.rows),
-                         per_step(o.result, o.rows, v.fit.effective, computed_shares(o)))
+    return [compare_runs(o.label, v.sim_for(o.label, o.round), o.result, per_step(o.result, o.rows),
+                         per_step(o.result, o.rows, v.fit_for(o.round).effective, computed_shares(o)))
             for o in v.live if round_ is None or o.round == round_]
 
 
@@ -544,11 +609,12 @@ LOCAL_STEPS = 4  # default steps with --local: 1 warm-up + 3 compared, a few min
 @click.option("--scale", type=click.FloatRange(min=0, max=1, min_open=True), help="Multiply every length and the trainer's fixed times (default: 1; with --local, max_response_len -> 64).")
 @click.option("--vocab-size", type=click.IntRange(min=17), help="Vocabulary of remote engines (default: what the server states, else probed).")
 @click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True, help="Interleaved rounds of every scheduler (A B A B ...), same seed: the noise floor and paired gain intervals; without --calibration one more round runs first, for the fit alone.")
+@click.option("--cross-fit", is_flag=True, help="With --repeats R >= 2 and no --calibration: judge every round with the cost fitted on the other R - 1 rounds (leave one round out) instead of one extra round for the fit; averages the machine's drift from round to round into every fit.")
 @click.option("--max-running", type=click.IntRange(min=1), help="Concurrency of engines that do not report it (vLLM without dev mode; default 64, or what `calibrate` probed).")
 @click.option("--no-figures", is_flag=True, help="Write report.md and report.json only.")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for report.md, report.json and the figures.")
 def validate_command(scenario, schedulers, local, engines, router, calibration, steps, warmup, seed, scale,
-                     vocab_size, repeats, max_running, no_figures, out) -> None:
+                     vocab_size, repeats, cross_fit, max_running, no_figures, out) -> None:
     """Run SCENARIO's schedulers live (replay) and in simulation with a calibrated cost; report
     predicted vs measured rollout time, throughput, step time, off-policy share, wasted tokens and
     the gain over sync, with the targets (10 % per-step error, 3 pp gain, ranking) and, with
@@ -572,8 +638,12 @@ def validate_command(scenario, schedulers, local, engines, router, calibration, 
     except (ScenarioError, SchedulerError, ValueError, TypeError) as e:
         fail(str(e))
         return
+    if cross_fit and (repeats < 2 or calibration):
+        fail("--cross-fit needs --repeats >= 2 and no --calibration (the cost is fitted on the "
+             "other rounds' runs)")
+        return
     opts = ValidateOptions(target=target, seed=seed, steps=steps, calibration=calibration,
-                           repeats=repeats, max_running=max_running,
+                           repeats=repeats, max_running=max_running, cross_fit=cross_fit,
                            scale=scale if scale is not None else (local_scale(sc.max_response_len) if local else 1.0))
 
     def progress(name: str, done: int, total: int) -> None:

@@ -217,3 +217,24 @@ def test_group_affinity_keeps_a_group_on_one_engine():
     assert homes and all(len(e) == 1 for e in homes.values())
     assert len({next(iter(e)) for e in homes.values()}) == 3  # and groups spread over engines
     assert any(r.carried > 0 for r in trace.requests)  # resumed partials reached
+
+
+def test_group_hash_places_by_group_whatever_the_order_of_sends():
+    """Engine = group mod engines for every order of the same sends (round robin, fed the same
+    sends in two orders, places them differently); an APRIL run keeps each group on its engine."""
+    from aprilsim.engine.router import GroupHash, RoundRobin
+    from aprilsim.metrics.trace import Trace
+
+    groups = [5, 2, 9, 2, 5, 7, 0, 9]
+    for order in (groups, list(reversed(groups)), sorted(groups)):
+        gh = GroupHash()
+        assert {g: gh.pick([0, 0, 0], g) for g in order} == {g: g % 3 for g in groups}
+    rr_a, rr_b = RoundRobin(), RoundRobin()
+    assert ({g: rr_a.pick([0, 0, 0], g) for g in groups}
+            != {g: rr_b.pick([0, 0, 0], g) for g in reversed(groups)})
+    gh = GroupHash()
+    assert [gh.pick([9, 0]), gh.pick([9, 0]), gh.pick([9, 0])] == [0, 1, 0]  # no group: in turn
+    sc = scenario_from_dict({**_BASE, "cluster": {"engines": 3, "router": "group_hash"}, "schedulers": {}})
+    trace = Trace(scheduler="april", n_engines=3)
+    simulate(sc, "april", trace=trace)
+    assert trace.requests and all(r.engine == r.group_id % 3 for r in trace.requests)

@@ -254,6 +254,11 @@ def test_cli_refuses_bad_input_in_one_line(tmp_path):
     assert r.exit_code == 2 and "nosuch" in r.output
     r = CliRunner().invoke(main, ["validate", "--local", "1", "-s", "april@ratio", "--out", str(tmp_path)])
     assert r.exit_code == 2 and "knob=value" in r.output
+    for extra in ([], ["--repeats", "3", "--calibration", str(tmp_path / "cal.toml")]):
+        (tmp_path / "cal.toml").write_text("[cost]\na = 1e-3\nb = 1e-4\nc = 0\n")
+        r = CliRunner().invoke(main, ["validate", "--local", "1", "--cross-fit", *extra, "--out", str(tmp_path)])
+        assert r.exit_code == 2 and "--cross-fit needs --repeats >= 2 and no --calibration" in r.output
+        assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
 
 
 def test_a_figure_that_was_not_measured_reads_n_a_never_met():
@@ -446,3 +451,123 @@ def test_error_against_the_mean_properties():
     assert n >= 100, REACHED_MEAN
     for name in ("even R", "odd R", "a step measured 0"):
         assert REACHED_MEAN.get(name, 0) >= 0.1 * n, (name, REACHED_MEAN)
+
+
+QUAD = CostModel(a=2e-3, b=1e-4, c=1e-6, p0=2e-3, p1=2e-6, p2=4e-7, pr=1e-3)
+
+
+def test_the_wall_fit_fits_p2_only_where_the_records_give_each_batch_s_squares():
+    """Rows that give a batch's tokens only (iteration logs, rebuilt streams) leave p2 at 0: their
+    equal-size estimate of sum(n^2) misses batches that mix a long resumed input with short new
+    ones, so a p2 fitted on it would be charged wrongly on the simulation's exact sums. Records
+    that carry the sums get p2 back."""
+    from aprilsim.engine.calibration.records import Record
+    from aprilsim.validate.costfit import fit_wall
+
+    rng = random.Random(5)
+    recs = []
+    for _ in range(300):
+        b = rng.randint(1, 16)
+        recs.append(Record("decode", b, float(rng.randint(100, 4000)), 0,
+                           QUAD.decode_time(b, 0.0)))
+        recs[-1] = Record("decode", b, recs[-1].kv_tokens, 0, QUAD.decode_time(b, recs[-1].kv_tokens))
+        sizes = [rng.choice([rng.randint(4, 30), rng.randint(200, 900)]) for _ in range(rng.randint(1, 8))]
+        n, sq = sum(sizes), sum(x * x for x in sizes)
+        dur = QUAD.prefill_time(n, sq, requests=len(sizes))
+        recs.append(Record("prefill", len(sizes), 0.0, n, dur, prefill_tokens_sq=sq))
+    exact = fit_wall(recs)
+    assert exact.p2 == pytest.approx(QUAD.p2, rel=0.02) and exact.pr == pytest.approx(QUAD.pr, rel=0.05)
+    estimated = fit_wall([Record(r.phase, r.batch_size, r.kv_tokens, r.prefill_tokens, r.duration_s)
+                          for r in recs])
+    assert estimated.p2 == 0.0 and estimated.p1 > 0
+    assert (estimated.a, estimated.b, estimated.c) == pytest.approx((exact.a, exact.b, exact.c), rel=1e-6)
+
+
+def test_rebuilt_prefills_are_fitted_on_the_tokens_the_engine_computed():
+    """An engine whose prefix cache served half of every prompt: fitted on the rows as sent, the
+    per-token prefill cost comes out half the true one; on `computed_rows` it is the true one."""
+    from aprilsim.validate.pricing import computed_rows
+
+    rows, t = [], 0.0
+    for r in per_request_log(seed=2):
+        if r["phase"] == "prefill":
+            computed = r["prefill_tokens"] // 2
+            r = {**r, "duration_s": PER_REQ.prefill_time(computed, computed * computed // r["batch_size"],
+                                                         requests=r["batch_size"])}
+            r["padded_s"] = r["duration_s"]
+        t += r["duration_s"]
+        rows.append({**r, "t": t})
+    as_sent = fit_iterations([rows]).wall
+    as_computed = fit_iterations([computed_rows(rows, 0.5)]).wall
+    assert as_computed.p1 == pytest.approx(PER_REQ.p1, rel=0.1)
+    assert as_sent.p1 == pytest.approx(PER_REQ.p1 / 2, rel=0.1)
+    assert computed_rows(rows, None) == rows
+    assert all(c["prefill_tokens"] == max(1, round(r["prefill_tokens"] * 0.5))
+               for r, c in zip(rows, computed_rows(rows, 0.5)) if r["phase"] == "prefill")
+
+
+def _live_round(sc, eng, factor: float, round_: int):
+    """A 'live' run of sync: the simulation's result, and one engine's iteration log whose steps
+    take `factor` times TRUE's cost (the machine's speed in that round)."""
+    from aprilsim.metrics.trace import Trace
+    from real.validate import LiveOutcome
+
+    res = simulate_matched(sc, "sync", eng, n_engines=1, scale=1 / 256, seed=1, steps=3)
+    rows = synthetic_log(n=200, seed=7)
+    t0 = res.steps[res.warmup_steps].rollout_start_s
+    for i, r in enumerate(rows):
+        r["duration_s"] *= factor
+        r["padded_s"] = r["duration_s"]
+        r["t_run"] = t0 + 1e-6 * (i + 1)
+    return LiveOutcome(label="sync", result=res, rows=[rows], trace=Trace(scheduler="sync", n_engines=1),
+                       wall_s=1.0, overhead_per_request_s=0.0, round=round_)
+
+
+def test_cross_fitting_judges_each_round_with_the_other_rounds_cost():
+    """Leave one round out: a round's own rows never enter its fit (changing them leaves that fit
+    as it was), and a round run on a slower machine is judged by the faster rounds' cost."""
+    from real.runner.options import EngineTarget
+    from real.validate import ValidateOptions, comparisons, judge
+
+    sc = small_scenario()
+    eng = matched_engine(TRUE, max_running=64, kv_capacity=5120)
+    limits = {"max_running": 64, "kv_capacity": 5120}
+    opts = ValidateOptions(EngineTarget(engines=("saved",)), seed=1, steps=3, repeats=3,
+                           scale=1 / 256, cross_fit=True)
+    assert opts.cross_fitted and not opts.holdout_round
+
+    def run(factors):
+        live = [_live_round(sc, eng, f, r) for r, f in enumerate(factors)]
+        return judge(sc, ["sync"], opts, live, limits, "synthetic", [], 0.0)
+
+    v = run([1.0, 1.0, 1.5])
+    assert sorted(v.round_fits) == [0, 1, 2] and sorted(v.round_sims) == [("sync", 0), ("sync", 1), ("sync", 2)]
+    assert v.round_fits[2].wall.b == pytest.approx(TRUE.b, rel=1e-3)  # rounds 0 and 1 only
+    assert TRUE.b * 1.01 < v.round_fits[0].wall.b < TRUE.b * 1.5  # round 2's slow rows in it
+    w = run([1.0, 1.0, 3.0])
+    assert w.round_fits[2].wall == v.round_fits[2].wall  # held out: its own rows do not move it
+    assert w.round_fits[0].wall.b > v.round_fits[0].wall.b
+    assert v.held_out and "cross-fitted" in v.calibration_from
+    assert [c.label for c in comparisons(v, 2)] == ["sync"]
+    assert v.sim_for("sync", 2) is v.round_sims[("sync", 2)] and v.fit_for(2) is v.round_fits[2]
+
+
+def test_the_priced_work_has_its_own_noise_floor():
+    """Rounds whose priced work differs (APRIL's stop follows the timing) get that spread as the
+    priced noise floor; rounds doing the same work get 0; a run without priced steps gets None."""
+    from statistics import mean, stdev
+
+    from aprilsim.validate.rounds import noise_floor, pooled
+
+    sc = small_scenario()
+    eng = matched_engine(TRUE, max_running=64, kv_capacity=5120)
+    sim = simulate_matched(sc, "april", eng, n_engines=2, scale=1 / 256, seed=1, steps=4)
+    busy = [max(s.busy_by_engine_s) for s in sim.steps]
+    factors = [1.0, 1.2, 0.85]
+    rounds = [[compare_runs("april", sim, sim, busy, [f * b for b in busy]),
+               compare_runs("sync", sim, sim, busy, busy)] for f in factors]
+    p = pooled(rounds)["schedulers"]
+    assert p["april"]["priced_noise_floor"] == pytest.approx(stdev(factors) / mean(factors), rel=1e-6)
+    assert p["sync"]["priced_noise_floor"] == 0.0
+    assert p["april"]["noise_floor"] == 0.0  # the wall-clock times were the same
+    assert noise_floor([compare_runs("april", sim, sim)] * 2, "meas_priced_s") is None

@@ -171,6 +171,23 @@ class TabulatedCost(_LinearInK):
         return fg[batch] if batch < len(fg) else fg[-1]
 
 
+def slowed(spec: EngineSpec, factor: float) -> EngineSpec:
+    """`spec` on an engine whose every step takes `factor` times as long (a straggler, a slower
+    device, a shared core): each cost coefficient scaled, the rules unchanged."""
+    if not factor > 0 or not math.isfinite(factor):
+        raise ValueError(f"an engine's slowdown must be a positive number, got {factor!r}")
+    if factor == 1:
+        return spec
+    c = spec.cost
+    pre = {k: factor * getattr(c, k) for k in ("p0", "p1", "p2", "pr")}
+    if isinstance(c, CostModel):
+        cost: CostModel | TabulatedCost = replace(c, a=factor * c.a, b=factor * c.b, c=factor * c.c, **pre)
+    else:
+        cost = TabulatedCost(table_b=c.table_b, table_f=tuple(factor * f for f in c.table_f),
+                             table_g=tuple(factor * g for g in c.table_g), **pre)
+    return replace(spec, cost=cost)
+
+
 def prefill_passes(tokens: int, chunk: int, room: int = 0) -> tuple[int, int]:
     """(forward passes a prefill batch of `tokens` input tokens starts, tokens still free in its
     last pass) when a pass holds at most `chunk` tokens (0: no chunking, one pass) and the first

@@ -1,6 +1,6 @@
 """Routers: which engine gets the next request (sglang-router's round_robin / load-aware policies,
-and a group-affinity policy that keeps a group's samples on one engine so that its radix cache
-shares their prompt)."""
+a group-affinity policy that keeps a group's samples on one engine so that its radix cache
+shares their prompt, and a group hash whose placement does not depend on the order of sends)."""
 
 from __future__ import annotations
 
@@ -60,6 +60,24 @@ class GroupAffinity:
         return i
 
 
+@dataclass
+class GroupHash:
+    """A group's requests go to engine ``group mod engines``, whatever the order they come in:
+    placement that live timing cannot change (round robin and load-aware routers follow the
+    order of sends, which a live run reorders; validation on several engines uses this to keep
+    the split of work between engines the simulation's). Requests without a group: in turn."""
+
+    name: str = "group_hash"
+    _next: int = 0
+
+    def pick(self, loads: Sequence[int], key: int | None = None) -> int:
+        if key is None:
+            i = self._next % len(loads)
+            self._next = i + 1
+            return i
+        return key % len(loads)
+
+
 def _least(loads: Sequence[int]) -> int:
     """The engine with the fewest requests; ties go to the lowest index."""
     best, best_load = 0, None
@@ -69,7 +87,8 @@ def _least(loads: Sequence[int]) -> int:
     return best
 
 
-ROUTERS = {"round_robin": RoundRobin, "least_loaded": LeastLoaded, "group_affinity": GroupAffinity}
+ROUTERS = {"round_robin": RoundRobin, "least_loaded": LeastLoaded, "group_affinity": GroupAffinity,
+           "group_hash": GroupHash}
 
 
 def make_router(name: str) -> Router:

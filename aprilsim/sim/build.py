@@ -53,4 +53,5 @@ def build_simulation(
         progress=progress,
         trace=trace,
         keep_groups=keep_groups,
+        slowdown=scenario.cluster.engine_slowdown,
     )

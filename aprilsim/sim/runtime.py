@@ -24,7 +24,7 @@ from functools import partial
 
 import simpy
 
-from aprilsim.engine.cost import EngineSpec
+from aprilsim.engine.cost import EngineSpec, slowed
 from aprilsim.engine.fast import FastEngine
 from aprilsim.engine.protocol import SimEngine
 from aprilsim.engine.request import Completion, Request
@@ -137,9 +137,12 @@ class Simulation:
         progress: Callable[[int, int], None] | None = None,
         trace: Trace | None = None,
         keep_groups: bool = True,
+        slowdown: Sequence[float] | None = None,
     ) -> None:
         if n_engines < 1 or batch_size < 1 or steps < 1:
             raise ValueError("n_engines, batch_size and steps must be >= 1")
+        if slowdown is not None and len(slowdown) != n_engines:
+            raise ValueError(f"slowdown has {len(slowdown)} values for {n_engines} engines")
         self.workload = workload
         self.spec = engine
         # speculative decoding with "siblings" acceptance: requests carry their group
@@ -150,7 +153,9 @@ class Simulation:
         self.trainer = trainer or TrainerModel()
         self.router = make_router(router) if isinstance(router, str) else router
         self.env = simpy.Environment()
-        self.engines = [engine_factory(engine, i) for i in range(n_engines)]
+        # engine i's steps take slowdown[i] times as long (stragglers, mixed devices)
+        self.engines = [engine_factory(slowed(engine, slowdown[i]) if slowdown else engine, i)
+                        for i in range(n_engines)]
         self.now = 0.0
         self.core = RolloutCore(
             scheduler=scheduler, groups=_Workload(workload), batch_size=batch_size, steps=steps,

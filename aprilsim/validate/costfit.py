@@ -142,7 +142,11 @@ def fit_wall(recs: Sequence) -> CostModel:
     """The wall fit: calibrate's decode and prefill fits with absolute errors (weights
     (t/mean t)^2), the prefill's fixed cost p0 held at the decode step's a: a few large prefill
     batches (one per rollout) cannot tell p0 from the per-token and per-request terms, and a
-    large p0 would overprice the small prefills of resumed samples."""
+    large p0 would overprice the small prefills of resumed samples. The quadratic term p2 is
+    fitted only where the records give each batch's sum of squared request sizes: iteration logs
+    and rebuilt streams give a batch's tokens only, whose equal-size estimate of sum(n^2) is far
+    below the truth for a batch mixing resumed and new requests, so the simulation would charge
+    p2 on its exact sums at a rate fitted to the estimates."""
     from aprilsim.engine.calibration.fit import fit_linear, fit_prefill
 
     if not any(r.phase == "decode" for r in recs):
@@ -150,7 +154,8 @@ def fit_wall(recs: Sequence) -> CostModel:
     t = np.array([r.duration_s for r in recs])
     w = list((t / t.mean()) ** 2)
     a, b, c = fit_linear(recs, w)
-    p0, p1, p2, pr = fit_prefill(recs, w, p0=a)
+    exact_sq = all(r.prefill_tokens_sq is not None for r in recs if r.phase == "prefill")
+    p0, p1, p2, pr = fit_prefill(recs, w, p0=a, quadratic=exact_sq)
     return CostModel(a=a, b=b, c=c, p0=p0, p1=p1, p2=p2, pr=pr)
 
 

@@ -33,6 +33,18 @@ def price(cost: CostModel | TabulatedCost, prev: dict[str, Any] | None, r: dict[
     return cost.prefill_time(n, n * n // b, requests=b)
 
 
+def computed_rows(rows: Rows, share: float | None) -> list[dict[str, Any]]:
+    """One engine's rows with each prefill counting the prompt tokens the engine computed (its
+    `computed_share` of those sent; at least one), as `price` counts them: the rows a cost is
+    fitted on, since a fit on sent tokens prices each computed token too cheap where the prefix
+    cache served some."""
+    if share is None:
+        return list(rows)
+    return [{**r, "prefill_tokens": max(1, round(int(r["prefill_tokens"]) * share))}
+            if r["phase"] == "prefill" and int(r.get("prefill_tokens", 0)) >= 1 else r
+            for r in rows]
+
+
 def computed_share(counters: dict[str, float] | None) -> float | None:
     """Of the prompt tokens an engine was sent in a run, the share it computed (its prefix cache
     served the rest), from its own counters' deltas over the run: vLLM's

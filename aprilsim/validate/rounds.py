@@ -51,16 +51,17 @@ def interval(xs: Sequence[float]) -> dict[str, float | int | None]:
     return {"mean": mean(xs), "half_width": hw, "n": len(xs)}
 
 
-def noise_floor(runs: Sequence[SchedulerComparison]) -> float | None:
+def noise_floor(runs: Sequence[SchedulerComparison], what: str = "meas_rollout_s") -> float | None:
     """Median over steps (after the warm-up) of the relative spread of the measured rollout time
-    across repeated runs of the same steps; None with fewer than two runs."""
-    if len(runs) < 2:
+    (``what="meas_priced_s"``: of the logged iterations priced, the work itself) across repeated
+    runs of the same steps; None with fewer than two runs."""
+    if len(runs) < 2 or not all(getattr(r, what) for r in runs):
         return None
     warm = max(r.warmup for r in runs)
-    n = min(len(r.meas_rollout_s) for r in runs)
+    n = min(len(getattr(r, what)) for r in runs)
     cvs = []
     for s in range(warm, n):
-        xs = [r.meas_rollout_s[s] for r in runs]
+        xs = [getattr(r, what)[s] for r in runs]
         if min(xs) > 0:
             cvs.append(stdev(xs) / mean(xs))
     return median(cvs) if cvs else None
@@ -133,6 +134,9 @@ def pooled(rounds: Sequence[Sequence[SchedulerComparison]]) -> dict[str, Any]:
             "step_rollout_vs_mean_median_abs": median(abs(e) for e in vs_mean) if vs_mean else None,
             "step_rollout_vs_mean_median": median(vs_mean) if vs_mean else None,
             "step_priced_vs_mean_median_abs": median(abs(e) for e in priced_vs_mean) if priced_vs_mean else None,
+            # how much the work itself (not its speed) moves from round to round: a scheduler
+            # whose stop follows the timing (APRIL) does different work each time
+            "priced_noise_floor": noise_floor(runs, "meas_priced_s") if have_priced else None,
             "noise_floor_of_mean": floor_of_mean(runs),
             "noise_floor_of_mean_split_half": split_half_floor(meas, steps),
             "runs": len(runs)}

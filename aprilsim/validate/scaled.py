@@ -9,6 +9,7 @@ limits (max running requests, KV budget) as reported by their server info.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from aprilsim.config import Scenario
@@ -48,15 +49,16 @@ def matched_engine(cost: CostModel | TabulatedCost, *, max_running: int, kv_capa
 
 def simulate_matched(scenario: Scenario, spec: str, engine: EngineSpec, *, n_engines: int,
                      scale: float, seed: int | None, steps: int,
-                     trace: Trace | None = None) -> RunResult:
-    """Simulate ``spec`` as the live replay run does it: scaled lengths and trainer fixed times."""
+                     trace: Trace | None = None, slowdown: Sequence[float] | None = None) -> RunResult:
+    """Simulate ``spec`` as the live replay run does it: scaled lengths and trainer fixed times
+    (``slowdown``: per engine, how many times as long its steps take; default the scenario's)."""
     tm = scenario.trainer_model()
     tm = replace(tm, base_s=tm.base_s * scale, sync_s=tm.sync_s * scale)
     sim = Simulation(
         workload=ScaledWorkload(scenario.workload_for(seed), scale),  # type: ignore[arg-type]
         engine=engine, n_engines=n_engines, scheduler=make_policy(scenario, spec),
         batch_size=scenario.batch_size, steps=steps, trainer=tm, router=scenario.cluster.router,
-        trace=trace,
+        trace=trace, slowdown=slowdown if slowdown is not None else scenario.cluster.engine_slowdown,
     )
     run = sim.run()
     run.warmup_steps = clamp_warmup(scenario.warmup_steps, len(run.steps))

@@ -32,6 +32,7 @@ from typing import Any
 
 from aprilsim.config import Scenario
 from aprilsim.conformance import ConformanceRun, recorder_for
+from aprilsim.engine.cost import slowed
 from aprilsim.engine.fast import FastEngine
 from aprilsim.engine.request import Completion, Request
 from aprilsim.engine.router import make_router
@@ -356,8 +357,9 @@ async def _run(loop: VirtualLoop, scenario: Scenario, policy: Scheduler, seed: i
             samples.update((s.uid, s) for g in rt.groups.values() for s in g.samples)
         return samples[uid]  # type: ignore[index]
 
-    engines = [VirtualEngine(engine_factory(spec, i), loop, tm.sync_s, f"sim-{i}",  # type: ignore[arg-type]
-                             sample_of) for i in range(scenario.cluster.engines)]
+    slow = scenario.cluster.engine_slowdown or [1.0] * scenario.cluster.engines
+    engines = [VirtualEngine(engine_factory(slowed(spec, slow[i]), i), loop, tm.sync_s,  # type: ignore[arg-type]
+                             f"sim-{i}", sample_of) for i in range(scenario.cluster.engines)]
     cluster = VirtualCluster(engines, progress_deadline_s=None)
     cluster.router = make_router(scenario.cluster.router)
     rt = LiveRuntime(

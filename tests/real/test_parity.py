@@ -70,6 +70,7 @@ CLUSTERS: dict[str, dict[str, Any]] = {
     # vLLM's whole KV blocks (16 tokens, its GPU default)
     "block_prefix_cache": {"router": "group_affinity", "prefix_cache": "lru", "prefix_cache_block": 16},
     "client_overhead": {"client_overhead_s": 0.05},  # requests reach their engine 50 ms later
+    "unequal_speed": {"engine_slowdown": [1.0, 1.6]},  # engine 1's steps take 1.6x as long
 }
 
 

@@ -71,3 +71,18 @@ def test_calibrate_then_validate_on_vllm(vllm_url, tmp_path):
     for s in rep["schedulers"]:  # measured figures, not n/a
         assert s["errors"].get("step_rollout_median_abs") is not None
     assert rep["targets"]["ranking"]["met"] is not None
+
+
+def test_cross_fitted_validate_on_vllm(vllm_url, tmp_path):
+    """No calibration file: every round judged with the cost of the other rounds' rebuilt rows."""
+    res = _aprilsim("validate", str(ROOT / "experiments" / "scenarios" / "validate_live.toml"),
+                    "--engines", vllm_url, "--cross-fit", "--repeats", "2", "-s", "sync", "-s", "april",
+                    "--steps", "2", "--warmup", "0", "--scale", "0.0078125", "--no-figures",
+                    "--out", str(tmp_path / "v"))
+    assert res.returncode == 0, res.stderr
+    rep = json.loads((tmp_path / "v" / "report.json").read_text())
+    assert rep["meta"]["held_out"] and rep["meta"]["rounds"] == 2
+    assert rep["meta"]["calibration_from"].startswith("cross-fitted: each of the 2 rounds")
+    assert rep["calibration"]["wall"]["p2"] == 0.0  # rebuilt rows give no per-request squares
+    pooled = rep["rounds"]["schedulers"]
+    assert all(pooled[s]["step_rollout_vs_mean_median_abs"] is not None for s in ("sync", "april"))

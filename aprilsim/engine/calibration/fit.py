@@ -77,18 +77,23 @@ def _weights(records: Sequence[Record], weights: Sequence[float] | None, phase: 
 
 
 def fit_prefill(records: Sequence[Record], weights: Sequence[float] | None = None,
-                p0: float | None = None, per_request: bool = True) -> tuple[float, float, float, float]:
+                p0: float | None = None, per_request: bool = True,
+                quadratic: bool = True) -> tuple[float, float, float, float]:
     """(p0, p1, p2, pr) of p0 + p1*sum(n) + p2*sum(n^2) + pr*requests over the prefill records
     (zeros if none). The per-request term is fitted only where the records' batch sizes differ
     (with one batch size it cannot be told from p0: then 0). ``p0`` given: kept, the other
     terms fitted to what is left of each step (validate's wall fit: the step's fixed cost is
     the decode step's, which few large prefill batches cannot tell from the per-token terms).
-    ``per_request=False``: the form without pr (what the per-request term adds, measured)."""
+    ``per_request=False``: the form without pr (what the per-request term adds, measured).
+    ``quadratic=False``: p2 = 0, for records that do not say how a batch's tokens split among its
+    requests (the equal-size estimate of sum(n^2) would fit a p2 that the simulation, pricing
+    each request's own n^2, then misapplies to batches of unequal requests)."""
     pre, w = _weights(records, weights, "prefill")
     if not pre:
         return 0.0, 0.0, 0.0, 0.0
     per_request = per_request and len({r.batch_size for r in pre}) > 1
-    x = np.array([([] if p0 is not None else [1.0]) + [r.prefill_tokens, r.tokens_sq]
+    x = np.array([([] if p0 is not None else [1.0]) + [r.prefill_tokens]
+                  + ([r.tokens_sq] if quadratic else [])
                   + ([float(r.batch_size)] if per_request else []) for r in pre])
     y = np.array([r.duration_s for r in pre])
     if p0 is not None:  # residuals (x @ w + p0 - y) / y: fit x @ w to y - p0 with y's weights
@@ -96,6 +101,8 @@ def fit_prefill(records: Sequence[Record], weights: Sequence[float] | None = Non
         coef = np.concatenate([[p0], coef])
     else:
         coef = _nnls_relative(x, y, w)
+    if not quadratic:
+        coef = np.concatenate([coef[:2], [0.0], coef[2:]])
     f0, p1, p2 = (float(v) for v in coef[:3])
     return f0, p1, p2, float(coef[3]) if per_request else 0.0
 
