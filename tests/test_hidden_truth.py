@@ -17,9 +17,18 @@ TRUTH = ("_target_len", "_reward", "_pass_rate")
 
 
 def _writes(path: Path) -> list[int]:
-    """Lines of `path` that assign to a hidden-truth attribute (x._target_len = ...)."""
+    """Lines of `path` that assign to a hidden-truth attribute (x._target_len = ...) after
+    creation: a constructor setting its own object's field (`self._target_len = ...` inside
+    `__init__`, as `Sample`'s written one does) is the creation, not a write."""
+    tree = ast.parse(path.read_text())
+    creation = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == "__init__"
+                for n in ast.walk(f) if isinstance(n, ast.Assign) and all(
+                    isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+                    for t in n.targets)}
     out = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree):
+        if id(node) in creation:
+            continue
         targets = node.targets if isinstance(node, ast.Assign) else \
             [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
         for t in targets:
