@@ -74,7 +74,7 @@ class _LinearInK:
             m -= 1
         return m
 
-    def prefill_time(self, tokens: int, tokens_sq: int | None = None, passes: int = 1,
+    def prefill_time(self, tokens: int, tokens_sq: float | None = None, passes: int = 1,
                      requests: int = 0) -> float:
         """passes*p0 + p1*sum(n_i) + p2*sum(n_i^2) + pr*requests; `tokens_sq` defaults to one
         request's tokens^2, `passes` to one forward pass (no chunking), `requests` to 0 (callers

@@ -33,7 +33,7 @@ class DecodeCost(Protocol):
         """Largest m <= n_max whose m iterations end no later than `dt` after they start."""
         ...
 
-    def prefill_time(self, tokens: int, tokens_sq: int | None = None, passes: int = 1,
+    def prefill_time(self, tokens: int, tokens_sq: float | None = None, passes: int = 1,
                      requests: int = 0) -> float:
         """Seconds of a prefill batch of `tokens` input tokens whose squares sum to `tokens_sq`,
         run as `passes` forward passes (each pays the fixed cost p0 once)."""

@@ -77,7 +77,7 @@ class SpeculativeCost(_LinearInK):
             got = self._cache[key] = self.spec.per_token(f, g, batch, self.units / Q)
         return got
 
-    def prefill_time(self, tokens: int, tokens_sq: int | None = None, passes: int = 1,
+    def prefill_time(self, tokens: int, tokens_sq: float | None = None, passes: int = 1,
                      requests: int = 0) -> float:
         """The plain model's prefill (speculative decoding drafts only in decode)."""
         return self.base.prefill_time(tokens, tokens_sq, passes, requests)

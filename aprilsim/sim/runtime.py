@@ -67,6 +67,7 @@ def _no_full_gc() -> Iterator[None]:
         gc.set_threshold(*thresholds)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the live driver's VirtualMeter extends it
 class SimMeter:
     """The simulated engines' figures for the step ledger, read exactly at the simulated time."""
 
