@@ -57,13 +57,16 @@ def test_sync_s_work_is_the_same_and_the_slow_engine_s_time_scales():
 
 def test_april_moves_work_to_the_faster_engine():
     """APRIL stops at the first groups done: with group-hash placement (the same requests on each
-    engine whatever the order) the faster engine completes more of its work inside each step."""
-    even = simulate(_scenario([1.0, 1.0], router="group_hash"), "april")
-    skew = simulate(_scenario([1.0, 1.8], router="group_hash"), "april")
-    tok = lambda run, i: sum(s.busy_by_engine_s[i] for s in run.steps[1:])  # noqa: E731
-    share_even = tok(even, 0) / (tok(even, 0) + tok(even, 1) / 1.0)
-    share_skew = tok(skew, 0) / (tok(skew, 0) + tok(skew, 1) / 1.8)  # engine 1's work at nominal cost
-    assert share_skew > share_even + 0.02
+    engine whatever the order) the faster engine generates a larger share of the tokens."""
+    from aprilsim.metrics.trace import Trace
+
+    def share_of_engine_0(slowdown):
+        tr = Trace(scheduler="april", n_engines=2)
+        simulate(_scenario(slowdown, router="group_hash"), "april", trace=tr)
+        tok = [sum(r.tokens for r in tr.requests if r.engine == i) for i in (0, 1)]
+        return tok[0] / sum(tok)
+
+    assert share_of_engine_0([1.0, 1.8]) > share_of_engine_0([1.0, 1.0]) + 0.02
 
 
 KV = 4_000  # small enough that every one of these schedulers retracts
