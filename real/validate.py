@@ -422,7 +422,6 @@ def judge(sc: Scenario, specs: list[str], opts: ValidateOptions, live: list[Live
           limits: dict[str, Any], what: str, checks: list[str], t_live: float) -> Validation:
     """Fit (or load) the cost and simulate every scheduler against live runs already made: the
     offline half of :func:`validate`, so saved live runs can be judged again."""
-    from aprilsim.metrics.trace import Trace
     from aprilsim.validate.costfit import (
         CostFit,
         cost_errors,
@@ -430,7 +429,7 @@ def judge(sc: Scenario, specs: list[str], opts: ValidateOptions, live: list[Live
         load_calibration,
         load_client_overhead,
     )
-    from aprilsim.validate.scaled import matched_engine, simulate_matched
+    from aprilsim.validate.scaled import matched_engine
 
     holdout = opts.holdout_round
     limits = dict(limits)
@@ -471,24 +470,29 @@ def judge(sc: Scenario, specs: list[str], opts: ValidateOptions, live: list[Live
     for o in [] if opts.cross_fitted else judged:
         if o.label in v.sim:
             continue
-        tr = Trace(scheduler=o.label, n_engines=len(o.rows), source="sim")
-        v.sim[o.label] = simulate_matched(sc, o.label, engine, n_engines=len(o.rows),
-                                          scale=opts.scale, seed=opts.seed,
-                                          steps=len(o.result.steps), trace=tr)
-        v.sim_traces[o.label] = tr
+        v.sim[o.label], v.sim_traces[o.label] = _simulate_like(sc, o, engine, opts)
     if opts.cross_fitted:
         _cross_fit(v, sc, opts, limits)
     v.timings = {"live_s": t_live, "sim_s": time.monotonic() - t1}
     return v
 
 
+def _simulate_like(sc: Scenario, o: LiveOutcome, engine, opts: ValidateOptions):
+    """The simulation a live run is compared with (its scheduler, engines and steps) and its trace."""
+    from aprilsim.metrics.trace import Trace
+    from aprilsim.validate.scaled import simulate_matched
+
+    tr = Trace(scheduler=o.label, n_engines=len(o.rows), source="sim")
+    return simulate_matched(sc, o.label, engine, n_engines=len(o.rows), scale=opts.scale,
+                            seed=opts.seed, steps=len(o.result.steps), trace=tr), tr
+
+
 def _cross_fit(v: Validation, sc: Scenario, opts: ValidateOptions, limits: dict[str, Any]) -> None:
     """Leave one round out: fit the cost on the other rounds' iteration rows, simulate every
     scheduler with it, and judge the round by that (each judged run stays out of its own fit, and
     the machine's drift from round to round is averaged into every fit instead of one round's)."""
-    from aprilsim.metrics.trace import Trace
     from aprilsim.validate.costfit import fit_iterations
-    from aprilsim.validate.scaled import matched_engine, simulate_matched
+    from aprilsim.validate.scaled import matched_engine
 
     rounds = sorted({o.round for o in v.live})
     for r in rounds:
@@ -499,10 +503,7 @@ def _cross_fit(v: Validation, sc: Scenario, opts: ValidateOptions, limits: dict[
         for o in v.live:
             if o.round != r or (o.label, r) in v.round_sims:
                 continue
-            tr = Trace(scheduler=o.label, n_engines=len(o.rows), source="sim")
-            v.round_sims[(o.label, r)] = simulate_matched(
-                sc, o.label, engine, n_engines=len(o.rows), scale=opts.scale, seed=opts.seed,
-                steps=len(o.result.steps), trace=tr)
+            v.round_sims[(o.label, r)], tr = _simulate_like(sc, o, engine, opts)
             if r == rounds[0]:
                 v.sim_traces[o.label] = tr
     v.fit = v.round_fits[rounds[0]]
