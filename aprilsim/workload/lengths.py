@@ -214,12 +214,51 @@ class LognormalMixture:
         logx = np.interp(q, grid_cdf, grid_logx)
         for _ in range(2):
             x = np.exp(logx)
-            dens = self.pdf(x) * x  # density of log length
-            step = (self.cdf(x) - q) / np.maximum(dens, 1e-300)
+            pdf, cdf = self._pdf_cdf(x)
+            dens = pdf * x  # density of log length
+            step = (cdf - q) / np.maximum(dens, 1e-300)
             logx = logx - np.clip(step, -1.0, 1.0)
         out = np.exp(logx)
         out = np.where(q <= 0, 0.0, out)
         return np.where(q >= 1, np.inf, out)
+
+    # a sum over this many components or more is pairwise in numpy (not left to right)
+    _SEQUENTIAL_SUM = 8
+
+    def _pdf_cdf(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(pdf(x), cdf(x)) in one pass, bit for bit what `pdf` and `cdf` return.
+
+        Newton's step needs both at the same points: they share the log and the standardised
+        z, and each component is a contiguous array of x's shape (no (..., K) broadcast and no
+        reduction over a short last axis, which numpy iterates slowly). The components are
+        added left to right, as numpy's sum over a last axis of fewer than 8 does; with more,
+        the two methods themselves (numpy's pairwise order)."""
+        from scipy import special
+
+        if len(self.weights) >= self._SEQUENTIAL_SUM:
+            return self.pdf(x), self.cdf(x)
+        x = np.asarray(x, float)
+        with np.errstate(divide="ignore"):
+            lx = np.log(np.maximum(x, 1e-300))
+        pdf = cdf = None
+        for w, m, s, c in self._components():
+            z = (lx - m) / s
+            d = np.exp(-0.5 * z**2) / (c * x) * w
+            p = special.ndtr(z) * w
+            pdf = d if pdf is None else pdf + d
+            cdf = p if cdf is None else cdf + p
+        assert pdf is not None and cdf is not None
+        return np.where(x > 0, pdf, 0.0), cdf
+
+    def _components(self) -> tuple[tuple[float, float, float, float], ...]:
+        """(weight, mu, sigma, sigma * sqrt(2 pi)) per component, the last as `pdf` computes it
+        (cached: a frozen model's parts never change)."""
+        cached = self.__dict__.get("_components_cache")
+        if cached is None:
+            norm = np.asarray(self.sigmas) * np.sqrt(2 * np.pi)
+            cached = tuple(zip(self.weights, self.mus, self.sigmas, norm.tolist(), strict=True))
+            object.__setattr__(self, "_components_cache", cached)
+        return cached
 
     def _grid(self) -> tuple[np.ndarray, np.ndarray]:
         cached = self.__dict__.get("_grid_cache")
