@@ -7,6 +7,7 @@ carry no clock and no I/O, so `aprilsim.sim` and `real/` can both use them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -190,3 +191,29 @@ class Group:
         r = self.rewards
         m = sum(r) / len(r)
         return (sum((x - m) ** 2 for x in r) / len(r)) ** 0.5
+
+
+def make_groups(gid0: int, uid0: int, step: int, max_len: int, prompt_lens: Sequence[int],
+                target_lens: Sequence[Sequence[int | None]],
+                rewards: Sequence[Sequence[float | None]], pass_rates: Sequence[float],
+                prompt_keys: Sequence[int], prompt_ids: Sequence[int]) -> list[Group]:
+    """New groups gid0, gid0 + 1, ... (samples uid0, uid0 + 1, ...), one per prompt: group g
+    holds one PENDING sample per entry of `target_lens[g]`, with the rewards of `rewards[g]`.
+
+    What `Workload.generate` builds for every sample of a run. Compiled (the opt-in mypyc
+    build), the loop calls the native constructors directly, without argument parsing; the
+    rows are typed as sequences of objects, so their ints and floats are stored as they are
+    (no unboxing and re-boxing)."""
+    groups: list[Group] = []
+    uid = uid0
+    for g in range(len(prompt_lens)):
+        gid = gid0 + g
+        pl = prompt_lens[g]
+        lens = target_lens[g]
+        rews = rewards[g]
+        samples: list[Sample] = []
+        for i in range(len(lens)):
+            samples.append(Sample(uid + i, gid, i, pl, lens[i], max_len, rews[i]))
+        uid += len(lens)
+        groups.append(Group(gid, pl, samples, step, pass_rates[g], prompt_keys[g], prompt_ids[g]))
+    return groups

@@ -20,10 +20,15 @@ from itertools import repeat
 
 import numpy as np
 
-from aprilsim.types import Group, Sample
+from aprilsim.native import compiled_modules
+from aprilsim.types import Group, Sample, make_groups
 from aprilsim.workload import counter_rng as crn
 from aprilsim.workload.drift import Drift, NoDrift
 from aprilsim.workload.lengths import LengthModel, Parametric, cap_lengths
+
+# compiled, `make_groups` calls the native constructors directly; interpreted, a map over the
+# class (a C-level loop) is the faster way to build the samples
+_NATIVE_GROUPS = "aprilsim.types" in compiled_modules()
 
 
 @dataclass(frozen=True)
@@ -100,7 +105,10 @@ class Workload:
         z = np.sqrt(rho) * u_prompt[:, None] + np.sqrt(1.0 - rho) * u_sample
         from scipy import special, stats  # on first use: the CLI starts without scipy
 
-        raw = self.lengths.ppf(special.ndtr(z)) * self.drift.scale(step)
+        raw = self.lengths.ppf(special.ndtr(z))
+        scale = self.drift.scale(step)
+        if scale != 1.0:  # x * 1.0 is x: no pass without drift
+            raw = raw * scale
         resp = cap_lengths(raw, self.max_len)
         prompts = cap_lengths(
             self.prompt_lengths.ppf(crn.uniforms(seed, crn.PROMPT_LEN, pids)), self.max_prompt_len
@@ -110,19 +118,12 @@ class Workload:
         pass_rate = stats.beta.ppf(special.ndtr(z_pass), self.rewards.alpha, self.rewards.beta)
         rewards = (crn.uniforms(seed, crn.REWARD, keys, idx) < pass_rate[:, None]).astype(float)
 
-        groups = []
-        uid, max_len = self._next_uid, self.max_len
         resp_l, rew_l, prom_l = resp.tolist(), rewards.tolist(), prompts.tolist()
         pass_l, keys_l, pids_l = pass_rate.tolist(), keys.tolist(), pids.tolist()
-        index = range(n)
-        for g in range(n_groups):
-            gid = self._next_gid + g
-            pl = prom_l[g]
-            # one C-level loop over the group's samples (a run creates every sample here)
-            samples = list(map(Sample, range(uid, uid + n), repeat(gid, n), index, repeat(pl, n),
-                               resp_l[g], repeat(max_len, n), rew_l[g]))
-            uid += n
-            groups.append(Group(gid, pl, samples, step, pass_l[g], keys_l[g], pids_l[g]))
+        gid0, uid0 = self._next_gid, self._next_uid
+        build = make_groups if _NATIVE_GROUPS else _map_groups
+        groups = build(gid0, uid0, step, self.max_len, prom_l, resp_l, rew_l, pass_l, keys_l, pids_l)
+        uid = uid0 + n_groups * n
         self._next_gid += n_groups
         self._next_prompt += n_groups
         self._next_uid = uid
@@ -148,3 +149,21 @@ class Workload:
         self._next_gid += len(groups)
         self._next_uid = uid
         return out
+
+
+def _map_groups(gid0: int, uid0: int, step: int, max_len: int, prompt_lens: list[int],
+                target_lens: list[list[int]], rewards: list[list[float]], pass_rates: list[float],
+                prompt_keys: list[int], prompt_ids: list[int]) -> list[Group]:
+    """`types.make_groups` for the interpreted build: each group's samples in one C-level map
+    over the class (the same groups, built faster when the constructor is interpreted)."""
+    groups = []
+    uid = uid0
+    for g, pl in enumerate(prompt_lens):
+        gid = gid0 + g
+        lens = target_lens[g]
+        n = len(lens)
+        samples = list(map(Sample, range(uid, uid + n), repeat(gid, n), range(n), repeat(pl, n),
+                           lens, repeat(max_len, n), rewards[g]))
+        uid += n
+        groups.append(Group(gid, pl, samples, step, pass_rates[g], prompt_keys[g], prompt_ids[g]))
+    return groups
