@@ -470,7 +470,7 @@ class RolloutCore:
             registered = self.groups
             for g in groups:
                 if registered.get(g.gid) is g:  # all of it trained just now: nothing to check
-                    self.ledger.retire(g)
+                    self.ledger.retire_trained(g)
                     del registered[g.gid]
                     self._left.pop(g.gid, None)
                 else:

@@ -155,6 +155,15 @@ class StepLedger:
             counts[v] += 1
             tokens[v] += s.generated
 
+    def retire_trained(self, group: Group) -> None:
+        """`retire` for a group whose every sample was just trained (the batch's fast path):
+        one count and one token sum for the group, no status to read."""
+        gen = 0
+        for s in group.samples:
+            gen += s.generated
+        self._retired_counts["trained"] += len(group.samples)
+        self._retired_tokens["trained"] += gen
+
     # ------------------------------------------------------------------ end of run
     def end_state(self, groups: Iterable[Group]) -> dict[str, int]:
         """Where every sample is, by status, in samples and in tokens (the conservation ledger):
