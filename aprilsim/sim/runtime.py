@@ -36,7 +36,7 @@ from aprilsim.native import mypyc_attr
 from aprilsim.policies.base import MOST_ROOM, Scheduler, SchedulerError
 from aprilsim.rollout.core import RolloutCore
 from aprilsim.rollout.ports import Placement, Reading
-from aprilsim.sim.engine_clock import EngineClock
+from aprilsim.sim.engine_clock import engine_clock
 from aprilsim.trainer import TrainerModel
 from aprilsim.types import Group, Sample, SampleStatus
 from aprilsim.workload.generator import Workload
@@ -170,7 +170,7 @@ class Simulation:
         self.ledger = self.core.ledger
         self.records = self.core.records
         self._dirty: set[int] = set()
-        self._clock = EngineClock(n_engines)  # each engine's next event time, earliest first
+        self._clock = engine_clock(n_engines)  # each engine's next event time, earliest first
         self._wake: simpy.Event | None = None
         self._ready: simpy.Event | None = None
         self._batches = simpy.Store(self.env)
