@@ -18,7 +18,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from _trees import ROOT, baseline_tree, child_cpu, one_core, short_commit
+from _trees import baseline_tree, child_cpu, one_core, short_commit, tree_pair
 
 TARGET_S = 0.5
 CLI = "import sys; from aprilsim.cli import main; main(sys.argv[1:])"
@@ -65,7 +65,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, baseline_tree(args.baseline) as old:
         lengths_file = Path(tmp) / "lengths.csv"
         lengths_file.write_text("response_length\n" + "\n".join(map(str, range(1, 200))) + "\n")
-        trees = {"new": ROOT} if old is None else {"new": ROOT, "old": old}
+        trees = tree_pair(old)
         runs: dict[str, dict[str, list[float]]] = {t: {} for t in trees}
         for rep in range(args.repeat):
             order = list(trees) if rep % 2 == 0 else list(reversed(trees))
