@@ -57,6 +57,21 @@ def tree_pair(old: Path | None) -> dict[str, Path]:
     return {"new": ROOT} if old is None else {"new": ROOT, "old": old}
 
 
+def resolve(ref: str | None) -> str | None:
+    """The commit `ref` names now (None for None or "none"): resolved once, at the start, so that
+    a commit made while a benchmark runs changes neither what it extracts nor what it reports."""
+    if ref is None or ref.lower() == "none":
+        return None
+    out = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+        capture_output=True,
+        text=True,
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"--baseline {ref}: no such commit")
+    return out.stdout.strip()
+
+
 def short_commit(ref: str) -> str:
     """`git rev-parse --short ref` (the ref itself where git cannot resolve it)."""
     out = subprocess.run(

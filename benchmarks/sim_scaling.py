@@ -36,6 +36,7 @@ from _trees import (
     baseline_tree,
     builds,
     child_json,
+    resolve,
     same_results,
     short_commit,
     tree_pair,
@@ -105,13 +106,14 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per run")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
+    ref = resolve(args.baseline)
     sizes = [int(x) for x in args.engines.split(",")]
     out: dict = {"steps": args.steps, "groups_per_engine": args.groups_per_engine,
                  "repeats": args.repeats, "points": []}
-    with baseline_tree(args.baseline) as old:
+    with baseline_tree(ref) as old:
         trees = tree_pair(old)
         if old is not None:
-            out["baseline"] = short_commit(args.baseline)
+            out["baseline"] = short_commit(ref)
         for name in args.scheduler or ["sync", "april"]:
             cpus: dict[str, list[float]] = {t: [] for t in trees}
             for e in sizes:

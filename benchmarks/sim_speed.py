@@ -48,6 +48,7 @@ from _trees import (
     builds,
     child_json,
     one_core,
+    resolve,
     same_results,
     short_commit,
     tree_pair,
@@ -200,13 +201,14 @@ def main() -> None:
     ap.add_argument("--cluster-steps", type=int, default=CLUSTER["steps"],
                     help="steps of the two cluster scenarios (fewer: a smoke run)")
     args = ap.parse_args()
+    ref = resolve(args.baseline)
     global CLOCK
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
     one_core()
     n = args.repeats
     default = bench_default(n)
     specs = {"cluster": CLUSTER, "tight_cluster": TIGHT_CLUSTER}
-    with baseline_tree(args.baseline) as old:
+    with baseline_tree(ref) as old:
         trees = tree_pair(old)
         clusters = {
             name: bench_cluster(spec | {"steps": args.cluster_steps}, trees, n, args.clock)
@@ -234,7 +236,7 @@ def main() -> None:
         **builds(clusters["cluster"]),
     }
     if "old" in trees:
-        out["baseline"] = short_commit(args.baseline)
+        out["baseline"] = short_commit(ref)
         for name, runs in clusters.items():
             out |= cluster_vs_baseline(name, runs)
     if args.json:

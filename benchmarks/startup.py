@@ -18,7 +18,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from _trees import baseline_tree, child_cpu, one_core, short_commit, tree_pair
+from _trees import baseline_tree, child_cpu, one_core, resolve, short_commit, tree_pair
 
 TARGET_S = 0.5
 CLI = "import sys; from aprilsim.cli import main; main(sys.argv[1:])"
@@ -61,8 +61,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--baseline", default="HEAD~1", help="commit to compare with ('none': off)")
     args = ap.parse_args()
+    ref = resolve(args.baseline)
     one_core()
-    with tempfile.TemporaryDirectory() as tmp, baseline_tree(args.baseline) as old:
+    with tempfile.TemporaryDirectory() as tmp, baseline_tree(ref) as old:
         lengths_file = Path(tmp) / "lengths.csv"
         lengths_file.write_text("response_length\n" + "\n".join(map(str, range(1, 200))) + "\n")
         trees = tree_pair(old)
@@ -80,7 +81,7 @@ def main() -> None:
         out["cpu_s"][name] = round(min(v), 3)
         out["median_cpu_s"][name] = round(statistics.median(v), 3)
     if "old" in runs:
-        out["baseline"] = short_commit(args.baseline)
+        out["baseline"] = short_commit(ref)
         out["baseline_cpu_s"] = {n: round(min(v), 3) for n, v in runs["old"].items()}
         out["ratio"] = {
             n: round(min(runs["new"][n]) / min(v), 3) for n, v in runs["old"].items() if min(v) > 0
