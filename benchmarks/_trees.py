@@ -9,8 +9,11 @@ change in load hits both alike, and report each figure as new / old (`versus`: t
 best runs, and each pair's ratio with their spread).
 
 `SIMULATE` is child code for the simulator benchmarks: `measure(scenario, scheduler, clock)`
-times one `simulate` call. An extracted commit is pure Python (git archive holds no compiled
-modules) while this tree may be the opt-in mypyc build: each child reports its build
+times one `simulate` call after a warm-up run (one group, one engine, one step). The first call
+imports scipy and more lazily, about 1 s of CPU: a fixed cost, not the simulator's per sample,
+which sim_speed's in-process repeats paid only once and which sim_scaling's small points used to
+count. An extracted commit is pure Python (git archive holds no compiled modules) while this
+tree may be the opt-in mypyc build: each child reports its build
 (`aprilsim.native.compiled_modules()`) so that a ratio is read for what it compares.
 """
 
@@ -135,6 +138,8 @@ SIMULATE = """
 import resource, time
 from aprilsim.sim.run import simulate
 def measure(sc, name, clock):
+    tiny = {"batch_size": 1, "steps": 1, "cluster": sc.cluster.model_copy(update={"engines": 1})}
+    simulate(sc.model_copy(update=tiny), name)  # the lazy imports (scipy: ~1 s) are not timed
     tick = time.process_time if clock == "cpu" else time.perf_counter
     t = tick()
     run = simulate(sc, name)
