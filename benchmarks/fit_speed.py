@@ -125,17 +125,17 @@ def main() -> None:
     ap.add_argument("--baseline", default="HEAD~1", help="commit to compare with ('none': off)")
     ap.add_argument("--cases", default="real,mixture3", help="comma-separated: real, mixture3")
     args = ap.parse_args()
-    ref = resolve(args.baseline)
+    commit = resolve(args.baseline)
     one_core()
     names = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = [c for c in names if c not in SAMPLES]
     if unknown:
         raise SystemExit(f"unknown cases {unknown}; choose from {', '.join(SAMPLES)}")
     out: dict = {"n": args.n, "bootstrap": args.bootstrap, "target_cpu_s": TARGET_S, "cases": {}}
-    with tempfile.TemporaryDirectory() as tmp, baseline_tree(ref) as old:
+    with tempfile.TemporaryDirectory() as tmp, baseline_tree(commit) as old:
         trees = tree_pair(old)
         if old is not None:
-            out["baseline"] = short_commit(ref)
+            out["baseline"] = short_commit(commit)
         for name in names:
             x = SAMPLES[name](args.n)
             path = Path(tmp) / f"{name}.csv"

@@ -107,14 +107,14 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per run")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
-    ref = resolve(args.baseline)
+    commit = resolve(args.baseline)
     sizes = [int(x) for x in args.engines.split(",")]
     out: dict = {"steps": args.steps, "groups_per_engine": args.groups_per_engine,
                  "repeats": args.repeats, "points": []}
-    with baseline_tree(ref) as old:
+    with baseline_tree(commit) as old:
         trees = tree_pair(old)
         if old is not None:
-            out["baseline"] = short_commit(ref)
+            out["baseline"] = short_commit(commit)
         for name in args.scheduler or ["sync", "april"]:
             cpus: dict[str, list[float]] = {t: [] for t in trees}
             for e in sizes:

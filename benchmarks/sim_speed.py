@@ -21,7 +21,7 @@ loaded machine `--clock cpu` times with the process's CPU time instead of wall t
 out the time the process waits for a core (not the slowdown of sharing one).
 
 Each run of the two cluster scenarios is a fresh child process (the `simulate` call timed in
-it), this tree alternating with the baseline commit's (`--baseline`, default HEAD~1, the previous
+it, after a tiny warm-up run that does the lazy imports), this tree alternating with the baseline commit's (`--baseline`, default HEAD~1, the previous
 commit, extracted with git archive; `none`: this tree only). `cluster_ratio_vs_baseline` and
 `tight_cluster_ratio_vs_baseline` are new / old trained samples per second, best run of each;
 `*_ratio_spread` gives each alternating pair's ratio and their min/median/max; `baseline_*` the
@@ -201,14 +201,14 @@ def main() -> None:
     ap.add_argument("--cluster-steps", type=int, default=CLUSTER["steps"],
                     help="steps of the two cluster scenarios (fewer: a smoke run)")
     args = ap.parse_args()
-    ref = resolve(args.baseline)
+    commit = resolve(args.baseline)
     global CLOCK
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
     one_core()
     n = args.repeats
     default = bench_default(n)
     specs = {"cluster": CLUSTER, "tight_cluster": TIGHT_CLUSTER}
-    with baseline_tree(ref) as old:
+    with baseline_tree(commit) as old:
         trees = tree_pair(old)
         clusters = {
             name: bench_cluster(spec | {"steps": args.cluster_steps}, trees, n, args.clock)
@@ -236,7 +236,7 @@ def main() -> None:
         **builds(clusters["cluster"]),
     }
     if "old" in trees:
-        out["baseline"] = short_commit(ref)
+        out["baseline"] = short_commit(commit)
         for name, runs in clusters.items():
             out |= cluster_vs_baseline(name, runs)
     if args.json:

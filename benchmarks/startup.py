@@ -61,9 +61,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--baseline", default="HEAD~1", help="commit to compare with ('none': off)")
     args = ap.parse_args()
-    ref = resolve(args.baseline)
+    commit = resolve(args.baseline)
     one_core()
-    with tempfile.TemporaryDirectory() as tmp, baseline_tree(ref) as old:
+    with tempfile.TemporaryDirectory() as tmp, baseline_tree(commit) as old:
         lengths_file = Path(tmp) / "lengths.csv"
         lengths_file.write_text("response_length\n" + "\n".join(map(str, range(1, 200))) + "\n")
         trees = tree_pair(old)
@@ -81,7 +81,7 @@ def main() -> None:
         out["cpu_s"][name] = round(min(v), 3)
         out["median_cpu_s"][name] = round(statistics.median(v), 3)
     if "old" in runs:
-        out["baseline"] = short_commit(ref)
+        out["baseline"] = short_commit(commit)
         out["baseline_cpu_s"] = {n: round(min(v), 3) for n, v in runs["old"].items()}
         out["ratio"] = {
             n: round(min(runs["new"][n]) / min(v), 3) for n, v in runs["old"].items() if min(v) > 0
