@@ -8,7 +8,8 @@ lengths, the presets' engine rules), 5 steps, one scheduler, run in its own proc
 peak RSS is its own; the run is timed after a tiny warm-up run that does the lazy imports (about
 1 s of CPU that earlier versions of this benchmark counted in each point). Prints CPU seconds,
 created samples per CPU second and peak RSS per point, and per scheduler the exponent k of
-cpu ~ E^k fitted over the points (1.0 = linear) and over the last two. Target (issue 23): 4,096 engines x 32,768 groups x 5 steps in under a minute of CPU:
+cpu ~ E^k fitted over the points (1.0 = linear) and over the last two. Target (issue 23):
+4,096 engines x 32,768 groups x 5 steps in under a minute of CPU:
 
     python benchmarks/sim_scaling.py --json --engines 256,1024,4096 -s sync -s april
 

@@ -20,16 +20,17 @@ Each figure is the best of `--repeats` runs (the machine is shared: compare with
 loaded machine `--clock cpu` times with the process's CPU time instead of wall time, which leaves
 out the time the process waits for a core (not the slowdown of sharing one).
 
-Each run of the two cluster scenarios is a fresh child process (the `simulate` call timed in
-it, after a tiny warm-up run that does the lazy imports), this tree alternating with the baseline commit's (`--baseline`, default HEAD~1, the previous
-commit, extracted with git archive; `none`: this tree only). `cluster_ratio_vs_baseline` and
-`tight_cluster_ratio_vs_baseline` are new / old trained samples per second, best run of each;
-`*_ratio_spread` gives each alternating pair's ratio and their min/median/max; `baseline_*` the
-baseline's own figures; `*_same_results_as_baseline` whether both gave the same sample counts.
-`build` and `baseline_build` say which build each side ran: an extracted commit is always pure
-Python, so on a compiled (mypyc) install of this tree the ratio includes the compilation's gain
-(`APRILSIM_PURE=1` runs this tree pure too). `--cluster-steps` shortens both cluster scenarios
-(a smoke run; the figures are then not the targets').
+Each run of the two cluster scenarios is a fresh child process (the `simulate` call timed in it,
+after a tiny warm-up run that does the lazy imports), this tree alternating with the baseline
+commit's (`--baseline`, default HEAD~1, the previous commit, extracted with git archive; `none`:
+this tree only). `cluster_ratio_vs_baseline` and `tight_cluster_ratio_vs_baseline` are new / old
+trained samples per second, best run of each; `*_ratio_spread` gives each alternating pair's ratio
+and their min/median/max; `baseline_*` the baseline's own figures; `*_same_results_as_baseline`
+whether both gave the same sample counts. `build` and `baseline_build` say which build each side
+ran: an extracted commit is always pure Python, so on a compiled (mypyc) install of this tree the
+ratio includes the compilation's gain (`APRILSIM_PURE=1` runs this tree pure too).
+`--cluster-steps` shortens both cluster scenarios (a smoke run; the figures are then not the
+targets').
 Targets: >= 50,000 samples/s on the cluster scenario, >= 30x over the reference.
 """
 
@@ -143,6 +144,9 @@ def cluster_figures(prefix: str, runs: list[dict]) -> dict:
     }
 
 
+SAME = ("samples", "trained", "retractions")  # what two trees with the same results give alike
+
+
 def cluster_vs_baseline(name: str, runs: dict[str, list[dict]]) -> dict:
     """new / old trained samples per second (best runs; each pair), the baseline's figures."""
     rate = {t: [r["trained"] / r["secs"] for r in rs] for t, rs in runs.items()}
@@ -151,7 +155,7 @@ def cluster_vs_baseline(name: str, runs: dict[str, list[dict]]) -> dict:
         f"{name}_ratio_vs_baseline": ratio.pop("ratio"),
         f"{name}_ratio_spread": ratio,
         **cluster_figures(f"baseline_{name}", runs["old"]),
-        f"{name}_same_results_as_baseline": same_results(runs, ("samples", "trained", "retractions")),
+        f"{name}_same_results_as_baseline": same_results(runs, SAME),
     }
 
 
