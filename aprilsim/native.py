@@ -26,6 +26,7 @@ MODULES = (
     "aprilsim.engine.speculative",
     "aprilsim.rollout.core",
     "aprilsim.rollout.ledger",
+    "aprilsim.sim.engine_clock",
     "aprilsim.sim.runtime",
     "aprilsim.types",
 )

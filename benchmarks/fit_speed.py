@@ -30,7 +30,16 @@ import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from _trees import ROOT, baseline_tree, child_cpu, one_core, short_commit  # noqa: E402
+from _trees import (  # noqa: E402
+    ROOT,
+    alternate,
+    baseline_tree,
+    child_cpu,
+    one_core,
+    resolve,
+    short_commit,
+    tree_pair,
+)
 
 from aprilsim.workload.lengths import LognormalMixture, cap_lengths  # noqa: E402
 
@@ -116,25 +125,22 @@ def main() -> None:
     ap.add_argument("--baseline", default="HEAD~1", help="commit to compare with ('none': off)")
     ap.add_argument("--cases", default="real,mixture3", help="comma-separated: real, mixture3")
     args = ap.parse_args()
+    commit = resolve(args.baseline)
     one_core()
     names = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = [c for c in names if c not in SAMPLES]
     if unknown:
         raise SystemExit(f"unknown cases {unknown}; choose from {', '.join(SAMPLES)}")
     out: dict = {"n": args.n, "bootstrap": args.bootstrap, "target_cpu_s": TARGET_S, "cases": {}}
-    with tempfile.TemporaryDirectory() as tmp, baseline_tree(args.baseline) as old:
-        trees = {"new": ROOT} if old is None else {"new": ROOT, "old": old}
+    with tempfile.TemporaryDirectory() as tmp, baseline_tree(commit) as old:
+        trees = tree_pair(old)
         if old is not None:
-            out["baseline"] = short_commit(args.baseline)
+            out["baseline"] = short_commit(commit)
         for name in names:
             x = SAMPLES[name](args.n)
             path = Path(tmp) / f"{name}.csv"
             path.write_text("response_length\n" + "\n".join(map(str, x.tolist())) + "\n")
-            runs: dict[str, list[dict]] = {t: [] for t in trees}
-            for rep in range(args.repeat):
-                order = list(trees) if rep % 2 == 0 else list(reversed(trees))
-                for t in order:
-                    runs[t].append(run_tree(trees[t], path, args.bootstrap))
+            runs = alternate(trees, args.repeat, lambda t, p=path: run_tree(t, p, args.bootstrap))
             result = runs["new"][0]["result"]
             ranking = result["ranking"]
             case = {

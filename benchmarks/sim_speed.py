@@ -1,6 +1,7 @@
 """Simulator speed: simulated samples per second of wall time, and fast vs reference engine.
 
-    taskset -c 0 python benchmarks/sim_speed.py --json
+    taskset -c 0 python benchmarks/sim_speed.py --json [--clock cpu] [--repeats 3]
+                                                [--baseline HEAD~1|REF|none] [--cluster-steps 20]
 
 Prints one JSON object. Throughputs are samples per second of wall time, both created (every
 sample the scheduler asked for) and trained (the samples that reached a training batch):
@@ -18,6 +19,18 @@ sample the scheduler asked for) and trained (the samples that reached a training
 Each figure is the best of `--repeats` runs (the machine is shared: compare within one run). On a
 loaded machine `--clock cpu` times with the process's CPU time instead of wall time, which leaves
 out the time the process waits for a core (not the slowdown of sharing one).
+
+Each run of the two cluster scenarios is a fresh child process (the `simulate` call timed in it,
+after a tiny warm-up run that does the lazy imports), this tree alternating with the baseline
+commit's (`--baseline`, default HEAD~1, the previous commit, extracted with git archive; `none`:
+this tree only). `cluster_ratio_vs_baseline` and `tight_cluster_ratio_vs_baseline` are new / old
+trained samples per second, best run of each; `*_ratio_spread` gives each alternating pair's ratio
+and their min/median/max; `baseline_*` the baseline's own figures; `*_same_results_as_baseline`
+whether both gave the same sample counts. `build` and `baseline_build` say which build each side
+ran: an extracted commit is always pure Python, so on a compiled (mypyc) install of this tree the
+ratio includes the compilation's gain (`APRILSIM_PURE=1` runs this tree pure too).
+`--cluster-steps` shortens both cluster scenarios (a smoke run; the figures are then not the
+targets').
 Targets: >= 50,000 samples/s on the cluster scenario, >= 30x over the reference.
 """
 
@@ -28,6 +41,20 @@ import copy
 import json
 import math
 import time
+
+from _trees import (
+    SIMULATE,
+    alternate,
+    baseline_tree,
+    builds,
+    child_json,
+    one_core,
+    resolve,
+    same_results,
+    short_commit,
+    tree_pair,
+    versus,
+)
 
 from aprilsim.config import load_scenario, scenario_from_dict
 from aprilsim.engine.reference import ReferenceEngine
@@ -93,10 +120,43 @@ def bench_default(repeats: int) -> dict[str, float]:
     return rates(runs, secs) | {"wall_s": secs}
 
 
-def bench_cluster(spec: dict, repeats: int) -> dict[str, float]:
-    sc = scenario_from_dict(spec)
-    run, secs = timed(lambda: simulate(sc, "april"), repeats)
-    return rates([run], secs) | {"wall_s": secs, "retractions": run.summary()["retractions"]}
+# one cluster run in a child process: argv = the scenario as JSON, the clock ("wall" or "cpu")
+CLUSTER_CHILD = SIMULATE + """
+import json, sys
+from aprilsim.config import scenario_from_dict
+result = measure(scenario_from_dict(json.loads(sys.argv[1])), "april", sys.argv[2])
+"""
+
+
+def bench_cluster(spec: dict, trees: dict, repeats: int, clock: str) -> dict[str, list[dict]]:
+    """`repeats` runs of APRIL on `spec` per tree, alternating, each in its own process."""
+    args = [json.dumps(spec), clock]
+    return alternate(trees, repeats, lambda tree: child_json(CLUSTER_CHILD, args, tree))
+
+
+def cluster_figures(prefix: str, runs: list[dict]) -> dict:
+    """The figures of the best (fastest) run, under `prefix` (`cluster`, `baseline_cluster`)."""
+    best = min(runs, key=lambda r: r["secs"])
+    return {
+        f"{prefix}_samples_per_s": round(best["samples"] / best["secs"]),
+        f"{prefix}_trained_samples_per_s": round(best["trained"] / best["secs"]),
+        f"{prefix}_wall_s": round(best["secs"], 3),
+    }
+
+
+SAME = ("samples", "trained", "retractions")  # what two trees with the same results give alike
+
+
+def cluster_vs_baseline(name: str, runs: dict[str, list[dict]]) -> dict:
+    """new / old trained samples per second (best runs; each pair), the baseline's figures."""
+    rate = {t: [r["trained"] / r["secs"] for r in rs] for t, rs in runs.items()}
+    ratio = versus(rate["new"], rate["old"], best=max)
+    return {
+        f"{name}_ratio_vs_baseline": ratio.pop("ratio"),
+        f"{name}_ratio_spread": ratio,
+        **cluster_figures(f"baseline_{name}", runs["old"]),
+        f"{name}_same_results_as_baseline": same_results(runs, SAME),
+    }
 
 
 def bench_reference(repeats: int) -> dict[str, float]:
@@ -141,25 +201,31 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--repeats", type=int, default=3, help="best of this many runs per figure")
     ap.add_argument("--clock", choices=["wall", "cpu"], default="wall", help="what to time with")
+    ap.add_argument("--baseline", default="HEAD~1", help="commit to compare with ('none': off)")
+    ap.add_argument("--cluster-steps", type=int, default=CLUSTER["steps"],
+                    help="steps of the two cluster scenarios (fewer: a smoke run)")
     args = ap.parse_args()
+    commit = resolve(args.baseline)
     global CLOCK
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
+    one_core()
     n = args.repeats
     default = bench_default(n)
-    cluster = bench_cluster(CLUSTER, n)
-    tight = bench_cluster(TIGHT_CLUSTER, n)
+    specs = {"cluster": CLUSTER, "tight_cluster": TIGHT_CLUSTER}
+    with baseline_tree(commit) as old:
+        trees = tree_pair(old)
+        clusters = {
+            name: bench_cluster(spec | {"steps": args.cluster_steps}, trees, n, args.clock)
+            for name, spec in specs.items()
+        }
     ref = bench_reference(n)
     kvb = bench_kv_bound()
     out = {
         "default_samples_per_s": round(default["created_per_s"]),
         "default_trained_samples_per_s": round(default["trained_per_s"]),
-        "cluster_samples_per_s": round(cluster["created_per_s"]),
-        "cluster_trained_samples_per_s": round(cluster["trained_per_s"]),
-        "cluster_wall_s": round(cluster["wall_s"], 3),
-        "tight_cluster_samples_per_s": round(tight["created_per_s"]),
-        "tight_cluster_trained_samples_per_s": round(tight["trained_per_s"]),
-        "tight_cluster_wall_s": round(tight["wall_s"], 3),
-        "tight_cluster_retractions": tight["retractions"],
+        **cluster_figures("cluster", clusters["cluster"]["new"]),
+        **cluster_figures("tight_cluster", clusters["tight_cluster"]["new"]),
+        "tight_cluster_retractions": clusters["tight_cluster"]["new"][0]["retractions"],
         "speedup_vs_reference": round(ref["speedup"], 1),
         "reference_check_fast_s": round(ref["fast_s"], 4),
         "reference_check_reference_s": round(ref["reference_s"], 3),
@@ -170,7 +236,13 @@ def main() -> None:
         "kv_bound_retractions": kvb["retractions"],
         "repeats": n,
         "clock": args.clock,
+        "cluster_steps": args.cluster_steps,
+        **builds(clusters["cluster"]),
     }
+    if "old" in trees:
+        out["baseline"] = short_commit(commit)
+        for name, runs in clusters.items():
+            out |= cluster_vs_baseline(name, runs)
     if args.json:
         print(json.dumps(out))
     else:

@@ -18,7 +18,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from _trees import ROOT, baseline_tree, child_cpu, one_core, short_commit
+from _trees import baseline_tree, child_cpu, one_core, resolve, short_commit, tree_pair
 
 TARGET_S = 0.5
 CLI = "import sys; from aprilsim.cli import main; main(sys.argv[1:])"
@@ -61,11 +61,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--baseline", default="HEAD~1", help="commit to compare with ('none': off)")
     args = ap.parse_args()
+    commit = resolve(args.baseline)
     one_core()
-    with tempfile.TemporaryDirectory() as tmp, baseline_tree(args.baseline) as old:
+    with tempfile.TemporaryDirectory() as tmp, baseline_tree(commit) as old:
         lengths_file = Path(tmp) / "lengths.csv"
         lengths_file.write_text("response_length\n" + "\n".join(map(str, range(1, 200))) + "\n")
-        trees = {"new": ROOT} if old is None else {"new": ROOT, "old": old}
+        trees = tree_pair(old)
         runs: dict[str, dict[str, list[float]]] = {t: {} for t in trees}
         for rep in range(args.repeat):
             order = list(trees) if rep % 2 == 0 else list(reversed(trees))
@@ -80,7 +81,7 @@ def main() -> None:
         out["cpu_s"][name] = round(min(v), 3)
         out["median_cpu_s"][name] = round(statistics.median(v), 3)
     if "old" in runs:
-        out["baseline"] = short_commit(args.baseline)
+        out["baseline"] = short_commit(commit)
         out["baseline_cpu_s"] = {n: round(min(v), 3) for n, v in runs["old"].items()}
         out["ratio"] = {
             n: round(min(runs["new"][n]) / min(v), 3) for n, v in runs["old"].items() if min(v) > 0

@@ -24,9 +24,9 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from reserve_by_rid import ClippedReserve  # the reserve by request id (its engine part played)
 from test_engine_equivalence import _no_mined_constants
 
-from aprilsim.engine.clipped_reserve import ClippedReserve
 from aprilsim.engine.cost import CostModel, EngineSpec
 from aprilsim.engine.parts import NewTokenRatio
 

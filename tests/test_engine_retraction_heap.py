@@ -20,6 +20,7 @@ from test_engine_equivalence import Driver, _no_mined_constants, cases
 
 from aprilsim.engine.fast import FastEngine
 from aprilsim.engine.reference import ReferenceEngine
+from aprilsim.engine.request import RID_MASK, key_major, key_rid
 
 EXAMPLES = 30
 REACHED: Counter[str] = Counter()
@@ -46,14 +47,15 @@ class CheckedFast(FastEngine):
         running = self.running
         assert self._base_sum == sum(r.base for r in running.values())
         assert self._max_new_sum == sum(r.max_new for r in running.values())
-        live = [rid for end, rid in self._finish if _live_finish(self, end, rid)]
+        finish = [(key_major(k), key_rid(k)) for k in self._finish]  # (end, rid) pairs
+        live = [rid for end, rid in finish if _live_finish(self, end, rid)]
         assert sorted(live) == sorted(running)  # one live finish entry per running request
         assert self._stale == len(self._finish) - len(live)
         if self._finish:
-            assert _live_finish(self, *self._finish[0])  # what `_plan` reads
+            assert _live_finish(self, *finish[0])  # the heap's head: what `_plan` reads
         if self._victims is not None:
-            held = {-neg for base, neg in self._victims
-                    if -neg in running and running[-neg].base == base}
+            victims = [(key_major(k), RID_MASK - key_rid(k)) for k in self._victims]
+            held = {rid for base, rid in victims if rid in running and running[rid].base == base}
             assert held == set(running)
 
     def advance(self):

@@ -92,6 +92,11 @@ def _check_prefill(p0: float, p1: float, p2: float, pr: float = 0.0) -> None:
             raise ValueError(f"cost coefficient {k} must be >= 0")
 
 
+# the public name of the base every cost model an engine steps with derives from (a compiled
+# engine calls it natively where its type is known)
+LinearInK = _LinearInK
+
+
 @dataclass(frozen=True)
 class CostModel(_LinearInK):
     """t(B, K) = a + b*B + c*K per decode iteration; prefill p0 + p1*sum(n_i) + p2*sum(n_i^2)

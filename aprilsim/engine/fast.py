@@ -25,9 +25,9 @@ token budget ended leaves its last pass open to the batch that follows at once.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections import deque
+from heapq import heapify, heappop, heappush
 
 from aprilsim.engine.admission import (
     AdmissionRules,
@@ -39,7 +39,7 @@ from aprilsim.engine.admission import (
     select_prefill_batch,
 )
 from aprilsim.engine.clipped_reserve import ClippedReserve
-from aprilsim.engine.cost import EngineSpec, pass_ends, prefill_passes
+from aprilsim.engine.cost import EngineSpec, LinearInK, pass_ends, prefill_passes
 from aprilsim.engine.parts import (
     DECODE,
     IDLE,
@@ -52,8 +52,8 @@ from aprilsim.engine.parts import (
     PrefixRefs,
     stamp_started,
 )
-from aprilsim.engine.request import Completion, Request, check_requests
-from aprilsim.engine.speculative import engine_cost
+from aprilsim.engine.request import RID_BITS, RID_MASK, Completion, Request, check_requests
+from aprilsim.engine.speculative import SpeculativeCost, engine_cost
 from aprilsim.native import mypyc_attr
 
 INF = math.inf
@@ -72,20 +72,24 @@ class FastEngine(EngineFace):
     def __init__(self, spec: EngineSpec, name: int = 0) -> None:
         self.spec = spec
         self.rules = AdmissionRules(spec)  # what admission reads, without the spec's properties
-        self.cost = engine_cost(spec)  # speculative decoding: a per-engine SpeculativeCost
+        cost = engine_cost(spec)  # speculative decoding: a per-engine SpeculativeCost
+        self.cost: LinearInK = cost
         # speculative decoding's hooks (None when off): the plain cost (the gain's counterfactual)
         # and, with "siblings" acceptance, the cost whose batch p the engine sets
         sp = spec.speculative
         self.plain = spec.cost if sp is not None else None
-        self.sib = self.cost if sp is not None and sp.by_siblings else None
+        self.sib: SpeculativeCost | None = (
+            cost if isinstance(cost, SpeculativeCost) and sp is not None and sp.by_siblings
+            else None)
         self.kv_capacity = spec.kv_capacity
         self.max_running = spec.max_running
         self.name = name
         self.waiting: deque[Request] = deque()
         self.running: dict[int, Request] = {}
-        self._finish: list[tuple[int, int]] = []  # (iteration at which it ends, rid)
+        # the heaps hold `request.heap_key`s: one int per entry, ordered as the pair it packs
+        self._finish: list[int] = []  # (iteration at which it ends, rid)
         self._stale = 0  # entries of retracted requests left in `_finish` (never its head)
-        self._victims: list[tuple[int, int]] | None = None  # (base, -rid), from a retraction on
+        self._victims: list[int] | None = None  # (base, RID_MASK - rid), from a retraction on
         self._base_sum = 0  # sum of `base` over the running requests (SGLang's re-estimate)
         self._max_new_sum = 0  # sum of `max_new` over them
         self.it = 0  # decode iterations done (global counter)
@@ -107,7 +111,7 @@ class FastEngine(EngineFace):
         self.sglang = spec.sglang_ratio
         self.decay = spec.new_token_ratio_decay
         self.clip = spec.clip_max_new_tokens
-        self.clipped = ClippedReserve(self.clip) if self.clip else None
+        self.clipped = ClippedReserve(self.clip, self.running) if self.clip else None
         self.share = spec.shares_prefixes
         self.prefixes = PrefixRefs()
         self.cache = PrefixCache(spec.prefix_cache_block) if spec.retains_prefixes else None
@@ -274,7 +278,7 @@ class FastEngine(EngineFace):
         self.stats.count_batch(pf)
         self.busy_time += pf.time
         self.t = t = self.t + pf.time
-        running, finish, it, push = self.running, self._finish, self.it, heapq.heappush
+        running, finish, it, push = self.running, self._finish, self.it, heappush
         clipped, victims = self.clipped, self._victims
         base_sum = max_new_sum = 0
         self.tokens += len(pf.reqs)  # the prefill emits each request's next token
@@ -296,15 +300,15 @@ class FastEngine(EngineFace):
             base_sum += base
             max_new_sum += r.max_new
             if clipped is not None:
-                clipped.add(r.rid, r.max_new - gen)
-            push(finish, (r.target_new - base, r.rid))
+                clipped.add(r, r.max_new - gen)
+            push(finish, ((r.target_new - base) << RID_BITS) | r.rid)
             if victims is not None:
-                push(victims, (base, -r.rid))
+                push(victims, (base << RID_BITS) | (RID_MASK - r.rid))
         self._base_sum += base_sum
         self._max_new_sum += max_new_sum
         if victims is not None and len(victims) > 2 * len(running) + 64:
-            self._victims = [(r.base, -r.rid) for r in running.values()]
-            heapq.heapify(self._victims)
+            self._victims = [(r.base << RID_BITS) | (RID_MASK - r.rid) for r in running.values()]
+            heapify(self._victims)
         pf.clear()
         self.open_room = pf.room_out  # the next plan continues the open pass if it prefills
         if cache is not None and left:
@@ -315,20 +319,21 @@ class FastEngine(EngineFace):
         """Remove the requests whose finish iteration has come (the heap holds exactly the
         running requests: no stale entries to skip)."""
         heap, it = self._finish, self.it
-        if not heap or heap[0][0] > it:
+        limit = (it + 1) << RID_BITS  # entries below it end by iteration `it`
+        if not heap or heap[0] >= limit:
             return []
         if self._stale:
             return self._pop_finished_checked()
         done = []
-        running, t, pop, clipped = self.running, self.t, heapq.heappop, self.clipped
+        running, t, pop, clipped = self.running, self.t, heappop, self.clipped
         freed = base_sum = max_new_sum = reserve = 0
         cache = self.cache
         left = []
-        while heap and heap[0][0] <= it:
-            rid = pop(heap)[1]
+        while heap and heap[0] < limit:
+            rid = pop(heap) & RID_MASK
             r = running.pop(rid)
             if clipped is not None:
-                clipped.drop(rid)
+                clipped.drop(r)
             gen = r.gen = r.target_new
             max_new = r.max_new
             freed += r.input_len + gen - 1
@@ -353,18 +358,20 @@ class FastEngine(EngineFace):
         """`_pop_finished` while `_finish` holds entries of retracted requests: those are
         skipped (an entry is live when its request runs and ends at the entry's iteration)."""
         heap, it, running, cache = self._finish, self.it, self.running, self.cache
-        t, pop, get, clipped = self.t, heapq.heappop, self.running.get, self.clipped
+        t, pop, get, clipped = self.t, heappop, self.running.get, self.clipped
         done, left = [], []
         freed = base_sum = max_new_sum = reserve = skipped = 0
-        while heap and heap[0][0] <= it:
-            end, rid = pop(heap)
+        limit = (it + 1) << RID_BITS
+        while heap and heap[0] < limit:
+            key = pop(heap)
+            end, rid = key >> RID_BITS, key & RID_MASK
             r = get(rid)
             if r is None or r.target_new - r.base != end:
                 skipped += 1
                 continue
             del running[rid]
             if clipped is not None:
-                clipped.drop(rid)
+                clipped.drop(r)
             gen = r.gen = r.target_new
             max_new = r.max_new
             freed += r.input_len + gen - 1
@@ -392,11 +399,11 @@ class FastEngine(EngineFace):
         the first running request to finish (what `_plan` reads)."""
         heap, running = self._finish, self.running
         while self._stale and heap:
-            end, rid = heap[0]
-            r = running.get(rid)
-            if r is not None and r.target_new - r.base == end:
+            key = heap[0]
+            r = running.get(key & RID_MASK)
+            if r is not None and r.target_new - r.base == key >> RID_BITS:
                 return
-            heapq.heappop(heap)
+            heappop(heap)
             self._stale -= 1
 
     def _empty(self) -> None:
@@ -491,20 +498,22 @@ class FastEngine(EngineFace):
         running, cap, spec = self.running, self.spec.kv_capacity, self.spec
         heap = self._victims
         if heap is None:
-            heap = self._victims = [(r.base, -r.rid) for r in running.values()]
-            heapq.heapify(heap)
-        pop = heapq.heappop
+            heap = self._victims = [(r.base << RID_BITS) | (RID_MASK - r.rid)
+                                    for r in running.values()]
+            heapify(heap)
+        pop = heappop
         victims = []
         while running and self.kv + len(running) > cap:
-            base, neg = pop(heap)
-            r = running.get(-neg)
+            key = pop(heap)
+            base = key >> RID_BITS
+            r = running.get(RID_MASK - (key & RID_MASK))
             if r is None or r.base != base:
                 continue  # it finished or was retracted since
             del running[r.rid]
             self._base_sum -= base
             self._max_new_sum -= r.max_new
             if self.clipped is not None:
-                self.clipped.drop(r.rid)
+                self.clipped.drop(r)
             r.gen = r.base + self.it
             self.kv -= r.input_len + r.gen - 1
             if r.shared:
@@ -563,7 +572,7 @@ class FastEngine(EngineFace):
             retracted = self.sglang
         if self.sib is not None:  # the batch's acceptance, fixed until the next plan
             self.sib.set_batch(running.values())
-        n_fin = self._finish[0][0] - self.it
+        n_fin = (self._finish[0] >> RID_BITS) - self.it
         n_kv = (cap - self.kv) // b
         n = n_fin if n_fin < n_kv else n_kv
         n = n if n > 1 else 1

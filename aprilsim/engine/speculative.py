@@ -116,7 +116,7 @@ class SpeculativeCost(_LinearInK):
             self.groups.pop(rid, None)
 
 
-def engine_cost(spec: Any) -> Any:
+def engine_cost(spec: Any) -> _LinearInK:
     """The cost model an engine of `spec` (an EngineSpec) steps with: its own, or a fresh
     per-engine `SpeculativeCost` when `spec.speculative` is set."""
     sd = getattr(spec, "speculative", None)
