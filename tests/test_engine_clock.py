@@ -12,7 +12,7 @@ import pytest
 from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
 
-from aprilsim.sim.engine_clock import IndexedClock, TupleClock, engine_clock
+from aprilsim.sim.engine_clock import IndexedClock, TupleClock
 
 INF = math.inf
 REACHED: Counter[str] = Counter()
@@ -104,10 +104,3 @@ def test_an_engine_served_at_the_same_time_again_comes_first_again(kind):
     assert clock.first() == 2
     clock.served(2, INF)
     assert clock.first() == 0 and clock.armed == [2.0, INF, INF]
-
-
-def test_the_runtime_takes_the_clock_of_the_build_loaded():
-    from aprilsim.native import compiled_modules
-
-    compiled = "aprilsim.sim.engine_clock" in compiled_modules()
-    assert isinstance(engine_clock(2), IndexedClock if compiled else TupleClock)
