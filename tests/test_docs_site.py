@@ -1,8 +1,12 @@
 """The docs site builds with `mkdocs build --strict`, and everything in its API reference has a
-docstring (members included)."""
+docstring (members included).
+
+A docstring is read from the object, or where a compiled (mypyc) build drops it (its classes,
+their methods), from the module's .py source, which is where mkdocstrings reads it anyway."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import os
@@ -10,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -42,12 +47,34 @@ def _public_members(obj) -> list[tuple[str, object]]:
                 and getattr(m, "__module__", None) == obj.__name__]
     if inspect.isclass(obj):
         return [(n, m) for n, m in vars(obj).items() if not n.startswith("_")
-                and (inspect.isfunction(m) or isinstance(m, (classmethod, staticmethod)))]
+                and (inspect.isfunction(m) or isinstance(m, (classmethod, staticmethod))
+                     or isinstance(m, types.MethodDescriptorType))]  # a compiled class's methods
     return []
 
 
+def _source_doc(obj) -> str:
+    """The docstring the .py source of `obj`'s module writes for it ("" if none): a compiled
+    module keeps neither its classes' nor their methods' docstrings, its .py file does."""
+    owner = getattr(obj, "__objclass__", obj)  # a compiled method: the class it belongs to
+    mod = sys.modules.get(getattr(owner, "__module__", None) or "")
+    qualname = getattr(obj, "__qualname__", None)
+    if mod is None or not qualname or not getattr(mod, "__file__", None):
+        return ""
+    source = Path(mod.__file__).with_name(mod.__name__.rpartition(".")[2] + ".py")
+    if not source.is_file():
+        return ""
+    node: ast.AST = ast.parse(source.read_text())
+    defs = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    for part in qualname.split("."):
+        node = next((n for n in getattr(node, "body", ()) if isinstance(n, defs) and n.name == part),
+                    None)
+        if node is None:
+            return ""
+    return (ast.get_docstring(node) or "").strip()
+
+
 def _documented(obj) -> bool:
-    doc = (getattr(obj, "__doc__", None) or "").strip()
+    doc = (getattr(obj, "__doc__", None) or "").strip() or _source_doc(obj)
     # a dataclass without a docstring gets its signature as __doc__: that is not documentation
     return bool(doc) and not (inspect.isclass(obj) and doc.startswith(f"{obj.__name__}("))
 
