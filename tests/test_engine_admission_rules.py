@@ -7,13 +7,16 @@ its `EngineSpec`: the same rules must come out of both, refusals and batches ali
 from __future__ import annotations
 
 import copy
+import copyreg
 from collections import Counter, deque
-from dataclasses import replace
+from contextlib import contextmanager
+from dataclasses import fields, replace
 
 from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
 from test_engine_equivalence import _no_mined_constants
 
+from aprilsim.engine.admission import _NUMBERS as RULES_SLOTS  # its __slots__ (mypyc drops that)
 from aprilsim.engine.admission import AdmissionRules, can_admit_head, ratio_at, select_prefill_batch
 from aprilsim.engine.cost import SGLANG_RULES, CostModel, EngineSpec
 from aprilsim.engine.request import Request
@@ -26,7 +29,7 @@ REACHED: Counter[str] = Counter()
 def test_rules_copy_every_number_the_spec_gives():
     spec = replace(EngineSpec(COST, kv_capacity=50_000), **SGLANG_RULES)
     rules = AdmissionRules(spec)
-    for name in AdmissionRules.__slots__:
+    for name in RULES_SLOTS:
         assert getattr(rules, name) == getattr(spec, name), name
     assert rules.sglang_ratio and rules.clip_max_new_tokens == 4096
     assert ratio_at(rules, 0.7, 250) == ratio_at(spec, 0.7, 250) < 0.7
@@ -55,6 +58,31 @@ def queues(draw, spec: EngineSpec):
             r.prefix, r.shared = draw(st.integers(0, 2)), shared
         out.append(r)
     return out
+
+
+def _request_from(values: tuple) -> Request:
+    """The request whose fields, in declaration order, are `values` (deep-copied by then)."""
+    r = Request(*values[:4])
+    for f, v in zip(fields(Request), values, strict=True):
+        setattr(r, f.name, v)
+    return r
+
+
+@contextmanager
+def _requests_copied_by_fields():
+    """`copy.deepcopy` of a `Request` rebuilds it from its fields: by default it calls the class
+    without arguments, which a compiled (mypyc) `Request` refuses. The property keeps its own
+    source (Hypothesis seeds its examples from it), so the copy is taught here."""
+    table = copyreg.dispatch_table
+    before = table.get(Request)
+    table[Request] = lambda r: (_request_from, (tuple(getattr(r, f.name) for f in fields(r)),))
+    try:
+        yield
+    finally:
+        if before is None:
+            del table[Request]
+        else:
+            table[Request] = before
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True)
@@ -90,7 +118,7 @@ def _same_answers(data, spec):
 
 def test_admission_answers_alike_from_the_spec_and_its_rules():
     REACHED.clear()
-    with _no_mined_constants():
+    with _no_mined_constants(), _requests_copied_by_fields():
         _same_answers()
     n = REACHED["examples"]
     assert n >= EXAMPLES // 2, REACHED
