@@ -27,8 +27,9 @@ _T, _X = SampleStatus.TRAINED, SampleStatus.DISCARDED
 EXAMPLES = 30
 REACHED: Counter[str] = Counter()
 # least shares of examples reaching each case (measured on the derandomized examples with their
-# targets and no mined constants: released at a close 0.8, on a discard 0.7, a trained copy 0.3);
-# the floors leave margin
+# targets and no mined constants: released at a close 0.87, on a discard 0.53, a trained copy 0.2;
+# Hypothesis seeds the examples from the test's source, so they change with it); the floors leave
+# margin
 MIN_SHARE = {"released at a batch close": 0.5, "released on a discard": 0.35,
              "trained as a copy, the rest discarded": 0.1}
 
@@ -47,21 +48,19 @@ def _fingerprint(run):
     return run.summary(), [s.to_dict() for s in run.steps], run.end_state
 
 
-def _released(sim) -> list[tuple[int, int]]:
-    """Spy on the ledger: (trained, discarded) samples of each group the core lets go of."""
-    seen: list[tuple[int, int]] = []
-    ledger = sim.core.ledger
+def _released(free, kept) -> list[tuple[int, int]]:
+    """(trained, discarded) samples of each group the releasing run `free` let go of, read from
+    the same run `kept` that kept them all (a released group's samples never change again).
 
-    def spying(retire):
-        def spy(g):
-            seen.append((sum(s.status is _T for s in g.samples),
-                         sum(s.status is _X for s in g.samples)))
-            retire(g)
-        return spy
-
-    # retire_trained: the fast path for a group trained whole
-    ledger.retire, ledger.retire_trained = spying(ledger.retire), spying(ledger.retire_trained)
-    return seen
+    Its ledger must have counted exactly those groups, by status in samples and in tokens: what a
+    spy on `StepLedger.retire` saw, without patching a method (a compiled ledger forbids it)."""
+    assert set(free.groups) <= set(kept.groups)
+    gone = [g for gid, g in kept.groups.items() if gid not in free.groups]
+    for g in gone:  # every sample of it trained or discarded
+        assert all(s.status is _T or s.status is _X for s in g.samples), g.gid
+    assert free.core.ledger.end_state(()) == kept.core.ledger.end_state(gone)
+    return [(sum(s.status is _T for s in g.samples), sum(s.status is _X for s in g.samples))
+            for g in gone]
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True)  # reach shares are asserted
@@ -77,10 +76,8 @@ def _release_changes_nothing(name, seed, batch, kv, abort_steps, rewards):
     sc = _scenario(seed, batch, kv, abort_steps, rewards)
     kept = build_simulation(sc, name)
     free = build_simulation(sc, name, keep_groups=False)
-    released = _released(free)
     assert _fingerprint(free.run()) == _fingerprint(kept.run())
-    created = len(kept.groups)
-    assert len(free.groups) + len(released) == created  # every group is live or released
+    released = _released(free, kept)  # every group is live or released, and counted once
     for g in free.groups.values():  # what is kept is live: some sample neither trained nor discarded
         assert any(s.status is not _T and s.status is not _X for s in g.samples)
     assert all(t + x > 0 for t, x in released)
