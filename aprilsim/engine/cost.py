@@ -25,7 +25,8 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 from aprilsim.engine.cost_protocol import DecodeCost
 from aprilsim.engine.speculative_spec import SpeculativeSpec
@@ -278,6 +279,19 @@ ABORT_AT_ONCE = -1  # `abort_steps` of an abort that lands the moment it is sent
 PREFIX_CACHES = ("none", "group", "lru")
 
 
+def _check_abort_steps(k: object) -> None:
+    """`EngineSpec.abort_steps` must be a whole number >= -1."""
+    if not isinstance(k, int) or k < ABORT_AT_ONCE:
+        raise ValueError(f"abort_steps {k!r}: must be >= 0, or -1 (the abort lands at once)")
+
+
+def _check_block(b: object) -> None:
+    """`EngineSpec.prefix_cache_block` must be a whole number of tokens >= 1."""
+    if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+        raise ValueError(f"prefix_cache_block {b!r}: must be a whole number of tokens >= 1 "
+                         "(1: token-level)")
+
+
 @dataclass(frozen=True)
 class EngineSpec:
     """One engine = one SGLang server (a DP replica with tensor parallelism `tp`)."""
@@ -336,6 +350,19 @@ class EngineSpec:
     # verify step over E(k, p) (`SpeculativeCost`).
     speculative: SpeculativeSpec | None = None
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> EngineSpec:
+        """Check the whole-number fields a caller may pass of the wrong type (None, a float)
+        before `__init__` sets them: a compiled (mypyc) build type-checks each field as it is
+        set and would raise a TypeError naming none; this raises `__post_init__`'s ValueError
+        on both builds."""
+        given = dict(zip((f.name for f in fields(cls)), args))
+        given.update(kwargs)
+        if "abort_steps" in given:
+            _check_abort_steps(given["abort_steps"])
+        if "prefix_cache_block" in given:
+            _check_block(given["prefix_cache_block"])
+        return super().__new__(cls)
+
     def __post_init__(self) -> None:
         if self.kv_capacity < 1 or self.max_running < 1 or self.max_prefill_tokens < 1:
             raise ValueError("kv_capacity, max_running and max_prefill_tokens must be >= 1")
@@ -349,9 +376,7 @@ class EngineSpec:
             raise ValueError("retract_decode_steps must be >= 0")
         if self.retract_to not in ("head", "tail"):
             raise ValueError("retract_to must be 'head' or 'tail'")
-        if not isinstance(self.abort_steps, int) or self.abort_steps < ABORT_AT_ONCE:
-            raise ValueError(f"abort_steps {self.abort_steps!r}: must be >= 0, or -1 (the abort "
-                             "lands at once)")
+        _check_abort_steps(self.abort_steps)
         if self.chunked_prefill_size < -1:
             raise ValueError("chunked_prefill_size must be >= 1, or 0 or -1 (off)")
         if not self.client_overhead_s >= 0:
@@ -359,9 +384,7 @@ class EngineSpec:
         if self.prefix_cache not in PREFIX_CACHES:
             raise ValueError(f"prefix_cache must be one of {', '.join(PREFIX_CACHES)}")
         b = self.prefix_cache_block
-        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
-            raise ValueError(f"prefix_cache_block {b!r}: must be a whole number of tokens >= 1 "
-                             "(1: token-level)")
+        _check_block(b)
         if b > 1 and self.shares_prefixes and not self.retains_prefixes:
             raise ValueError(f"prefix_cache_block {b} needs prefix_cache = \"lru\" (the "
                              "within-group cache \"group\" is token-level only)")
