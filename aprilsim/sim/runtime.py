@@ -20,6 +20,7 @@ import math
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
+from typing import Final
 
 import simpy
 
@@ -41,9 +42,9 @@ from aprilsim.trainer import TrainerModel
 from aprilsim.types import Group, Sample, SampleStatus
 from aprilsim.workload.generator import Workload
 
-INF = math.inf
-YOUNG_GC = 20_000  # allocations between young collections during a run (`_no_full_gc`)
-_PARTIAL = SampleStatus.PARTIAL
+INF: Final = math.inf  # Final: a C static in the compiled build, not a dict lookup per use
+YOUNG_GC: Final = 20_000  # allocations between young collections during a run (`_no_full_gc`)
+_PARTIAL: Final = SampleStatus.PARTIAL
 EngineFactory = Callable[[EngineSpec, int], SimEngine]
 
 
