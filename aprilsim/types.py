@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Final
 
 from aprilsim.sample_error import UnfinishedSampleError
 
@@ -25,7 +26,9 @@ class SampleStatus(str, Enum):
     DISCARDED = "discarded"  # thrown away; its tokens count as waste
 
 
-_DONE, _TRAINED = SampleStatus.DONE, SampleStatus.TRAINED
+# Final: C statics in the compiled build (read on every event), not module-dict lookups
+_DONE: Final = SampleStatus.DONE
+_TRAINED: Final = SampleStatus.TRAINED
 
 
 class FinishReason(str, Enum):

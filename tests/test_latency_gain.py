@@ -19,6 +19,7 @@ import pytest
 from click.testing import CliRunner
 from engine_agreement import close
 from hypothesis import event, given, settings, target
+from hypothesis import strategies as st
 from test_engine_equivalence import Driver, _no_mined_constants, cases
 
 from aprilsim.cli import main
@@ -268,3 +269,38 @@ def test_plot_gain_draws_a_stacked_bar_per_scheduler(tmp_path):
     only.write_text(json.dumps([last]))  # no sync beside it, no decomposition in the row
     r = CliRunner().invoke(main, ["plot", "gain", str(only), "-o", str(out)])
     assert r.exit_code == 2 and "no gain over sync" in r.output
+
+
+_LAGS_REACHED: Counter = Counter()
+
+
+@settings(max_examples=200, deadline=None)
+@given(versions=st.lists(st.lists(st.integers(-80, 120), min_size=1, max_size=4), min_size=1,
+                         max_size=40),
+       trainer_version=st.integers(0, 100))
+def test_ledger_staleness_is_the_first_appearance_histogram(versions, trainer_version):
+    """The trained histogram is lag -> tokens over every segment, keys in the order they first
+    appear (the record's JSON order), for current, stale and odd (negative, far) lags alike."""
+    samples = []
+    for i, vs in enumerate(versions):
+        s = _sample(i, 1.0, 1.5, 2.0)
+        s.segments = [Segment(v, 1 + (i + j) % 7) for j, v in enumerate(vs)]
+        samples.append(s)
+    want: dict[int, int] = {}
+    for s in samples:
+        for seg in s.segments:
+            lag = trainer_version - seg.version
+            want[lag] = want.get(lag, 0) + seg.tokens
+    for lag in want:
+        _LAGS_REACHED["near" if 0 <= lag < 64 else "far"] += 1  # far: 64+ or negative
+    event("near and far lags" if any(0 <= k < 64 for k in want) and any(
+        not 0 <= k < 64 for k in want) else "one kind")
+    rec = StepRecord(step=0, rollout_start_s=0.0, rollout_time_s=0.0)
+    StepLedger(None, lambda step: 7.0, dict).trained(
+        rec, [Group(0, 10, samples, 0, 0.5)], trainer_version=trainer_version)
+    assert list(rec.staleness.items()) == list(want.items())
+
+
+def test_ledger_staleness_property_reached_both_kinds_of_lag():
+    test_ledger_staleness_is_the_first_appearance_histogram()
+    assert _LAGS_REACHED["near"] >= 100 and _LAGS_REACHED["far"] >= 100

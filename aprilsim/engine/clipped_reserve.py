@@ -18,14 +18,17 @@ through `members` (rid -> request: the engine's running requests, which it alway
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
-from heapq import heappop, heappush
 from typing import Final
 
 from aprilsim.engine.request import RID_BITS, RID_MASK, Request
 
 ABSENT: Final = -2  # `Request.clip_k` of a request in no reserve
 NEAR: Final = -1  # ... of one in it and at or below the clip (its `clip_e` then counts)
+# Final: C statics in the compiled build, where a module global is a dict lookup at each use
+heappop: Final = heapq.heappop
+heappush: Final = heapq.heappush
 
 
 class ClippedReserve:

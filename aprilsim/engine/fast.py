@@ -25,9 +25,10 @@ token budget ended leaves its last pass open to the batch that follows at once.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
-from heapq import heapify, heappop, heappush
+from typing import Final
 
 from aprilsim.engine.admission import (
     AdmissionRules,
@@ -56,7 +57,11 @@ from aprilsim.engine.request import RID_BITS, RID_MASK, Completion, Request, che
 from aprilsim.engine.speculative import SpeculativeCost, engine_cost
 from aprilsim.native import mypyc_attr
 
-INF = math.inf
+# Final: C statics in the compiled build, where a module global is a dict lookup at each use
+INF: Final = math.inf
+heapify: Final = heapq.heapify
+heappop: Final = heapq.heappop
+heappush: Final = heapq.heappush
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # subclassed: tests, engine_factory

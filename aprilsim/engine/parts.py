@@ -13,7 +13,7 @@ import heapq
 from collections import deque
 from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from aprilsim.engine.admission import ratio_after_retraction, ratio_at
 from aprilsim.native import mypyc_attr
@@ -22,7 +22,11 @@ if TYPE_CHECKING:
     from aprilsim.engine.admission import Rules
     from aprilsim.engine.request import Request
 
-IDLE, PREFILL, DECODE = 0, 1, 2  # an engine's phase: nothing planned, a prefill batch, a decode span
+# an engine's phase: nothing planned, a prefill batch, a decode span (Final: the compiled build
+# inlines them instead of looking them up in the module's dict at every use)
+IDLE: Final = 0
+PREFILL: Final = 1
+DECODE: Final = 2
 PHASE_NAMES = {IDLE: "idle", PREFILL: "prefill", DECODE: "decode"}
 
 

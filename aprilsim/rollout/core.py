@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
+from typing import Final, Protocol
 
 from aprilsim.metrics.records import StepRecord
 from aprilsim.policies.base import (
@@ -62,9 +62,14 @@ from aprilsim.types import Group, Sample, SampleStatus, Segment
 
 __all__ = ["MAX_FAULT_RESUBMITS", "GroupMaker", "Reveal", "RolloutCore", "effective_cap"]
 
-_PENDING, _RUNNING, _PARTIAL = SampleStatus.PENDING, SampleStatus.RUNNING, SampleStatus.PARTIAL
-_DONE, _TRAINED, _DISCARDED = SampleStatus.DONE, SampleStatus.TRAINED, SampleStatus.DISCARDED
-MAX_FAULT_RESUBMITS = 8  # per sample: a request that keeps failing is a bug, not a fault
+# Final: C statics in the compiled build (read on every event), not module-dict lookups
+_PENDING: Final = SampleStatus.PENDING
+_RUNNING: Final = SampleStatus.RUNNING
+_PARTIAL: Final = SampleStatus.PARTIAL
+_DONE: Final = SampleStatus.DONE
+_TRAINED: Final = SampleStatus.TRAINED
+_DISCARDED: Final = SampleStatus.DISCARDED
+MAX_FAULT_RESUBMITS: Final = 8  # per sample: a request that keeps failing is a bug, not a fault
 
 # free generation: (sample, how its request ended) -> complete? (and then the hook sets the truth)
 Reveal = Callable[[Sample, str], bool]
