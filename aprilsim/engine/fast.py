@@ -600,11 +600,14 @@ class FastEngine(EngineFace):
         nr = self.ratio  # nr.at(self.it), one call fewer (asked at every plan with a queue)
         ratio = ratio_at(self.rules, nr.base, self.it - nr.it0)
         refs = self.prefixes
+        # the head refused, the usual answer while KV binds: asked first, so that no batch list
+        # and no result tuple is built for it (select_prefill_batch asks the same first)
+        if not can_admit_head(self.rules, self.waiting, len(running), self.kv, reserve, ratio, 0,
+                              refs):
+            return False
         reqs, tokens, sq, added, moved, capped = select_prefill_batch(
             self.rules, self.waiting, len(running), self.kv, reserve, ratio, refs
         )
-        if not reqs:  # the head is not admitted
-            return False
         pf.reqs = reqs
         stamp_started(pf.reqs, self.t)
         comp = tokens  # the tokens it computes
