@@ -353,8 +353,8 @@ class EngineSpec:
     def __new__(cls, *args: Any, **kwargs: Any) -> EngineSpec:
         """Check the whole-number fields a caller may pass of the wrong type (None, a float)
         before `__init__` sets them: a compiled (mypyc) build type-checks each field as it is
-        set and would raise a TypeError naming none; this raises `__post_init__`'s ValueError
-        on both builds."""
+        set and would raise a TypeError naming none; this raises the same ValueError on both
+        builds (every construction, `dataclasses.replace` included, comes through here)."""
         given = dict(zip((f.name for f in fields(cls)), args))
         given.update(kwargs)
         if "abort_steps" in given:
@@ -376,15 +376,13 @@ class EngineSpec:
             raise ValueError("retract_decode_steps must be >= 0")
         if self.retract_to not in ("head", "tail"):
             raise ValueError("retract_to must be 'head' or 'tail'")
-        _check_abort_steps(self.abort_steps)
         if self.chunked_prefill_size < -1:
             raise ValueError("chunked_prefill_size must be >= 1, or 0 or -1 (off)")
         if not self.client_overhead_s >= 0:
             raise ValueError("client_overhead_s must be >= 0")
         if self.prefix_cache not in PREFIX_CACHES:
             raise ValueError(f"prefix_cache must be one of {', '.join(PREFIX_CACHES)}")
-        b = self.prefix_cache_block
-        _check_block(b)
+        b = self.prefix_cache_block  # its type and range: checked in __new__
         if b > 1 and self.shares_prefixes and not self.retains_prefixes:
             raise ValueError(f"prefix_cache_block {b} needs prefix_cache = \"lru\" (the "
                              "within-group cache \"group\" is token-level only)")
