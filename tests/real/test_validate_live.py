@@ -8,8 +8,11 @@ engines' *logged iterations priced by the calibrated cost*: which iterations the
 repeatable, because the simulation lands aborts as the bundled engine does (after the step in
 flight, `abort_steps = 0`): over 11 runs, 6 of them beside three CPU burners, the priced
 per-step error was 0-1.2 % for both schedulers and the priced gain 0-0.3 pp from the predicted
-one (before that abort model, APRIL's error was 2.4-2.8 % and the gain 1.2-1.6 pp off). On two
-in-process engines only sync's figures are deterministic: the engines share one interpreter
+one (before that abort model, APRIL's error was 2.4-2.8 % and the gain 1.2-1.6 pp off); 8 more
+runs beside two burners on 2 cores stayed within 0.28 pp. The tail is longer than that: a CI run
+with the other test worker busy measured 1.15 pp (which requests the abort catches follows the
+threads' timing), so the gain is held to the issue's target (3 pp), not to the 1 pp an earlier
+version asserted. On two in-process engines only sync's figures are deterministic: the engines share one interpreter
 lock, so their progress relative to each other follows the threads' turns rather than the cost
 model, and APRIL's first-finished groups (hence its priced gain, 0.3-9.3 pp off over 10 runs)
 depend on it; that test bounds sync only.
@@ -82,7 +85,8 @@ def test_validate_on_one_engine_meets_the_engine_time_targets(tmp_path):
     for label, bound in (("sync", 0.03), ("april", 0.08)):
         assert by[label]["errors"]["step_priced_median_abs"] <= bound, (label, by[label]["errors"])
     assert t["step_priced_error"]["met"], t["step_priced_error"]
-    assert t["gain_priced_pp"]["worst"] <= 1.0, t["gain_vs_sync_pp"]
+    assert t["gain_priced_pp"]["bound"] == 3.0
+    assert t["gain_priced_pp"]["met"], t["gain_priced_pp"]
     assert t["ranking_priced"]["met"], t
 
 
