@@ -6,11 +6,14 @@ faster where it runs, serving engines in the same order (`tests/test_engine_cloc
 
 * `TupleClock`, for pure Python: a heap of (time, engine) tuples, invalidated lazily (an engine
   that re-plans is pushed again; its old entry is skipped when it comes up). `heapq` sifts in C.
-* `IndexedClock`, for the compiled build: a heap of engine indices keyed by (armed time, index),
-  each engine in it at most once, sifted in compiled code with native float comparisons. The
-  tuple heap's comparisons (an equality and an order test per element, through the object
+* `IndexedClock`, for the compiled build: a heap of per-engine records keyed by (armed time,
+  index), each engine in it at most once, sifted in compiled code with native float comparisons.
+  The tuple heap's comparisons (an equality and an order test per element, through the object
   protocol) were 6 % of a compiled 64-engine run, twice that at 4,096 engines; a heap of floats
-  with a dict for ties cost more than it saved (dicts keyed by boxed floats).
+  with a dict for ties cost more than it saved (dicts keyed by boxed floats); a heap of engine
+  indices over lists of times and places boxed a float or an int at each store (~300
+  instructions a level, 7 % of a compiled 64-engine run), which records with native attributes
+  do not.
 
 `engine_clock(n)` picks the one for the build that is loaded.
 """
@@ -38,6 +41,10 @@ class TupleClock:
     def __init__(self, n_engines: int) -> None:
         self.armed: list[float] = [INF] * n_engines
         self._heap: list[tuple[float, int]] = []  # (time, engine), lazily invalidated
+
+    def time(self, i: int) -> float:
+        """Engine i's next event time (INF: none)."""
+        return self.armed[i]
 
     def __bool__(self) -> bool:
         """True while any entry is left (live or not yet found stale)."""
@@ -67,28 +74,50 @@ class TupleClock:
             heappop(self._heap)
 
 
-class IndexedClock:
-    """`TupleClock`'s interface over an indexed heap: `_heap` holds the armed engines, ordered
-    by (armed time, index), and `_pos[i]` is engine i's place in it (-1: not armed)."""
+class _Armed:
+    """One engine in `IndexedClock`: its next event time `t`, its index `i`, its place `p` in
+    the heap (-1: not armed). Native attributes in the compiled build: reading and moving them
+    boxes nothing, where lists of floats and ints boxed a number at every store."""
 
-    __slots__ = ("armed", "_heap", "_pos")
+    __slots__ = ("t", "i", "p")
+
+    def __init__(self, i: int) -> None:
+        self.t: float = INF
+        self.i = i
+        self.p = -1
+
+
+class IndexedClock:
+    """`TupleClock`'s interface over an indexed heap: `_heap` holds the armed engines (their
+    `_Armed` records), ordered by (armed time, index), each record knowing its place."""
+
+    __slots__ = ("_engines", "_heap")
 
     def __init__(self, n_engines: int) -> None:
-        self.armed: list[float] = [INF] * n_engines
-        self._heap: list[int] = []
-        self._pos: list[int] = [-1] * n_engines
+        self._engines = [_Armed(i) for i in range(n_engines)]
+        self._heap: list[_Armed] = []
+
+    @property
+    def armed(self) -> list[float]:
+        """Each engine's next event time (INF: none), as `TupleClock.armed`."""
+        return [e.t for e in self._engines]
+
+    def time(self, i: int) -> float:
+        """Engine i's next event time (INF: none)."""
+        return self._engines[i].t
 
     def __bool__(self) -> bool:
         return len(self._heap) > 0
 
     def arm(self, i: int, t: float) -> None:
-        old = self.armed[i]
+        e = self._engines[i]
+        old = e.t
         if t == old:
             return
-        self.armed[i] = t
-        p = self._pos[i]
+        e.t = t
+        p = e.p
         if p < 0:  # not in the heap (t < INF: it was not armed)
-            self._heap.append(i)
+            self._heap.append(e)
             self._up(len(self._heap) - 1)
         elif t == INF:
             self._remove(p)
@@ -98,10 +127,10 @@ class IndexedClock:
             self._down(p)
 
     def first(self) -> int:
-        return self._heap[0] if self._heap else -1
+        return self._heap[0].i if self._heap else -1
 
     def served(self, i: int, nxt: float) -> None:
-        self.armed[i] = nxt
+        self._engines[i].t = nxt
         if nxt < INF:
             self._down(0)  # its time only grows (or stays): it sinks from the root
         else:
@@ -109,56 +138,56 @@ class IndexedClock:
 
     def _remove(self, p: int) -> None:
         """Take the engine at place p out of the heap."""
-        heap, pos = self._heap, self._pos
-        pos[heap[p]] = -1
+        heap = self._heap
+        heap[p].p = -1
         last = heap.pop()
         if p < len(heap):
             heap[p] = last
-            pos[last] = p
+            last.p = p
             self._down(p)
-            self._up(pos[last])
+            self._up(last.p)
 
     def _up(self, p: int) -> None:
         """Move the engine at place p towards the root while it comes before its parent."""
-        heap, pos, armed = self._heap, self._pos, self.armed
-        i = heap[p]
-        t = armed[i]
+        heap = self._heap
+        e = heap[p]
+        t, i = e.t, e.i
         while p > 0:
             q = (p - 1) >> 1
-            j = heap[q]
-            tj = armed[j]
-            if tj < t or (tj == t and j < i):
+            f = heap[q]
+            tf = f.t
+            if tf < t or (tf == t and f.i < i):
                 break
-            heap[p] = j
-            pos[j] = p
+            heap[p] = f
+            f.p = p
             p = q
-        heap[p] = i
-        pos[i] = p
+        heap[p] = e
+        e.p = p
 
     def _down(self, p: int) -> None:
         """Move the engine at place p away from the root while a child comes before it."""
-        heap, pos, armed = self._heap, self._pos, self.armed
+        heap = self._heap
         n = len(heap)
-        i = heap[p]
-        t = armed[i]
+        e = heap[p]
+        t, i = e.t, e.i
         while True:
             c = 2 * p + 1
             if c >= n:
                 break
-            j = heap[c]
-            tj = armed[j]
+            a = heap[c]
+            ta = a.t
             if c + 1 < n:
-                k = heap[c + 1]
-                tk = armed[k]
-                if tk < tj or (tk == tj and k < j):
-                    c, j, tj = c + 1, k, tk
-            if t < tj or (t == tj and i < j):
+                b = heap[c + 1]
+                tb = b.t
+                if tb < ta or (tb == ta and b.i < a.i):
+                    c, a, ta = c + 1, b, tb
+            if t < ta or (t == ta and i < a.i):
                 break
-            heap[p] = j
-            pos[j] = p
+            heap[p] = a
+            a.p = p
             p = c
-        heap[p] = i
-        pos[i] = p
+        heap[p] = e
+        e.p = p
 
 
 def engine_clock(n_engines: int) -> TupleClock | IndexedClock:

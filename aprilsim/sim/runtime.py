@@ -662,7 +662,7 @@ class Simulation:
                 yield self._wake
                 due = peek()
                 continue
-            te = clock.armed[i]
+            te = clock.time(i)
             if te > due and te > env.now:
                 # another simpy event comes first: let it run, then look again
                 self._wake = env.event()
