@@ -51,6 +51,17 @@ class Segment:
         self.tokens = tokens
 
 
+class GroupCountdown:
+    """How many samples of a registered group are not finished yet: the rollout core counts it
+    down as they finish (one shared per group; a sample reaches it without a lookup by group id,
+    and holding it makes no reference cycle, as a sample holding its group would)."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+
+
 @dataclass(slots=True, eq=False, init=False)
 class Sample:
     """One response.
@@ -80,6 +91,8 @@ class Sample:
     first_submit_s: float = -1.0  # its first request was sent to the engines
     start_s: float = -1.0  # its first request was first scheduled on an engine (simulated only)
     finish_s: float = -1.0  # it completed (its last request ended at its end)
+    # its group's countdown, once the rollout core registered the group (None before)
+    countdown: GroupCountdown | None = field(default=None, repr=False)
 
     def __init__(self, uid: int, group_id: int, index: int, prompt_len: int,
                  _target_len: int | None, max_len: int, _reward: float | None, generated: int = 0,
@@ -102,6 +115,7 @@ class Sample:
         self.first_submit_s = first_submit_s
         self.start_s = start_s
         self.finish_s = finish_s
+        self.countdown = None
 
     @property
     def reward(self) -> float:

@@ -157,6 +157,41 @@ def test_a_request_that_ends_at_its_target_finishes_its_sample_and_group():
     assert a.status is S.DONE and a.complete and a.segments[0].version == 0
 
 
+def test_a_group_counts_down_once_per_sample_and_finishes_once():
+    """The core's countdown per registered group (`types.GroupCountdown`): shared by its
+    samples, one less per finish, GroupFinished when it reaches zero, and only then."""
+    core, sink, _ = make(submit_on_start, targets=(30, 40, 50))
+    core.start_rollout(0, 0.0)
+    core.drain(0.0)
+    (rids, _, _), = sink.sent
+    samples = first_group(core)
+    countdown = samples[0].countdown
+    assert countdown is not None and all(s.countdown is countdown for s in samples)
+    left = []
+    for rid, tokens in zip(rids, (30, 40, 50)):
+        core.request_ended(rid, tokens, "stop")
+        left.append((countdown.left, sum(isinstance(e, GroupFinished) for e in core.events)))
+    assert left == [(2, 0), (1, 0), (0, 1)]
+    assert [e.group for e in core.events if isinstance(e, GroupFinished)] == [
+        next(iter(core.groups.values()))]
+
+
+def test_a_sample_of_a_group_never_registered_cannot_finish():
+    """A scheduler that submits samples it built itself, not drawn through `ctx.new_groups`:
+    the core has no countdown for their group and says so (before: a bare KeyError)."""
+    def react(ev, ctx):
+        if ev.__class__.__name__ == "RolloutStarted":
+            return [Submit((Sample(900, 77, 0, 10, 30, 100, 1.0),))]
+        return ()
+
+    core, sink, _ = make(react)
+    core.start_rollout(0, 0.0)
+    core.drain(0.0)
+    (rids, _, _), = sink.sent
+    with pytest.raises(SchedulerError, match="group 77 was never registered"):
+        core.request_ended(rids[0], 30, "stop")
+
+
 def test_ended_short_of_its_target_is_capped_not_finished():
     core, sink, _ = make(lambda ev, ctx: submit_on_start(ev, ctx) and [Submit(
         tuple(s for g in ctx.new_groups(1) for s in g.samples), max_new_tokens=5)])

@@ -58,7 +58,7 @@ from aprilsim.policies.base import (
 from aprilsim.rollout.ledger import StepLedger
 from aprilsim.rollout.lifecycle import check
 from aprilsim.rollout.ports import Commands, Ended, Meter, Placement
-from aprilsim.types import Group, Sample, SampleStatus, Segment
+from aprilsim.types import Group, GroupCountdown, Sample, SampleStatus, Segment
 
 __all__ = ["MAX_FAULT_RESUBMITS", "GroupMaker", "Reveal", "RolloutCore", "effective_cap"]
 
@@ -92,32 +92,33 @@ def effective_cap(sample: Sample, cap: int | None) -> int | None:
     return None if cap is None or cap >= sample.max_len - sample.generated else cap
 
 
-def _register(groups: list[Group], registered: dict[int, Group], left: dict[int, int]) -> list[Group]:
-    """Enter `groups` in the core's tables: it counts their samples down as they finish."""
+def _register(groups: list[Group], registered: dict[int, Group]) -> list[Group]:
+    """Enter `groups` in the core's table and give each its countdown: the core counts their
+    samples down as they finish."""
     for g in groups:
         registered[g.gid] = g
-        left[g.gid] = g.size
+        countdown = GroupCountdown(len(g.samples))
+        for s in g.samples:
+            s.countdown = countdown
     return groups
 
 
 class _Source:
     """What a scheduler's `ctx.new_groups` / `ctx.regenerate` reach, and no more; registers the
-    groups in the core's two tables (it holds them, not the core: a finished run holds no
-    reference cycle, and no weak reference is needed, which a compiled core would not take)."""
+    groups in the core's table (it holds it, not the core: a finished run holds no reference
+    cycle, and no weak reference is needed, which a compiled core would not take)."""
 
-    __slots__ = ("_groups", "_left", "_maker")
+    __slots__ = ("_groups", "_maker")
 
-    def __init__(self, groups: dict[int, Group], left: dict[int, int], maker: GroupMaker) -> None:
+    def __init__(self, groups: dict[int, Group], maker: GroupMaker) -> None:
         self._groups = groups
-        self._left = left
         self._maker = maker
 
     def new_groups(self, n: int, step: int, group_size: int | None = None) -> list[Group]:
-        return _register(self._maker.new_groups(n, step, group_size), self._groups, self._left)
+        return _register(self._maker.new_groups(n, step, group_size), self._groups)
 
     def regenerate(self, groups: Sequence[Group], step: int, group_size: int) -> list[Group]:
-        return _register(self._maker.regenerate(groups, step, group_size), self._groups,
-                         self._left)
+        return _register(self._maker.regenerate(groups, step, group_size), self._groups)
 
 
 class RolloutCore:
@@ -150,10 +151,13 @@ class RolloutCore:
         # False: a group whose samples are all trained or discarded is counted by the ledger and
         # let go (memory bounded in steps); True keeps every group for a look after the run
         self.keep_groups = keep_groups
-        self._left: dict[int, int] = {}  # unfinished samples per group
-        self.ctx = Context(source=_Source(self.groups, self._left, groups), batch_size=batch_size,
+        self.ctx = Context(source=_Source(self.groups, groups), batch_size=batch_size,
                            max_len=max_len, total_steps=steps, group_size=group_size)
         self.inflight: dict[int, Sample] = {}  # request id -> the sample it generates
+        # its pop, bound once (never rebound): compiled, a call of a bound method skips the
+        # method lookup a `self.inflight.pop(rid)` makes at every request's end (a deepcopy of a
+        # core would keep the original's pop: none is made)
+        self._pop_inflight: Callable[[int], Sample] = self.inflight.pop
         self._cap: dict[int, int] = {}  # request id -> its binding token cap
         self._place: dict[int, Placement] = {}  # request id -> its priority and route, where set
         self.next_rid = 0
@@ -180,7 +184,7 @@ class RolloutCore:
     # ------------------------------------------------------------------ groups
     def register(self, groups: list[Group]) -> list[Group]:
         """Groups a scheduler drew: the core counts their samples down as they finish."""
-        return _register(groups, self.groups, self._left)
+        return _register(groups, self.groups)
 
     # ------------------------------------------------------------------ the RL loop's inputs
     def start_rollout(self, step: int, now: float) -> None:
@@ -220,7 +224,7 @@ class RolloutCore:
         The common path of every run: credit the tokens to the sample's submit version, then
         finish it, return it unfinished (abort), or hold it PARTIAL (a token cap). Returns it.
         """
-        s = self.inflight.pop(rid)
+        s = self._pop_inflight(rid)
         if tokens > 0:  # Sample.add_tokens, inlined
             s.generated += tokens
             segs, v = s.segments, s.submit_version
@@ -252,11 +256,13 @@ class RolloutCore:
         s.finish_s = self.now
         if self._sample_events:
             self.events.append(SampleFinished(s))
-        gid = s.group_id
-        left = self._left[gid] - 1
-        self._left[gid] = left
-        if left == 0:
-            self.events.append(GroupFinished(self.groups[gid]))
+        countdown = s.countdown
+        if countdown is None:
+            raise SchedulerError(f"sample {s.uid} finished, but its group {s.group_id} was "
+                                 "never registered (groups come from ctx.new_groups)")
+        countdown.left -= 1
+        if countdown.left == 0:
+            self.events.append(GroupFinished(self.groups[s.group_id]))
         return s
 
     def _finish(self, s: Sample) -> None:
@@ -266,11 +272,13 @@ class RolloutCore:
         s.finish_s = self.now
         if self._sample_events:
             self.events.append(SampleFinished(s))
-        gid = s.group_id
-        left = self._left[gid] - 1
-        self._left[gid] = left
-        if left == 0:
-            self.events.append(GroupFinished(self.groups[gid]))
+        countdown = s.countdown
+        if countdown is None:
+            raise SchedulerError(f"sample {s.uid} finished, but its group {s.group_id} was "
+                                 "never registered (groups come from ctx.new_groups)")
+        countdown.left -= 1
+        if countdown.left == 0:
+            self.events.append(GroupFinished(self.groups[s.group_id]))
 
     def abort_landed(self, ended: Iterable[Ended]) -> None:
         """An AbortAll landed: credit its requests; the unfinished come back in SamplesReturned."""
@@ -477,7 +485,6 @@ class RolloutCore:
                 if registered.get(g.gid) is g:  # all of it trained just now: nothing to check
                     self.ledger.retire_trained(g)
                     del registered[g.gid]
-                    self._left.pop(g.gid, None)
                 else:
                     self._retire_if_over(g.gid)
         batch = tuple(groups)
@@ -513,7 +520,6 @@ class RolloutCore:
                 return
         self.ledger.retire(g)
         del self.groups[gid]
-        self._left.pop(gid, None)
 
     def _update_weights(self, interrupt: bool) -> None:
         if self.colocated:
