@@ -16,9 +16,11 @@ import weakref
 import pytest
 
 from aprilsim.config import scenario_from_dict
+from aprilsim.engine.fast import FastEngine
 from aprilsim.policies.registry import REGISTRY
 from aprilsim.policies.sync import SyncScheduler
 from aprilsim.sim.build import build_simulation
+from aprilsim.sim.run import simulate
 from aprilsim.sim.runtime import GC_STEPS
 
 SMALL = {
@@ -105,4 +107,20 @@ def test_cycles_a_scheduler_makes_are_freed_every_gc_steps() -> None:
     by_step = dict(checked)
     assert by_step[GC_STEPS] == 0 and by_step[2 * GC_STEPS] == 0  # collected there
     assert by_step[GC_STEPS + 1] > 0  # not collected in between: automatic collection was off
+    assert gc.isenabled()
+
+
+def test_simulate_frees_the_run_before_the_collector_comes_back() -> None:
+    """`simulate` keeps automatic collection off until the finished Simulation is freed (by
+    reference counting), so the first collection after the run finds none of the run's
+    objects to traverse: each engine, owned by the Simulation alone, goes while it is off."""
+    freed_while_enabled: list[bool] = []
+
+    class Witness(FastEngine):
+        def __del__(self) -> None:
+            freed_while_enabled.append(gc.isenabled())
+
+    assert gc.isenabled()
+    simulate(scenario_from_dict(SMALL), "sync", engine_factory=Witness)
+    assert freed_while_enabled == [False, False]  # both engines, before the collector is back
     assert gc.isenabled()

@@ -12,7 +12,7 @@ from aprilsim.metrics.trace import Trace
 from aprilsim.metrics.warmup import clamp_warmup
 from aprilsim.policies.base import Scheduler, SchedulerError
 from aprilsim.sim.build import build_simulation
-from aprilsim.sim.runtime import EngineFactory
+from aprilsim.sim.runtime import EngineFactory, collection_paused
 
 
 def simulate(
@@ -40,7 +40,11 @@ def simulate(
         scenario, scheduler, seed=seed, steps=steps, settings=settings,
         engine_factory=engine_factory, progress=progress, trace=trace, keep_groups=False,
     )
-    run = sim.run()
+    # the collector stays off until the simulation is freed (by reference counting: it holds no
+    # cycle), so that its first collection after the run does not scan the run's objects
+    with collection_paused():
+        run = sim.run()
+        del sim
     run.warmup_steps = clamp_warmup(scenario.warmup_steps, len(run.steps))
     check_trained(run)
     return run
