@@ -256,13 +256,7 @@ class RolloutCore:
         s.finish_s = self.now
         if self._sample_events:
             self.events.append(SampleFinished(s))
-        countdown = s.countdown
-        if countdown is None:
-            raise SchedulerError(f"sample {s.uid} finished, but its group {s.group_id} was "
-                                 "never registered (groups come from ctx.new_groups)")
-        countdown.left -= 1
-        if countdown.left == 0:
-            self.events.append(GroupFinished(self.groups[s.group_id]))
+        self._count_down(s)
         return s
 
     def _finish(self, s: Sample) -> None:
@@ -272,6 +266,10 @@ class RolloutCore:
         s.finish_s = self.now
         if self._sample_events:
             self.events.append(SampleFinished(s))
+        self._count_down(s)
+
+    def _count_down(self, s: Sample) -> None:
+        """One sample of its group less to finish: GroupFinished when it was the last."""
         countdown = s.countdown
         if countdown is None:
             raise SchedulerError(f"sample {s.uid} finished, but its group {s.group_id} was "
