@@ -92,7 +92,7 @@ class Sample:
     start_s: float = -1.0  # its first request was first scheduled on an engine (simulated only)
     finish_s: float = -1.0  # it completed (its last request ended at its end)
     # its group's countdown, once the rollout core registered the group (None before)
-    countdown: GroupCountdown | None = field(default=None, repr=False)
+    countdown: GroupCountdown | None = field(default=None, repr=False, init=False)
 
     def __init__(self, uid: int, group_id: int, index: int, prompt_len: int,
                  _target_len: int | None, max_len: int, _reward: float | None, generated: int = 0,

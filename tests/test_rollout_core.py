@@ -7,6 +7,7 @@ truncation, and the ledger's conservation.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -174,6 +175,9 @@ def test_a_group_counts_down_once_per_sample_and_finishes_once():
     assert left == [(2, 0), (1, 0), (0, 1)]
     assert [e.group for e in core.events if isinstance(e, GroupFinished)] == [
         next(iter(core.groups.values()))]
+    # not an argument of the sample: a replaced copy is a new, unregistered sample
+    copy = dataclasses.replace(samples[0], generated=1)
+    assert copy.countdown is None and copy.generated == 1 and samples[0].countdown is countdown
 
 
 def test_a_sample_of_a_group_never_registered_cannot_finish():
