@@ -7,7 +7,7 @@ carry no clock and no I/O, so `aprilsim.sim` and `real/` can both use them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final
@@ -208,6 +208,26 @@ class Group:
         r = self.rewards
         m = sum(r) / len(r)
         return (sum((x - m) ** 2 for x in r) / len(r)) ** 0.5
+
+
+def samples_of(groups: Iterable[Group]) -> tuple[Sample, ...]:
+    """Every sample of `groups`, group by group (what a Submit or Discard of whole groups
+    carries; compiled, one loop instead of a generator per sample in the schedulers)."""
+    out: list[Sample] = []
+    for g in groups:
+        out.extend(g.samples)
+    return tuple(out)
+
+
+def unfinished_of(groups: Iterable[Group]) -> tuple[Sample, ...]:
+    """The unfinished samples of `groups`, group by group (`Group.unfinished` of each)."""
+    out: list[Sample] = []
+    for g in groups:
+        for s in g.samples:
+            st = s.status
+            if st is not _DONE and st is not _TRAINED:
+                out.append(s)
+    return tuple(out)
 
 
 def make_groups(gid0: int, uid0: int, step: int, max_len: int, prompt_lens: Sequence[int],

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from collections import Counter
 
 import pytest
@@ -27,7 +28,7 @@ from aprilsim.config import default_scenario
 from aprilsim.engine.fast import FastEngine
 from aprilsim.engine.reference import ReferenceEngine
 from aprilsim.metrics.gain import COMPONENTS, decompose, engine_time, mean_parts
-from aprilsim.metrics.latency import batch_latency, percentile
+from aprilsim.metrics.latency import batch_latency, percentile, percentiles
 from aprilsim.metrics.records import StepRecord
 from aprilsim.policies.registry import REGISTRY
 from aprilsim.rollout.ledger import StepLedger
@@ -128,6 +129,42 @@ def test_batch_latency_is_from_first_submit_and_interpolated():
     assert percentile([1.0], 99) == 1.0
     with pytest.raises(ValueError):
         percentile([], 50)
+
+
+_SELECTED = Counter()
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.data())
+def test_percentiles_select_what_a_sort_reads(data):
+    """`percentiles` (a selection of the order statistics, from 64 values on) returns exactly
+    what `percentile` of the sorted list returns, for batches up to a 16k-sample step, ties and
+    all."""
+    n = data.draw(st.sampled_from([1, 2, 3, 63, 64, 65, 100, 1000, 8192, 16384]))
+    pool = data.draw(st.sampled_from(["floats", "ties"]))
+    rng = random.Random(data.draw(st.integers(0, 2**32 - 1)))
+    if pool == "ties":  # a few distinct values (equal latencies: engines finish together)
+        xs = [rng.choice([0.0, 0.5, 2.25, 1e3]) for _ in range(n)]
+    else:
+        xs = [rng.lognormvariate(3.0, 1.5) for _ in range(n)]
+    qs = data.draw(st.lists(st.sampled_from([0, 1, 10, 50, 90, 99, 99.9, 100]), min_size=1,
+                            max_size=4))
+    kind = "select" if n >= 64 else "sort"
+    _SELECTED[kind] += 1
+    event(f"{kind} ({pool})")
+    target(float(n), label="values")
+    before = list(xs)
+    got = percentiles(xs, qs)
+    assert xs == before  # the caller's list is left as it was
+    ordered = sorted(xs)
+    assert got == [percentile(ordered, q) for q in qs]
+
+
+def test_percentiles_property_reached_both_methods():
+    test_percentiles_select_what_a_sort_reads()
+    assert _SELECTED["select"] >= 50 and _SELECTED["sort"] >= 20
+    with pytest.raises(ValueError):
+        percentiles([], [50])
 
 
 def _small(**sets):

@@ -243,3 +243,22 @@ def test_registry_variants_are_not_inherited_and_must_name_knobs():
     assert AprilScheduler.variants and declared_variants(Child) == ()
     with pytest.raises(TypeError, match="ratoi"):
         declared_variants(Typo)
+
+
+def test_samples_of_and_unfinished_of_keep_group_order_and_status():
+    """The schedulers' Submit/Discard builders: every sample (or every unfinished one: not DONE
+    nor TRAINED) of the groups, group by group, as the generators they replace gave them."""
+    from aprilsim.types import Group, Sample, SampleStatus, samples_of, unfinished_of
+
+    groups = [Group(g, 10, [Sample(4 * g + i, g, i, 10, 5, 100, 1.0) for i in range(4)], 0, 0.5)
+              for g in range(3)]
+    statuses = [SampleStatus.DONE, SampleStatus.PARTIAL, SampleStatus.TRAINED,
+                SampleStatus.RUNNING, SampleStatus.PENDING, SampleStatus.DISCARDED]
+    for k, s in enumerate(s for g in groups for s in g.samples):
+        s.status = statuses[k % len(statuses)]
+    assert samples_of(groups) == tuple(s for g in groups for s in g.samples)
+    assert samples_of(iter(groups[1:])) == (*groups[1].samples, *groups[2].samples)
+    want = tuple(s for g in groups for s in g.unfinished)
+    assert unfinished_of(groups) == want
+    assert [s.uid for s in want] == [1, 3, 4, 5, 7, 9, 10, 11]
+    assert samples_of([]) == () == unfinished_of([])

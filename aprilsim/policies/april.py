@@ -59,7 +59,7 @@ from aprilsim.policies.base import (
     SamplesReturned,
     Submit,
 )
-from aprilsim.types import Group, Sample
+from aprilsim.types import Group, Sample, samples_of, unfinished_of
 
 RESUME_ORDERS = ("fifo", "most_progress", "oldest_version")
 SURPLUS = ("drop", "recycle")
@@ -201,9 +201,9 @@ class AprilScheduler:
         self._stats["slime_offpolicy_tokens"] += slime_offpolicy_tokens(groups)
         self._in_flight_or_done = len(forced) + len(free)  # slime's remaining_batch_size
         if forced:  # force-completed: run to the end, whatever the token budget
-            actions.append(Submit(tuple(s for g in forced for s in g.unfinished)))
+            actions.append(Submit(unfinished_of(forced)))
         actions.append(
-            Submit(tuple(s for g in free for s in g.unfinished), max_new_tokens=self.token_budget)
+            Submit(unfinished_of(free), max_new_tokens=self.token_budget)
         )
         for g in (*forced, *free):
             if g.finished:  # completed last step after the batch closed: counts right away
@@ -286,7 +286,7 @@ class AprilScheduler:
         if self.recycle:
             self.buffer.extend(left)
             return ()
-        return [Discard(tuple(s for g in left for s in g.samples))]
+        return [Discard(samples_of(left))]
 
     def step_stats(self) -> dict[str, float]:
         out = dict(self._stats)
@@ -342,7 +342,7 @@ class AprilDSScheduler(AprilScheduler):
         for g in groups:
             self._active[g.gid] = g
         actions: list[Action] = [
-            Submit(tuple(s for g in groups for s in g.unfinished), max_new_tokens=self.token_budget)
+            Submit(unfinished_of(groups), max_new_tokens=self.token_budget)
         ]
         for g in taken:
             if g.finished:

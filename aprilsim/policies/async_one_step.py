@@ -26,7 +26,7 @@ from aprilsim.policies.base import (
     UpdateWeights,
     WeightsUpdated,
 )
-from aprilsim.types import Group
+from aprilsim.types import Group, samples_of
 
 
 @dataclass
@@ -74,7 +74,7 @@ class AsyncOneStepScheduler:
     def _submit(self, ctx: Context) -> list[Action]:
         self._deferred = False
         groups = ctx.new_groups(ctx.batch_size)
-        return [Submit(tuple(s for g in groups for s in g.samples))]
+        return [Submit(samples_of(groups))]
 
     def step_stats(self) -> dict[str, float]:
         out = {"update_waits_for_rollout": float(self._waits)}

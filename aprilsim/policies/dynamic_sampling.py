@@ -29,7 +29,7 @@ from aprilsim.policies.base import (
     SchedulerError,
     Submit,
 )
-from aprilsim.types import Group
+from aprilsim.types import Group, samples_of
 
 
 @dataclass
@@ -75,7 +75,7 @@ class DynamicSamplingScheduler:
         self._rounds += 1
         groups = ctx.new_groups(self.gen_batch_size or ctx.batch_size)
         self._pending = len(groups)
-        return [Submit(tuple(s for g in groups for s in g.samples))]
+        return [Submit(samples_of(groups))]
 
     def _finished(self, group: Group, ctx: Context) -> list[Action]:
         self._pending -= 1
@@ -92,7 +92,7 @@ class DynamicSamplingScheduler:
             batch, surplus = self._valid[:n], self._valid[n:]
             self._surplus = len(surplus)
             if surplus:
-                actions.append(Discard(tuple(s for g in surplus for s in g.samples)))
+                actions.append(Discard(samples_of(surplus)))
             return [*actions, CloseBatch(tuple(batch))]
         if self._rounds < self.max_rounds:
             return [*actions, *self._round(ctx)]

@@ -48,7 +48,7 @@ from aprilsim.policies.base import (
     UpdateWeights,
     WeightsUpdated,
 )
-from aprilsim.types import Group
+from aprilsim.types import Group, samples_of
 
 
 @dataclass
@@ -122,7 +122,7 @@ class FullyAsyncScheduler:
             groups = ctx.new_groups(k)
             for g in groups:
                 self._live[g.gid] = g
-            actions.append(Submit(tuple(s for g in groups for s in g.samples)))
+            actions.append(Submit(samples_of(groups)))
         if blocked and not self._paused:
             self._stats["staleness_pauses"] += 1
             actions.append(PauseGeneration())

@@ -16,7 +16,7 @@ from aprilsim.policies.base import (
     RolloutStarted,
     Submit,
 )
-from aprilsim.types import Group
+from aprilsim.types import Group, samples_of
 
 
 @dataclass
@@ -32,7 +32,7 @@ class SyncScheduler:
         if isinstance(event, RolloutStarted):
             self._done = []
             groups = ctx.new_groups(ctx.batch_size)
-            return [Submit(tuple(s for g in groups for s in g.samples))]
+            return [Submit(samples_of(groups))]
         if isinstance(event, GroupFinished):
             self._done.append(event.group)
             if len(self._done) == ctx.batch_size:

@@ -37,7 +37,7 @@ from aprilsim.policies.base import (
     SamplesReturned,
     Submit,
 )
-from aprilsim.types import Group, SampleStatus
+from aprilsim.types import Group, SampleStatus, samples_of
 
 
 @dataclass
@@ -95,7 +95,7 @@ class TailBatchingScheduler:
         else:
             groups = ctx.new_groups(math.ceil(self.prompt_ratio * n), size + self.extra_responses)
         self._round = {g.gid: g for g in groups}
-        return [Submit(tuple(s for g in groups for s in g.samples))]
+        return [Submit(samples_of(groups))]
 
     @staticmethod
     def _size(ctx: Context) -> int:

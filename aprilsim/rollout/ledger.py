@@ -109,6 +109,10 @@ class StepLedger:
         lat: list[float] = []  # metrics.latency.batch_latency's figures, in the same pass
         wait: list[float] = []
         tokens = prompt = trunc = n = n_groups = 0
+        # staleness: the tokens of a run of segments of one lag (the usual batch: a few long
+        # runs) are summed before they go into `hist`, one dict update per run, not per
+        # segment; a key enters `hist` where its first run ends, so in order of first sight
+        run_lag, run_tokens, in_run = 0, 0, False
         for g in groups:
             n_groups += 1
             for s in g.samples:
@@ -117,21 +121,22 @@ class StepLedger:
                 tokens += gen
                 prompt += s.prompt_len
                 trunc += s.complete and gen >= s.max_len  # Sample.truncated, inlined
-                segs = s.segments
-                if len(segs) == 1:  # the common case: one segment
-                    seg = segs[0]
+                for seg in s.segments:
                     lag = trainer_version - seg.version
-                    hist[lag] = hist.get(lag, 0) + seg.tokens
-                else:
-                    for seg in segs:
-                        lag = trainer_version - seg.version
-                        hist[lag] = hist.get(lag, 0) + seg.tokens
+                    if in_run and lag == run_lag:
+                        run_tokens += seg.tokens
+                        continue
+                    if in_run:
+                        hist[run_lag] = hist.get(run_lag, 0) + run_tokens
+                    run_lag, run_tokens, in_run = lag, seg.tokens, True
                 t0 = s.first_submit_s
                 if t0 >= 0:
                     if s.finish_s >= 0:
                         lat.append(s.finish_s - t0)
                     if s.start_s >= 0:
                         wait.append(s.start_s - t0)
+        if in_run:
+            hist[run_lag] = hist.get(run_lag, 0) + run_tokens
         rec.trained_groups = n_groups
         rec.trained_samples = n
         rec.trained_tokens = tokens
