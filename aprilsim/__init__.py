@@ -8,6 +8,10 @@ if _os.environ.get("APRILSIM_PURE") == "1":  # a compiled install, run as pure P
     from aprilsim.native import prefer_source
 
     prefer_source()
+else:  # a compiled install without mypyc's runtime library runs pure Python too (it warns)
+    from aprilsim.native import fall_back_without_runtime
+
+    fall_back_without_runtime()
 
 __all__ = [
     "Scenario", "__version__", "check_scheduler", "compiled", "load_scenario", "scenario_from_dict",

@@ -20,6 +20,7 @@ MODULES = (
     "aprilsim.engine.clipped_reserve",
     "aprilsim.engine.cost",
     "aprilsim.engine.fast",
+    "aprilsim.engine.key_heap",
     "aprilsim.engine.parts",
     "aprilsim.engine.request",
     "aprilsim.engine.router",
@@ -72,6 +73,35 @@ def build_line() -> str:
     """One line for `aprilsim --version`: which build is loaded."""
     n = len(compiled_modules())
     return f"compiled with mypyc: {n} of {len(MODULES)} modules" if n else "pure Python"
+
+
+# mypyc's runtime library: the compiled key heaps (`engine/key_heap.py`) keep their keys in its
+# unboxed vectors, so a compiled install needs it at run time (the `compiled` extra)
+RUNTIME = "librt"
+
+
+def runtime_missing() -> bool:
+    """True when compiled extensions sit beside the modules but mypyc's runtime library is not
+    importable: importing them would fail, so the package falls back to its .py files."""
+    if pure_forced() or importlib.util.find_spec(RUNTIME) is not None:
+        return False
+    base = os.path.join(_PACKAGE, "engine", "key_heap")
+    return any(os.path.isfile(base + s) for s in importlib.machinery.EXTENSION_SUFFIXES)
+
+
+def fall_back_without_runtime() -> bool:
+    """Run as pure Python (with a warning) when `runtime_missing()`; True if it did."""
+    if not runtime_missing():
+        return False
+    import warnings
+
+    warnings.warn(
+        f"aprilsim's compiled build is installed but {RUNTIME} (mypyc's runtime library) is "
+        f"not: running pure Python (2-3x slower); pip install {RUNTIME}, or reinstall with "
+        "APRILSIM_COMPILE=1 pip install -e '.[compiled]'", RuntimeWarning, stacklevel=3)
+    os.environ["APRILSIM_PURE"] = "1"  # what compiled_modules() and subprocesses then see
+    prefer_source()
+    return True
 
 
 class _SourceFirst:

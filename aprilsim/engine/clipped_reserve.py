@@ -18,17 +18,14 @@ through `members` (rid -> request: the engine's running requests, which it alway
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Mapping
 from typing import Final
 
+from aprilsim.engine.key_heap import VecKeyHeap, new_key_heap
 from aprilsim.engine.request import RID_BITS, RID_MASK, Request
 
 ABSENT: Final = -2  # `Request.clip_k` of a request in no reserve
 NEAR: Final = -1  # ... of one in it and at or below the clip (its `clip_e` then counts)
-# Final: C statics in the compiled build, where a module global is a dict lookup at each use
-heappop: Final = heapq.heappop
-heappush: Final = heapq.heappush
 
 
 class ClippedReserve:
@@ -49,7 +46,7 @@ class ClippedReserve:
         self.clip = clip
         self.it = it  # iterations passed (the engine's decode counter)
         self.members = members
-        self._far: list[int] = []  # heap_key(iteration at which it crosses, rid), lazy
+        self._far: VecKeyHeap = new_key_heap()  # heap_key(iteration it crosses at, rid), lazy
         self._n_far = 0  # requests above the clip (`clip_k` >= 0: the iteration it crosses at)
         self._n_near = 0  # requests at or below it (`clip_k` == NEAR)
         self._sum_e = 0  # sum of E (`clip_e`: remaining + it when added) over the near ones
@@ -69,7 +66,7 @@ class ClippedReserve:
         e = remaining + self.it
         k = e - self.clip  # the last iteration at which it still counts `clip`
         if k >= self.it:
-            heappush(self._far, (k << RID_BITS) | r.rid)
+            self._far.push((k << RID_BITS) | r.rid)
             r.clip_k = k
             self._n_far += 1
         else:
@@ -110,10 +107,9 @@ class ClippedReserve:
         the far requests that cross by then to the near side and back (O(k log n))."""
         it, c = self.it, self.clip
         far, members = self._far, self.members
-        pop = heappop
         limit = it << RID_BITS  # entries below it crossed before iteration `it`
-        while far and far[0] < limit:  # crossed for good: far -> near
-            key = pop(far)
+        while far.below(limit):  # crossed for good: far -> near
+            key = far.pop_min()
             k = key >> RID_BITS
             r = members.get(key & RID_MASK)
             if r is not None and r.clip_k == k:
@@ -125,10 +121,10 @@ class ClippedReserve:
         g = it + m
         n_far, n_near, sum_e = self._n_far, self._n_near, self._sum_e
         limit = g << RID_BITS
-        if m > 0 and far and far[0] < limit:
+        if m > 0 and far.below(limit):
             crossed = []
-            while far and far[0] < limit:
-                key = pop(far)
+            while far.below(limit):
+                key = far.pop_min()
                 k = key >> RID_BITS
                 r = members.get(key & RID_MASK)
                 if r is not None and r.clip_k == k:
@@ -137,5 +133,5 @@ class ClippedReserve:
                     n_near += 1
                     sum_e += k + c
             for key in crossed:
-                heappush(far, key)
+                far.push(key)
         return c * n_far + sum_e - g * n_near

@@ -25,7 +25,6 @@ token budget ended leaves its last pass open to the batch that follows at once.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections import deque
 from collections.abc import Callable
@@ -42,6 +41,7 @@ from aprilsim.engine.admission import (
 )
 from aprilsim.engine.clipped_reserve import ClippedReserve
 from aprilsim.engine.cost import EngineSpec, LinearInK, pass_ends, prefill_passes
+from aprilsim.engine.key_heap import VecKeyHeap, new_key_heap
 from aprilsim.engine.parts import (
     DECODE,
     IDLE,
@@ -60,9 +60,6 @@ from aprilsim.native import mypyc_attr
 
 # Final: C statics in the compiled build, where a module global is a dict lookup at each use
 INF: Final = math.inf
-heapify: Final = heapq.heapify
-heappop: Final = heapq.heappop
-heappush: Final = heapq.heappush
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # subclassed: tests, engine_factory
@@ -97,9 +94,10 @@ class FastEngine(EngineFace):
         # pop: none is made)
         self._pop_running: Callable[[int], Request] = self.running.pop
         # the heaps hold `request.heap_key`s: one int per entry, ordered as the pair it packs
-        self._finish: list[int] = []  # (iteration at which it ends, rid)
+        # (`key_heap`: unboxed and sifted natively in the compiled build, heapq in pure Python)
+        self._finish: VecKeyHeap = new_key_heap()  # (iteration at which it ends, rid)
         self._stale = 0  # entries of retracted requests left in `_finish` (never its head)
-        self._victims: list[int] | None = None  # (base, RID_MASK - rid), from a retraction on
+        self._victims: VecKeyHeap | None = None  # (base, RID_MASK - rid), from a retraction on
         self._base_sum = 0  # sum of `base` over the running requests (SGLang's re-estimate)
         self._max_new_sum = 0  # sum of `max_new` over them
         self.it = 0  # decode iterations done (global counter)
@@ -288,7 +286,7 @@ class FastEngine(EngineFace):
         self.stats.count_batch(pf)
         self.busy_time += pf.time
         self.t = t = self.t + pf.time
-        running, finish, it, push = self.running, self._finish, self.it, heappush
+        running, finish, it = self.running, self._finish, self.it
         clipped, victims = self.clipped, self._victims
         base_sum = max_new_sum = 0
         self.tokens += len(pf.reqs)  # the prefill emits each request's next token
@@ -311,14 +309,14 @@ class FastEngine(EngineFace):
             max_new_sum += r.max_new
             if clipped is not None:
                 clipped.add(r, r.max_new - gen)
-            push(finish, ((r.target_new - base) << RID_BITS) | r.rid)
+            finish.push(((r.target_new - base) << RID_BITS) | r.rid)
             if victims is not None:
-                push(victims, (base << RID_BITS) | (RID_MASK - r.rid))
+                victims.push((base << RID_BITS) | (RID_MASK - r.rid))
         self._base_sum += base_sum
         self._max_new_sum += max_new_sum
         if victims is not None and len(victims) > 2 * len(running) + 64:
-            self._victims = [(r.base << RID_BITS) | (RID_MASK - r.rid) for r in running.values()]
-            heapify(self._victims)
+            self._victims = new_key_heap(
+                [(r.base << RID_BITS) | (RID_MASK - r.rid) for r in running.values()])
         pf.clear()
         self.open_room = pf.room_out  # the next plan continues the open pass if it prefills
         if cache is not None and left:
@@ -330,17 +328,17 @@ class FastEngine(EngineFace):
         running requests: no stale entries to skip)."""
         heap, it = self._finish, self.it
         limit = (it + 1) << RID_BITS  # entries below it end by iteration `it`
-        if not heap or heap[0] >= limit:
+        if not heap.below(limit):
             return []
         if self._stale:
             return self._pop_finished_checked()
         done = []
-        pop_running, t, pop, clipped = self._pop_running, self.t, heappop, self.clipped
+        pop_running, t, clipped = self._pop_running, self.t, self.clipped
         freed = base_sum = max_new_sum = reserve = 0
         cache = self.cache
         left = []
-        while heap and heap[0] < limit:
-            rid = pop(heap) & RID_MASK
+        while heap.below(limit):
+            rid = heap.pop_min() & RID_MASK
             r = pop_running(rid)
             if clipped is not None:
                 clipped.drop(r)
@@ -368,12 +366,12 @@ class FastEngine(EngineFace):
         """`_pop_finished` while `_finish` holds entries of retracted requests: those are
         skipped (an entry is live when its request runs and ends at the entry's iteration)."""
         heap, it, running, cache = self._finish, self.it, self.running, self.cache
-        t, pop, get, clipped = self.t, heappop, self.running.get, self.clipped
+        t, get, clipped = self.t, self.running.get, self.clipped
         done, left = [], []
         freed = base_sum = max_new_sum = reserve = skipped = 0
         limit = (it + 1) << RID_BITS
-        while heap and heap[0] < limit:
-            key = pop(heap)
+        while heap.below(limit):
+            key = heap.pop_min()
             end, rid = key >> RID_BITS, key & RID_MASK
             r = get(rid)
             if r is None or r.target_new - r.base != end:
@@ -408,12 +406,12 @@ class FastEngine(EngineFace):
         """Pop the entries of retracted requests off the top of `_finish`, so that its head is
         the first running request to finish (what `_plan` reads)."""
         heap, running = self._finish, self.running
-        while self._stale and heap:
-            key = heap[0]
+        while self._stale and len(heap):
+            key = heap.top()
             r = running.get(key & RID_MASK)
             if r is not None and r.target_new - r.base == key >> RID_BITS:
                 return
-            heappop(heap)
+            heap.pop_min()
             self._stale -= 1
 
     def _empty(self) -> None:
@@ -508,13 +506,11 @@ class FastEngine(EngineFace):
         running, cap, spec = self.running, self.spec.kv_capacity, self.spec
         heap = self._victims
         if heap is None:
-            heap = self._victims = [(r.base << RID_BITS) | (RID_MASK - r.rid)
-                                    for r in running.values()]
-            heapify(heap)
-        pop = heappop
+            heap = self._victims = new_key_heap(
+                [(r.base << RID_BITS) | (RID_MASK - r.rid) for r in running.values()])
         victims = []
         while running and self.kv + len(running) > cap:
-            key = pop(heap)
+            key = heap.pop_min()
             base = key >> RID_BITS
             r = running.get(RID_MASK - (key & RID_MASK))
             if r is None or r.base != base:
@@ -582,7 +578,7 @@ class FastEngine(EngineFace):
             retracted = self.sglang
         if self.sib is not None:  # the batch's acceptance, fixed until the next plan
             self.sib.set_batch(running.values())
-        n_fin = (self._finish[0] >> RID_BITS) - self.it
+        n_fin = (self._finish.top() >> RID_BITS) - self.it
         n_kv = (cap - self.kv) // b
         n = n_fin if n_fin < n_kv else n_kv
         n = n if n > 1 else 1
