@@ -1,4 +1,4 @@
-"""The opt-in compiled build (`APRILSIM_COMPILE=1 pip install -e .`, aprilsim/native.py).
+"""The opt-in compiled build (`APRILSIM_COMPILE=1 pip install -e '.[compiled]'`, native.py).
 
 A plain install runs every module interpreted: the equivalence tests then check the pure-Python
 engines, and `aprilsim --version` says so. On a compiled install the last test runs the fast ==
@@ -74,7 +74,7 @@ CLUSTER_RUN = (
 
 
 @pytest.mark.skipif(not compiled(), reason="the pure-Python build is loaded (the compiled build "
-                    "is opt-in: APRILSIM_COMPILE=1 pip install -e ., docs/development.md)")
+                    "is opt-in: APRILSIM_COMPILE=1 pip install -e '.[compiled]', docs/development.md)")
 def test_compiled_build_keeps_fast_equal_to_reference_and_to_pure_python():
     package = Path(aprilsim.__file__).resolve().parent  # (a compiled module's __file__ is off)
     for name in compiled_modules():  # a stale extension would run (and test) the old code
