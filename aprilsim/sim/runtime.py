@@ -28,7 +28,7 @@ from aprilsim.engine.cost import EngineSpec, slowed
 from aprilsim.engine.fast import FastEngine
 from aprilsim.engine.protocol import SimEngine
 from aprilsim.engine.request import Completion, Request
-from aprilsim.engine.router import Router, make_router
+from aprilsim.engine.router import RoundRobin, Router, make_router
 from aprilsim.engine.speculative import engine_cost
 from aprilsim.metrics.gain import fixed_iteration_cost
 from aprilsim.metrics.records import RunResult, StepRecord
@@ -350,9 +350,17 @@ class Simulation:
         if place is not None:
             self._send_placed(samples, first_rid, cap, version, place)
             return
-        per_engine: dict[int, list[Request]] = {}
+        # each engine's requests, in a list indexed by engine (no int-keyed dict operation per
+        # request), and the engines in the order they were first picked (what `_hand_over`
+        # and the trace see, as from the dict this replaced)
+        buckets: list[list[Request] | None] = [None] * len(self.engines)
+        order: list[int] = []
         loads = [e.load for e in self.engines]
-        pick = self.router.pick
+        router = self.router
+        # the default router, called natively in the compiled build (the protocol's call is
+        # generic); any other router through its `pick`
+        rr = router if isinstance(router, RoundRobin) else None
+        pick = router.pick
         share = self.spec.shares_prefixes
         retain = self.spec.retains_prefixes
         rid = first_rid
@@ -370,14 +378,20 @@ class Simulation:
                 req.seq = s.uid
             if s.start_s < 0:  # not yet scheduled on an engine: the engine stamps it (queue wait)
                 req.owner = s
-            i = pick(loads, s.group_id)
+            i = rr.pick(loads, s.group_id) if rr is not None else pick(loads, s.group_id)
             loads[i] += 1
             rid += 1
-            reqs = per_engine.get(i)
+            reqs = buckets[i]
             if reqs is None:
-                per_engine[i] = [req]
+                buckets[i] = [req]
+                order.append(i)
             else:
                 reqs.append(req)
+        per_engine: dict[int, list[Request]] = {}
+        for i in order:
+            reqs = buckets[i]
+            assert reqs is not None  # picked: it has its list
+            per_engine[i] = reqs
         if self._siblings:
             self._stamp_groups(samples, first_rid, per_engine)
         self._hand_over(per_engine, version)
