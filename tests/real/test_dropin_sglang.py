@@ -153,8 +153,9 @@ def test_chat_continue_final_message_and_input_ids_are_honoured(server):
 def test_unknown_generate_fields_are_ignored_as_sglang_does(server):
     """bench_serving --extra-request-body '{"foo": 1}' warms up with such a body."""
     status, r = call(server.url, "/generate", {"input_ids": [1, 2, 3], "foo": 1, "bar": {"x": []},
-                                               "sampling_params": {"max_new_tokens": 2}})
-    assert status == 200 and len(r["output_ids"]) == 2, r
+                                               "sampling_params": {"max_new_tokens": 2,
+                                                                   "ignore_eos": True}})
+    assert status == 200 and len(r["output_ids"]) == 2, r  # (ignore_eos: no early EOS)
     # SGLang fields that change the output still get a 400 naming them
     status, err = call(server.url, "/generate", {"input_ids": [1], "return_hidden_states": True})
     assert status == 400 and err["param"] == "return_hidden_states"
@@ -198,7 +199,8 @@ def test_deep_nesting_and_lone_surrogates_get_a_400(server, raw, status, param):
 
 
 def test_content_encodings(server):
-    body = json.dumps({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 2}}).encode()
+    body = json.dumps({"input_ids": [1, 2],  # ignore_eos: the length checked below, no early EOS
+                       "sampling_params": {"max_new_tokens": 2, "ignore_eos": True}}).encode()
     cases = [("gzip", gzip.compress(body), 200), ("x-gzip", gzip.compress(body), 200),
              ("deflate", zlib.compress(body), 200), ("identity", body, 200),
              ("gzip, gzip", gzip.compress(gzip.compress(body)), 200),
