@@ -1,7 +1,8 @@
 """Which build of the simulator's per-sample path is loaded: pure Python or the opt-in mypyc one.
 
 `APRILSIM_COMPILE=1 pip install -e '.[compiled]'` compiles `MODULES` with mypyc (`setup.py`;
-needs mypy and a C compiler; the extra brings librt, mypyc's runtime library); a plain install leaves every module interpreted, the default and the fallback.
+needs mypy and a C compiler; the extra brings librt, mypyc's runtime library); a plain install
+leaves every module interpreted, the default and the fallback.
 Both give byte-identical results. `APRILSIM_PURE=1` makes a compiled install import the
 pure-Python modules instead (how the tests run both on one install). docs/development.md.
 """

@@ -223,10 +223,7 @@ def unfinished_of(groups: Iterable[Group]) -> tuple[Sample, ...]:
     """The unfinished samples of `groups`, group by group (`Group.unfinished` of each)."""
     out: list[Sample] = []
     for g in groups:
-        for s in g.samples:
-            st = s.status
-            if st is not _DONE and st is not _TRAINED:
-                out.append(s)
+        out.extend(g.unfinished)
     return tuple(out)
 
 

@@ -20,10 +20,16 @@ def percentile(xs: Sequence[float], q: float) -> float:
     """The q-th percentile (0..100) of sorted `xs`, linearly interpolated (numpy's default)."""
     if not xs:
         raise ValueError("percentile of no values")
-    pos = (len(xs) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
+    pos, lo, hi = _ranks(len(xs), q)
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def _ranks(n: int, q: float) -> tuple[float, int, int]:
+    """Where the q-th percentile of n sorted values lies: its position and the two ranks the
+    linear interpolation reads."""
+    pos = (n - 1) * q / 100.0
+    lo = int(pos)
+    return pos, lo, min(lo + 1, n - 1)
 
 
 def batch_latency(groups: Iterable[Group]) -> dict[str, float | None]:
@@ -67,16 +73,8 @@ def percentiles(xs: Sequence[float], qs: Sequence[float]) -> list[float]:
         return [percentile(ordered, q) for q in qs]
     import numpy as np  # here: the CLI's start-up does not need it
 
-    ranks = set()
-    for q in qs:
-        lo = int((n - 1) * q / 100.0)
-        ranks.update((lo, min(lo + 1, n - 1)))
-    part = np.partition(np.fromiter(xs, float, n), sorted(ranks))
+    at = [_ranks(n, q) for q in qs]
+    ranks = sorted({r for _, lo, hi in at for r in (lo, hi)})
+    part = np.partition(np.fromiter(xs, float, n), ranks)
     stats = {r: float(part[r]) for r in ranks}
-    out = []
-    for q in qs:
-        pos = (n - 1) * q / 100.0
-        lo = int(pos)
-        hi = min(lo + 1, n - 1)
-        out.append(stats[lo] + (stats[hi] - stats[lo]) * (pos - lo))
-    return out
+    return [stats[lo] + (stats[hi] - stats[lo]) * (pos - lo) for pos, lo, hi in at]

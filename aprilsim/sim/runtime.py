@@ -350,11 +350,11 @@ class Simulation:
         if place is not None:
             self._send_placed(samples, first_rid, cap, version, place)
             return
-        # each engine's requests, in a list indexed by engine (no int-keyed dict operation per
-        # request), and the engines in the order they were first picked (what `_hand_over`
-        # and the trace see, as from the dict this replaced)
+        # each engine's requests: found through a list indexed by engine (no int-keyed dict
+        # operation per request); the dict, in the order engines were first picked, is what
+        # `_hand_over` and the trace see
+        per_engine: dict[int, list[Request]] = {}
         buckets: list[list[Request] | None] = [None] * len(self.engines)
-        order: list[int] = []
         loads = [e.load for e in self.engines]
         router = self.router
         # the default router, called natively in the compiled build (the protocol's call is
@@ -383,15 +383,9 @@ class Simulation:
             rid += 1
             reqs = buckets[i]
             if reqs is None:
-                buckets[i] = [req]
-                order.append(i)
+                per_engine[i] = buckets[i] = [req]
             else:
                 reqs.append(req)
-        per_engine: dict[int, list[Request]] = {}
-        for i in order:
-            reqs = buckets[i]
-            assert reqs is not None  # picked: it has its list
-            per_engine[i] = reqs
         if self._siblings:
             self._stamp_groups(samples, first_rid, per_engine)
         self._hand_over(per_engine, version)
