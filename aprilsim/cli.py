@@ -25,7 +25,7 @@ class _LazyGroup(OneLineGroup):
 
     lazy = {
         "run": ("real.runner.cli", "run_command"),
-        "validate": ("real.validate", "validate_command"),
+        "validate": ("real.validate_cli", "validate_command"),
         "fit": ("aprilsim.workload.fitting.cli", "fit_command"),
         "plot": ("aprilsim.cli", "_plot_group"),
         "sweep": ("aprilsim.sweep.cli", "sweep_command"),

@@ -150,7 +150,9 @@ def _priced_rate(r: SchedulerComparison) -> float:
     return r.measured["generated_tokens"] / t if t > 0 else 0.0
 
 
-def _rate(r: SchedulerComparison, side: str) -> float:
+def rate(r: SchedulerComparison, side: str) -> float:
+    """Tokens per second of one side: predicted, measured (rollout throughput), engine (simulated
+    busiest-engine seconds) or priced (live busiest-engine iterations priced)."""
     if side == "priced":
         return _priced_rate(r)
     if side == "engine":
@@ -161,7 +163,7 @@ def _rate(r: SchedulerComparison, side: str) -> float:
 def ranking(rows: Sequence[SchedulerComparison], side: str) -> list[str]:
     """Labels ordered by rollout throughput, best first (``side``: predicted, measured, or
     priced: live tokens per priced busiest-engine second)."""
-    return [r.label for r in sorted(rows, key=lambda r: -_rate(r, side))]
+    return [r.label for r in sorted(rows, key=lambda r: -rate(r, side))]
 
 
 def ranking_preserved(rows: Sequence[SchedulerComparison], tie: float = 0.0,
@@ -169,7 +171,7 @@ def ranking_preserved(rows: Sequence[SchedulerComparison], tie: float = 0.0,
     """True when simulation and live (``side``: measured or priced) order the schedulers alike.
     Pairs whose live throughputs lie within ``tie`` (relative) of each other may swap."""
     pred = ranking(rows, "engine" if side == "priced" else "predicted")
-    by = {r.label: _rate(r, side) for r in rows}
+    by = {r.label: rate(r, side) for r in rows}
     for i, a in enumerate(pred):
         for b in pred[i + 1:]:
             if by[a] < by[b] * (1 - tie):

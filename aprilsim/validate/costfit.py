@@ -46,6 +46,7 @@ class CostFit:
     prefill_without_pr_err: float = 0.0  # prefill's median |rel. error| fitted without pr
     source: str = "aprilsim.engine.calibration.CostCalibrator"
     notes: list[str] = field(default_factory=list)
+    given: bool = False  # the cost came from a file (--calibration), not fitted here
 
     @property
     def effective(self) -> CostModel:
@@ -61,7 +62,7 @@ class CostFit:
                 "prefill_median_err": self.prefill_median_err, "n_decode": self.n_decode,
                 "n_prefill": self.n_prefill, "decode_share": self.decode_share,
                 "prefill_without_pr_err": self.prefill_without_pr_err,
-                "source": self.source}
+                "source": self.source, "given": self.given}
 
 
 def interval(prev: dict[str, Any] | None, r: dict[str, Any]) -> float:

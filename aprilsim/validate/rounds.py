@@ -28,7 +28,8 @@ from collections.abc import Sequence
 from statistics import mean, median, stdev
 from typing import Any
 
-from .compare import SchedulerComparison, gains, ranking, ranking_preserved
+from .causes import pooled_terms
+from .compare import SchedulerComparison, gains, ranking, ranking_preserved, rate
 
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
        10: 2.228, 15: 2.131, 20: 2.086, 30: 2.042}
@@ -139,7 +140,11 @@ def pooled(rounds: Sequence[Sequence[SchedulerComparison]]) -> dict[str, Any]:
             "priced_noise_floor": noise_floor(runs, "meas_priced_s") if have_priced else None,
             "noise_floor_of_mean": floor_of_mean(runs),
             "noise_floor_of_mean_split_half": split_half_floor(meas, steps),
+            "terms": pooled_terms(runs),
             "runs": len(runs)}
+        pf = out["schedulers"][lab]["priced_noise_floor"]
+        out["schedulers"][lab]["priced_noise_floor_of_mean"] = (
+            None if pf is None else pf / len(runs) ** 0.5)
     per_round = [gains(rnd) for rnd in rounds]
     g: dict[str, Any] = {}
     for lab in labels:
@@ -155,5 +160,29 @@ def pooled(rounds: Sequence[Sequence[SchedulerComparison]]) -> dict[str, Any]:
     out["ranking"] = {"preserved_rounds": sum(ranking_preserved(rnd, 0.02) for rnd in rounds),
                       "rounds": len(rounds),
                       "predicted": ranking(rounds[0], "predicted") if rounds else [],
-                      "measured_by_round": [ranking(rnd, "measured") for rnd in rounds]}
+                      "measured_by_round": [ranking(rnd, "measured") for rnd in rounds],
+                      "pairs": rank_pairs(rounds, "predicted", "measured"),
+                      "priced_pairs": rank_pairs(rounds, "engine", "priced")}
+    return out
+
+
+def rank_pairs(rounds: Sequence[Sequence[SchedulerComparison]], order: str,
+               side: str) -> list[dict[str, Any]]:
+    """Each pair of schedulers next to each other in the ``order`` side's ranking (of the first
+    round), with the ``side`` rate ratio ``a / b - 1`` over the rounds (mean, 95 % half-width);
+    empty with one scheduler or where a round lacks the side's figures (no priced iterations)."""
+    if not rounds or len(rounds[0]) < 2:
+        return []
+    if side == "priced" and not all(r.meas_priced_s for rnd in rounds for r in rnd):
+        return []
+    names = ranking(rounds[0], order)
+    out = []
+    for a, b in zip(names, names[1:]):
+        ratios = []
+        for rnd in rounds:
+            by = {r.label: rate(r, side) for r in rnd}
+            if by.get(a) and by.get(b):
+                ratios.append(by[a] / by[b] - 1)
+        if ratios:
+            out.append({"a": a, "b": b, **interval(ratios)})
     return out

@@ -405,6 +405,18 @@ class VLLMEngine:
         except (aiohttp.ClientError, asyncio.TimeoutError, UnicodeDecodeError):
             return None
 
+    async def snapshot(self) -> tuple[dict[str, float] | None, MetricsLoad | None]:
+        """The counters and the load of one ``/metrics`` read (one request where a sampler
+        wants both); (None, None) when unreachable."""
+        try:
+            async with self.session.get(f"{self.url}/metrics", timeout=self._control_timeout()) as r:
+                text = await r.text()
+                if r.status != 200:
+                    return None, None
+                return parse_counters(text) or None, parse_metrics(text)
+        except (aiohttp.ClientError, asyncio.TimeoutError, UnicodeDecodeError):
+            return None, None
+
     async def loads(self, worker: str | None = None) -> dict | None:
         """The SGLang client's ``loads`` keys from ``/metrics`` (``worker`` is ignored)."""
         m = await self.metrics()
@@ -425,15 +437,17 @@ class VLLMEngine:
 
     async def server_info(self) -> ServerInfo:
         """Context length from ``/v1/models``, KV capacity from ``/metrics``, version from
-        ``/version``; ``max_num_seqs`` only from dev mode's ``/server_info`` (else None)."""
+        ``/version``; ``max_num_seqs`` only from dev mode's ``/server_info`` (else None), whose
+        whole scheduler config (``max_num_batched_tokens``, ...) is kept in ``raw``."""
         cards = await self.models()
         m = await self.metrics()
         _, ver = await self._request("GET", "/version")
-        max_seqs = None
+        max_seqs, sched = None, {}
         status, dev = await self._request("GET", "/server_info?config_format=json")
         if status == 200 and isinstance(dev, dict) and isinstance(dev.get("vllm_config"), dict):
             sched = dev["vllm_config"].get("scheduler_config") or {}
-            v = sched.get("max_num_seqs") if isinstance(sched, dict) else None
+            sched = sched if isinstance(sched, dict) else {}
+            v = sched.get("max_num_seqs")
             max_seqs = v if isinstance(v, int) else None
         lens = [c["max_model_len"] for c in cards if isinstance(c.get("max_model_len"), int)]
         return ServerInfo(
@@ -443,7 +457,7 @@ class VLLMEngine:
             incremental_streaming_output=True,  # completions stream deltas
             version=str(ver["version"]) if isinstance(ver, dict) and "version" in ver else None,
             workers=(self.url,),
-            raw={"models": cards, "metrics": m},
+            raw={"models": cards, "metrics": m, "scheduler_config": sched},
         )
 
     # ---- weights (vLLM's dev-mode RL endpoints) ---------------------------------------------

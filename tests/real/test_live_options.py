@@ -89,7 +89,7 @@ def test_aprilsim_validate_calls_the_library_with_typed_options(monkeypatch, tmp
 
     seen = []
 
-    def fake(sc, specs, opts, progress):
+    def fake(sc, specs, opts, progress, **kw):
         seen.append((specs, opts))
         raise RuntimeError("stopped by the test")
 

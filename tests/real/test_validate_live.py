@@ -84,10 +84,12 @@ def test_validate_on_one_engine_meets_the_engine_time_targets(tmp_path):
     # but which requests an abort catches follows the timing (5.4 % at load 8 on 2 cores)
     for label, bound in (("sync", 0.03), ("april", 0.08)):
         assert by[label]["errors"]["step_priced_median_abs"] <= bound, (label, by[label]["errors"])
-    assert t["step_priced_error"]["met"], t["step_priced_error"]
+    assert t["step_priced_error"]["worst"] <= t["step_priced_error"]["bound"], t["step_priced_error"]
     assert t["gain_priced_pp"]["bound"] == 3.0
-    assert t["gain_priced_pp"]["met"], t["gain_priced_pp"]
-    assert t["ranking_priced"]["met"], t
+    assert t["gain_priced_pp"]["worst"] <= 3.0, t["gain_priced_pp"]
+    assert all(p["mean"] >= -t["ranking_priced"]["tie"] for p in t["ranking_priced"]["pairs"]), t
+    # one round: no interval, so a gain and a ranking decide nothing (issue 35)
+    assert t["gain_priced_pp"]["verdict"] == t["ranking_priced"]["verdict"] == "undecided"
 
 
 @pytest.mark.slow
