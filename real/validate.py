@@ -46,11 +46,8 @@ if TYPE_CHECKING:  # loaded where used: `aprilsim validate --help` stays under 0
     from aprilsim.config import Scenario
     from aprilsim.validate.costfit import CostFit
 
-    from .validate_store import RunStore
 
-
-def _guarded_live(sc: Scenario, specs: list[str], opts: ValidateOptions, progress,
-                  store: RunStore | None):
+def _guarded_live(sc: Scenario, specs: list[str], opts: ValidateOptions, progress):
     """:func:`run_live` under asyncio with SIGINT and SIGTERM turned into :class:`Interrupted`
     (in-flight work aborted, the finished runs kept by ``store``)."""
 
@@ -61,7 +58,7 @@ def _guarded_live(sc: Scenario, specs: list[str], opts: ValidateOptions, progres
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, task.cancel)  # type: ignore[union-attr]
         try:
-            return await run_live(sc, specs, opts, progress, rounds=opts.live_rounds, store=store)
+            return await run_live(sc, specs, opts, progress)
         except asyncio.CancelledError:
             raise Interrupted("interrupted") from None
 
@@ -72,22 +69,28 @@ def _guarded_live(sc: Scenario, specs: list[str], opts: ValidateOptions, progres
 
 
 def validate(sc: Scenario, specs: list[str], opts: ValidateOptions,
-             progress=lambda *a: None, save: Path | None = None,
-             store: RunStore | None = None) -> Validation:
+             progress=lambda *a: None, save: Path | None = None) -> Validation:
     """Check, run live, calibrate, simulate: the whole of ``aprilsim validate`` but the report.
 
     ``opts.repeats`` R > 1: the judged runs are R interleaved rounds; without a calibration
     file one more round runs first, for the fit alone (held out of every comparison).
-    ``save``: pickle the live runs there (:func:`load_live` reads them back for :func:`judge`).
-    ``store``: keep every finished run there as it finishes (and skip those it holds)."""
+    ``opts.keep``: every finished run is kept there as it finishes (and those it holds are not
+    run again), and so is the fitted cost (``calibration.toml``).
+    ``save``: pickle the live runs there (:func:`load_live` reads them back for :func:`judge`)."""
     t0 = time.monotonic()
-    live, limits, what, checks = _guarded_live(sc, specs, opts, progress, store)
+    live, limits, what, checks = _guarded_live(sc, specs, opts, progress)
     t_live = time.monotonic() - t0
     if save is not None:
         import pickle
 
         save.write_bytes(pickle.dumps((live, limits, what, checks, t_live)))
-    return judge(sc, specs, opts, live, limits, what, checks, t_live, store=store)
+    v = judge(sc, specs, opts, live, limits, what, checks, t_live)
+    if opts.keep is not None and not opts.calibration:
+        from .validate_store import write_calibration
+
+        write_calibration(opts.keep / "calibration.toml", v.fit.effective,
+                          f"aprilsim validate: {v.calibration_from}")
+    return v
 
 
 def load_live(path: Path) -> tuple[list[LiveOutcome], dict[str, Any], str, list[str], float]:
@@ -123,8 +126,7 @@ def _fit(opts: ValidateOptions, logs, calib: list[LiveOutcome]) -> tuple[CostFit
 
 
 def judge(sc: Scenario, specs: list[str], opts: ValidateOptions, live: list[LiveOutcome],
-          limits: dict[str, Any], what: str, checks: list[str], t_live: float,
-          store: RunStore | None = None) -> Validation:
+          limits: dict[str, Any], what: str, checks: list[str], t_live: float) -> Validation:
     """Fit (or load) the cost and simulate every scheduler against live runs already made: the
     offline half of :func:`validate`, so saved live runs can be judged again."""
     from aprilsim.validate.costfit import load_client_overhead
@@ -153,11 +155,6 @@ def judge(sc: Scenario, specs: list[str], opts: ValidateOptions, live: list[Live
         v.sim[o.label], v.sim_traces[o.label] = _simulate_like(sc, o, engine, opts)
     if opts.cross_fitted:
         _cross_fit(v, sc, opts, limits)
-    if store is not None and not opts.calibration:
-        from .validate_store import write_calibration
-
-        write_calibration(store.out / "calibration.toml", v.fit.effective,
-                          f"aprilsim validate: {v.calibration_from}")
     v.timings = {"live_s": t_live, "sim_s": time.monotonic() - t1}
     return v
 

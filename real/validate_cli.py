@@ -61,18 +61,20 @@ def _summary(rep: dict[str, Any], out: Path, t0: float) -> None:
     sys.stdout.flush()
 
 
-def _options(scenario, schedulers, local, engines, router, steps, warmup, vocab_size):
-    """(scenario, schedulers, target) from the flags; ValueError and friends on bad input."""
+def _options(f: dict[str, Any]):
+    """(scenario, schedulers, target, steps) from the flags ``f``; ValueError and friends on bad
+    input."""
     from aprilsim.config import load_scenario, with_overrides
     from aprilsim.validate.scaled import make_policy
 
-    target = EngineTarget.from_flags(local=local, engines=engines, router=router,
-                                     vocab_size=vocab_size)
-    sc = load_scenario(scenario)
-    if steps is None and local:
+    target = EngineTarget.from_flags(local=f["local"], engines=f["engines"], router=f["router"],
+                                     vocab_size=f["vocab_size"])
+    sc = load_scenario(f["scenario"])
+    steps = f["steps"]
+    if steps is None and f["local"]:
         steps = min(sc.steps, LOCAL_STEPS)
-    sc = with_overrides(sc, steps=steps, warmup=warmup)
-    specs = list(schedulers) or list(sc.compare)
+    sc = with_overrides(sc, steps=steps, warmup=f["warmup"])
+    specs = list(f["schedulers"]) or list(sc.compare)
     for s in specs:
         make_policy(sc, s)
     return sc, specs, target, steps
@@ -118,8 +120,9 @@ def validate_command(scenario, schedulers, local, engines, router, from_log, cal
              "(or `aprilsim replay-validate RUN`)")
         return
     try:
-        sc, specs, target, steps = _options(scenario, schedulers, local, engines, router, steps,
-                                            warmup, vocab_size)
+        sc, specs, target, steps = _options(dict(
+            scenario=scenario, schedulers=schedulers, local=local, engines=engines, router=router,
+            steps=steps, warmup=warmup, vocab_size=vocab_size))
     except (ScenarioError, SchedulerError, ValueError, TypeError) as e:
         fail(str(e))
         return
@@ -129,6 +132,7 @@ def validate_command(scenario, schedulers, local, engines, router, from_log, cal
         return
     opts = rv.ValidateOptions(target=target, seed=seed, steps=steps, calibration=calibration,
                               repeats=repeats, max_running=max_running, cross_fit=cross_fit, pin=pin,
+                              keep=out,
                               scale=scale if scale is not None else (local_scale(sc.max_response_len) if local else 1.0))
     store = RunStore(out)
     try:
@@ -144,7 +148,7 @@ def validate_command(scenario, schedulers, local, engines, router, from_log, cal
 
     t0 = time.monotonic()
     try:
-        v = rv.validate(sc, specs, opts, progress, store=store)
+        v = rv.validate(sc, specs, opts, progress)
     except rv.Interrupted:
         click.echo(f"aprilsim: interrupted: {store.kept()} (continue with --resume)", err=True)
         sys.exit(EXIT_INTERRUPTED)

@@ -72,14 +72,14 @@ def probe_need(sc: Scenario, specs: list[str], n_engines: int) -> int:
     return min(PROBE_CAP, math.ceil(ratio * sc.batch_size * sc.group_size / max(1, n_engines)))
 
 
-async def max_running_of(engine: Any, info: Any, given: int | None, need: int, vocab: int,
-                         local: bool) -> tuple[int, str]:
+async def max_running_of(engine: Any, info: Any, opts: Any, need: int,
+                         vocab: int) -> tuple[int, str]:
     """The concurrency the simulation assumes, and where it came from (see the docstring)."""
     if info.max_running_requests:
         return int(info.max_running_requests), "reported by the server"
-    if given:
-        return int(given), "--max-running"
-    if local:
+    if opts.max_running:
+        return int(opts.max_running), "--max-running"
+    if opts.target.local is not None:
         return DEFAULT_MAX_RUNNING, "assumed"
     from real.calibrate import probe_concurrency
 
@@ -89,17 +89,16 @@ async def max_running_of(engine: Any, info: Any, given: int | None, need: int, v
     return seen, f"probed: {need} requests sent at once, at most {seen} ran together"
 
 
-async def engine_limits(engine: Any, opts: Any, sc: Scenario, specs: list[str], n_engines: int,
+async def engine_limits(engine: Any, opts: Any, need: int,
                         vocab: int) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
     """(the limits and rules :func:`aprilsim.validate.scaled.matched_engine` takes, notes for
-    the report, the facts behind them) for the engines behind ``engine`` (the first one)."""
+    the report, the facts behind them) for the engines behind ``engine`` (the first one);
+    ``need``: how many requests a probe of the concurrency sends (:func:`probe_need`)."""
     from real.clients.connect import engine_family
 
     info = await engine.server_info()
     family = engine_family(engine, info.version)
-    local = opts.target.local is not None
-    need = probe_need(sc, specs, n_engines)
-    running, how = await max_running_of(engine, info, opts.max_running, need, vocab, local)
+    running, how = await max_running_of(engine, info, opts, need, vocab)
     limits: dict[str, Any] = {"max_running": running,
                               "kv_capacity": int(info.kv_capacity_tokens or 1 << 30),
                               **engine_rules(engine, info.version, kv_block_size(info))}

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from aprilsim.config import Scenario
 
-    from .validate_store import RunStore
     from .validate_types import LiveOutcome, ValidateOptions
 
 
@@ -262,18 +261,17 @@ class Live:
             machine = {"loop_lag_ms": await lag.stop(), **cpu.stop()}
         wall = time.monotonic() - t0
         result.warmup_steps = clamp_warmup(sc.warmup_steps, len(result.steps))
-        shift = (time.time() - time.monotonic()) + rt.clock_origin  # log stamps: time.time()
         o = LiveOutcome(spec, result, [], trace, wall,
                         rt.overhead_s / rt.requests if rt.requests else 0.0, round=rnd)
-        await self._collect(o, rt, before, samples, shift, machine)
+        await self._collect(o, rt, before, samples, machine)
         o.running = [sm.running for sm in samplers]
         return o
 
-    async def _collect(self, o: LiveOutcome, rt, before, samples, shift: float,
-                       machine: dict[str, Any]) -> None:
+    async def _collect(self, o: LiveOutcome, rt, before, samples, machine: dict[str, Any]) -> None:
         """The engines' rows, counters and streams of a finished run, and its machine check."""
         from aprilsim.validate.starvation import delivery, starved
 
+        shift = (time.time() - time.monotonic()) + rt.clock_origin  # log stamps: time.time()
         streams = []
         for i, e in enumerate(self.engines):
             got = await iteration_rows(e, self.seqs[i])
@@ -298,18 +296,18 @@ class Live:
 
 
 async def run_live(sc: Scenario, specs: list[str], opts: ValidateOptions, progress,
-                   rounds: int = 1, store: RunStore | None = None,
                    ) -> tuple[list[LiveOutcome], dict[str, Any], str, list[str]]:
-    """Check what is needed, then run every scheduler on one cluster, in ``rounds`` rounds
-    (A B A B ...; round numbers from 0), skipping the runs ``store`` already holds and handing it
-    each one that finishes; return outcomes, engine limits, what ran, the checks."""
+    """Check what is needed, then run every scheduler on one cluster, in ``opts.live_rounds``
+    rounds (A B A B ...; round numbers from 0), skipping the runs ``opts.keep`` already holds and
+    keeping each one that finishes there; return outcomes, engine limits, what ran, the checks."""
     from dataclasses import replace
 
     from real.clients.connect import stamped
     from real.runner.api import connect_cluster, max_context_of
     from real.runner.cluster import AllEnginesDown
 
-    from .validate_limits import engine_limits
+    from .validate_limits import engine_limits, probe_need
+    from .validate_store import RunStore
 
     vocab, notes = await precheck(opts)
     conn = await connect_cluster(replace(opts.target, vocab_size=vocab or opts.target.vocab_size),
@@ -321,14 +319,17 @@ async def run_live(sc: Scenario, specs: list[str], opts: ValidateOptions, progre
     what = f"{len(live.engines)} {conn.what}" if conn.local else conn.what
     try:
         await live.start(conn.vocab_size)
-        limits, more, facts = await engine_limits(live.engines[0], opts, sc, specs,
-                                                  len(live.engines), conn.vocab_size)
+        limits, more, facts = await engine_limits(live.engines[0], opts,
+                                                  probe_need(sc, specs, len(live.engines)),
+                                                  conn.vocab_size)
         notes += more
         if opts.pin:
             notes.append(await live.pin())
+        store = RunStore(opts.keep).load() if opts.keep is not None else None
         if store is not None:
             limits, what, notes = store.remember(limits, what, notes)
         done = store.done() if store is not None else {}
+        rounds = opts.live_rounds
         for rnd in range(rounds):
             for spec in specs:
                 if (spec, rnd) in done:

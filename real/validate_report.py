@@ -138,7 +138,8 @@ def write_all(v: Validation, out: Path, figures: bool = True) -> dict[str, Any]:
         meta["warnings"] = ["Every round was starved: no round is left to judge, every target "
                             "reads undecided."]
     rep = report_dict(rows, meta, v.fit.to_dict(), pooled(by_round) if by_round else {"rounds": 0},
-                      decision_tables(v, judged), machine_report(v, judged, why, _setting(v)))
+                      {"decisions": decision_tables(v, judged),
+                       "machine": machine_report(v, judged, why, _setting(v))})
     out.mkdir(parents=True, exist_ok=True)
     figs: list[Path] = []
     if figures:

@@ -71,6 +71,14 @@ class RunStore:
         self._write_state()
         return 0
 
+    def load(self) -> RunStore:
+        """This store as ``begin`` left it (its ``state.json``), for the live runs to use."""
+        state = self.dir / STATE
+        if state.is_file():
+            old = json.loads(state.read_text())
+            self.key, self.setup = old.get("key", {}), old.get("setup", {})
+        return self
+
     def _files(self) -> list[Path]:
         return sorted(self.dir.glob("round*.pkl")) if self.dir.is_dir() else []
 

@@ -25,7 +25,8 @@ class ValidateOptions:
     concurrency of engines that do not report it. ``cross_fit`` (R >= 2 rounds, no calibration
     file): every round is judged with the cost fitted on the other R - 1 rounds (leave one round
     out), instead of one extra round run for the fit alone. ``pin``: the client and the engines
-    on separate cores."""
+    on separate cores. ``keep``: the folder (``--out``) whose ``runs/`` keeps every finished
+    live run as it finishes, and whose runs a resumed validate skips."""
 
     target: EngineTarget
     scale: float = 1.0
@@ -36,6 +37,7 @@ class ValidateOptions:
     max_running: int | None = None
     cross_fit: bool = False
     pin: bool = False
+    keep: Path | None = None  # --out: every finished live run kept there (real.validate_store)
 
     @property
     def holdout_round(self) -> bool:

@@ -7,11 +7,11 @@ import copy
 import json
 
 import pytest
+from test_validate import TRUE, small_scenario
 
 from aprilsim.metrics.trace import RequestSpan, Trace
 from aprilsim.validate import simulate_matched
 from aprilsim.validate.scaled import matched_engine
-from test_validate import TRUE, small_scenario
 
 
 def _april(steps: int = 4):

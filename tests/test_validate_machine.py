@@ -104,12 +104,13 @@ def test_starved_rounds_are_left_out_of_every_verdict(tmp_path):
     and 3, and the report says which round was left out and why."""
     import copy
 
+    from test_validate import TRUE, small_scenario
+
     from aprilsim.metrics.trace import Trace
     from aprilsim.validate import simulate_matched
     from aprilsim.validate.scaled import matched_engine
     from real.runner.options import EngineTarget
     from real.validate import LiveOutcome, ValidateOptions, judge, write_all
-    from test_validate import TRUE, small_scenario
 
     sc = small_scenario()
     cal = tmp_path / "cal.toml"

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import event, given, target
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
+from test_validate import TRUE, small_scenario
 
 from aprilsim.validate import compare_runs, simulate_matched
 from aprilsim.validate.causes import TERMS, cause_text, pooled_terms, step_terms
@@ -26,7 +27,6 @@ from aprilsim.validate.verdict import (
     interval_verdict,
     ranking_verdict,
 )
-from test_validate import TRUE, small_scenario
 
 
 def test_an_error_is_met_below_its_bound_missed_only_beyond_its_noise():

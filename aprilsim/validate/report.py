@@ -113,10 +113,11 @@ def warnings(meta: Mapping[str, Any], fit: Mapping[str, Any],
 
 def report_dict(rows: Sequence[SchedulerComparison], meta: dict[str, Any], fit: dict[str, Any],
                 pool: dict[str, Any] | None = None,
-                decisions: Mapping[str, Any] | None = None,
-                machine: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The JSON report. ``pool``: the judged rounds' pooled figures; ``decisions``: per scheduler,
-    ``{"pooled": ..., "runs": {round: agreement}}``; ``machine``: the machine check."""
+                extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON report. ``pool``: the judged rounds' pooled figures; ``extra``: ``decisions``
+    (per scheduler, ``{"pooled": ..., "runs": {round: agreement}}``) and ``machine`` (the
+    machine check), where a live validate measured them."""
+    decisions, machine = (extra or {}).get("decisions"), (extra or {}).get("machine")
     pooled_dec = {lab: d["pooled"] for lab, d in (decisions or {}).items()}
     meta = {"rounds": (pool or {}).get("rounds", 1), **meta}
     t = targets(rows, pool, pooled_dec)

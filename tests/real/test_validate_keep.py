@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import ROOT, start_server
 
 from aprilsim.cli import main
-from conftest import ROOT, start_server
 
 SMALL = """
 name = "keep-small"
