@@ -41,7 +41,8 @@ DEFAULT_KV_LOADS = (16, 128, 512)
 DEFAULT_GEN_TOKENS = 24
 PREFILL_SIZES = (32, 128, 512)
 PREFILL_REPEATS = 3  # prefill steps are few and noisy on a shared CPU: fit their medians
-PROBE_GEN = 48  # tokens per request of the concurrency probe: long enough that all overlap
+PROBE_GEN = 512  # tokens per request of the concurrency probe: long enough that all overlap
+PROBE_SETTLE_S = 1.0  # once all run, read the running count this long before aborting the rest
 
 Progress_ = Callable[[str], None] | None
 
@@ -210,10 +211,13 @@ async def _timing_for(engine, label: str, url: str | None) -> _Timing:
     return _Timing(engine, label)
 
 
-async def probe_concurrency(engine: Engine, need: int, vocab: int) -> int:
-    """The most requests the engine runs at once, up to ``need``: ``need`` short requests sent
-    together; the most ``/metrics`` reports running while they run (vLLM), else the largest
-    decode batch rebuilt from their token streams."""
+async def probe_concurrency(engine: Engine, need: int, vocab: int,
+                            gen: int = PROBE_GEN, settle_s: float = PROBE_SETTLE_S) -> int:
+    """The most requests the engine runs at once, up to ``need``: ``need`` requests of ``gen``
+    tokens sent together (long enough that all overlap even where the client sends them slowly),
+    the most ``/metrics`` reports running while they run (vLLM), else the largest decode batch
+    rebuilt from their token streams. Once every request has streamed a token, or the count
+    reached ``need``, and ``settle_s`` has passed, the rest is aborted."""
     from aprilsim.validate.reconstruct import reconstruct
 
     from .clients.connect import stamped, unwrap
@@ -221,27 +225,45 @@ async def probe_concurrency(engine: Engine, need: int, vocab: int) -> int:
     s = stamped(engine)
     base = unwrap(engine)
     seen = 0
-    done = asyncio.Event()
-
-    async def poll() -> None:
-        nonlocal seen
-        while not done.is_set():
-            m = await base.metrics() if hasattr(base, "metrics") else None
-            if m is not None:
-                seen = max(seen, int(m.running))
-            await asyncio.sleep(0.02)
-
-    poller = asyncio.ensure_future(poll())
-    try:
-        await _run_batch(s, need, 8, PROBE_GEN, vocab, seed=99)
-    finally:
-        done.set()
-        await poller
+    reqs = [GenerateRequest(prompt_ids=_ids(vocab, 99, i, 8), max_new_tokens=gen, replay_len=gen)
+            for i in range(need)]
+    tasks = [asyncio.ensure_future(s.generate(r)) for r in reqs]
+    t_all = None
+    while not all(t.done() for t in tasks):
+        m = await base.metrics() if hasattr(base, "metrics") else None
+        if m is not None:
+            seen = max(seen, int(m.running))
+        if t_all is None and (seen >= need or len(s.logs) >= need and all(lg.events for lg in s.logs)):
+            t_all = time.monotonic()
+        if t_all is not None and time.monotonic() - t_all > settle_s:
+            await engine.abort_all()
+            break
+        await asyncio.sleep(0.02)
+    await asyncio.gather(*tasks, return_exceptions=True)
     if seen:  # the engine's own running count: exact, where the stream is a timing estimate
         return max(1, min(need, seen))  # (on a loaded client, tokens of two iterations coalesce)
     rows = reconstruct(s.take())
     from_stream = max((r["batch_size"] + r.get("mixed_decode", 0) for r in rows), default=0)
     return max(1, min(need, from_stream))
+
+
+def server_facts(engine: Engine, info) -> list[str]:
+    """What the server says of itself that the simulation takes: the engine family (from the
+    client's kind and the server's version), the KV capacity and its blocks (vLLM's
+    ``cache_config_info``), vLLM's ``max_num_batched_tokens`` (dev mode's scheduler config)."""
+    from .clients.connect import engine_family
+
+    out = [f"engine family {engine_family(engine, info.version)} (from the server: version "
+           f"{info.version or 'not reported'}); simulate it with its family's rules"]
+    m = (info.raw or {}).get("metrics")
+    if info.kv_capacity_tokens:
+        block = getattr(m, "block_size", None)
+        out.append(f"kv_capacity {info.kv_capacity_tokens} (reported by the server"
+                   + (f": {info.kv_capacity_tokens // block} blocks of {block} tokens)" if block else ")"))
+    batched = ((info.raw or {}).get("scheduler_config") or {}).get("max_num_batched_tokens")
+    if isinstance(batched, int) and batched > 0:
+        out.append(f"max_num_batched_tokens {batched} (reported by the server)")
+    return out
 
 
 async def _measure_engine(engine: Engine, timing: _Timing, vocab: tuple[int, str], max_batch: int,
@@ -254,7 +276,8 @@ async def _measure_engine(engine: Engine, timing: _Timing, vocab: tuple[int, str
         measured.append(f"max_running {conc} (reported by the server)")
     else:
         need = max(max_batch, max(batch_sizes or (1,)))
-        conc = await probe_concurrency(engine, need, vocab[0])
+        conc = await probe_concurrency(engine, need, vocab[0],
+                                       gen=min(PROBE_GEN, (info.max_context_length or 2048) - 16))
         if conc >= need:
             assumed.append(f"max_running >= {conc}: the server does not report it and ran all "
                            f"{need} probe requests at once (not written to the preset)")
@@ -278,9 +301,8 @@ async def _measure_engine(engine: Engine, timing: _Timing, vocab: tuple[int, str
                     f"{decode_b[-1] if decode_b else '-'} (sweep up to {cap}), prompt lengths "
                     f"{', '.join(str(x) for x in sorted({L for _, L, g in runs if g > 1}))}, "
                     f"timed by {timing.name}")
-    if info.kv_capacity_tokens:
-        measured.append(f"kv_capacity {info.kv_capacity_tokens} (reported by the server)")
-    else:
+    measured += server_facts(engine, info)
+    if not info.kv_capacity_tokens:
         assumed.append("kv_capacity: not reported (not written: the scenario's preset holds)")
     queries = getattr(timing, "prefix_queries", 0)
     share = timing.prefix_hits / queries if queries else None  # type: ignore[attr-defined]
@@ -289,7 +311,10 @@ async def _measure_engine(engine: Engine, timing: _Timing, vocab: tuple[int, str
                         f"{100 * share:.1f}% served (distinct prompts; a workload figure: model "
                         "it with [cluster] prefix_cache = \"lru\")")
     known = bool(info.max_running_requests) or any(m.startswith("max_running") for m in measured)
+    from .clients.connect import engine_family
+
     out = {"max_running": conc if known else None, "kv_capacity": info.kv_capacity_tokens, "vocab_size": vocab[0],
+           "family": engine_family(engine, info.version),
            "measured": measured, "assumed": assumed, "timing": timing.name,
            "batch_sizes": decode_b, "client_walls": list(timing.walls)}
     if share is not None:

@@ -33,6 +33,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     m.add_argument("--d-model", type=int, default=128)
     m.add_argument("--n-layers", type=int, default=2)
     m.add_argument("--n-heads", type=int, default=4)
+    m.add_argument("--d-ff", type=int, default=None, help="MLP width (default: 4 x d_model)")
     m.add_argument("--max-context", type=int, default=2048)
     m.add_argument("--eos-token-id", type=int, default=2)
     e = p.add_argument_group("engine")
@@ -94,7 +95,7 @@ async def serve(args: argparse.Namespace) -> None:
 
         torch.set_num_threads(args.torch_threads)
     model_cfg = ModelConfig(vocab_size=args.vocab_size, d_model=args.d_model,
-                            n_layers=args.n_layers, n_heads=args.n_heads,
+                            n_layers=args.n_layers, n_heads=args.n_heads, d_ff=args.d_ff,
                             max_context=args.max_context, eos_token_id=args.eos_token_id)
     engine_cfg = EngineConfig(max_running_requests=args.max_running_requests,
                               kv_budget_tokens=args.kv_budget_tokens,

@@ -81,9 +81,10 @@ async def max_running_of(engine: Any, info: Any, opts: Any, need: int,
         return int(opts.max_running), "--max-running"
     if opts.target.local is not None:
         return DEFAULT_MAX_RUNNING, "assumed"
-    from real.calibrate import probe_concurrency
+    from real.calibrate import PROBE_GEN, probe_concurrency
 
-    seen = await probe_concurrency(engine, need, vocab)
+    seen = await probe_concurrency(engine, need, vocab,
+                                   gen=min(PROBE_GEN, (info.max_context_length or 2048) - 16))
     if seen >= need:
         return seen, f"probed: all {need} requests sent at once ran together (at least {seen})"
     return seen, f"probed: {need} requests sent at once, at most {seen} ran together"

@@ -71,8 +71,12 @@ def cause_text(terms: Mapping[str, Mapping[str, float]] | None,
     the term with the largest median |share|, with the others beside it; None when unmeasured."""
     if decisions and decisions.get("first_mismatch") is not None:
         fm = decisions["first_mismatch"]
+        spread = decisions.get("admission_spread_s")
+        seen = (f"; live, the requests sent together at a step's start got their first token "
+                f"over {1e3 * spread:.0f} ms (median), which the simulation, delivering them "
+                "together, does not have" if spread else "")
         return (f"the decisions differ from step {fm['step']} ({fm['what']}): a decision "
-                "mismatch, not the cost")
+                f"mismatch, not the cost{seen}")
     if not terms:
         return None
     top = max(terms, key=lambda k: terms[k]["median_abs"])

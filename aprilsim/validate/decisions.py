@@ -72,6 +72,26 @@ def step_decisions(result: RunResult, trace: Trace | None) -> list[dict[str, Any
     return out
 
 
+SENT_TOGETHER_S = 0.05  # requests sent within this of a step's start count as sent together
+
+
+def admission_spread(result: RunResult, trace: Trace | None) -> float | None:
+    """Median over the steps of how far apart the requests sent together at a step's start got
+    their first token (live traces record it): an engine that admits them over many iterations
+    (an API server parsing one request after another on a loaded CPU) starts some of them
+    iterations late, which reorders which groups finish first. None where not observed."""
+    if trace is None:
+        return None
+    spreads = []
+    for s in result.steps:
+        lo = s.rollout_start_s
+        ft = [sp.first_token_s for sp in trace.requests
+              if lo <= sp.submit_s <= lo + SENT_TOGETHER_S and sp.first_token_s is not None]
+        if len(ft) >= 2:
+            spreads.append(max(ft) - min(ft))
+    return sorted(spreads)[len(spreads) // 2] if spreads else None
+
+
 def _agrees(name: str, live: Any, sim: Any) -> bool | None:
     if live is None or sim is None:
         return None
@@ -103,7 +123,8 @@ def agreement(live: RunResult, live_trace: Trace | None, sim: RunResult,
                    for k, c in cells.items() if c["agree"] is False]
             first = {"step": i, "what": "; ".join(off)}
         rows.append({"step": i, "agree": ok, "cells": cells})
-    return {"steps": rows, "agree_steps": agree, "compared": len(rows), "first_mismatch": first}
+    return {"steps": rows, "agree_steps": agree, "compared": len(rows), "first_mismatch": first,
+            "admission_spread_s": admission_spread(live, live_trace)}
 
 
 def pooled_agreement(runs: Sequence[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
@@ -117,6 +138,8 @@ def pooled_agreement(runs: Sequence[tuple[int, dict[str, Any]]]) -> dict[str, An
     if firsts:
         step, rnd, fm = min(firsts, key=lambda t: (t[0], t[1]))
         first = {**fm, "round": rnd}
+    spread = sorted(a["admission_spread_s"] for _, a in runs if a.get("admission_spread_s") is not None)
     return {"share": agree / compared if compared else None, "agree_steps": agree,
             "compared": compared, "first_mismatch": first,
-            "rounds_with_mismatch": len(firsts), "rounds": len(runs)}
+            "rounds_with_mismatch": len(firsts), "rounds": len(runs),
+            "admission_spread_s": spread[len(spread) // 2] if spread else None}

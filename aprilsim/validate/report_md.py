@@ -96,12 +96,16 @@ def decisions_section(rep: dict[str, Any]) -> list[str]:
     out = ["## Decision agreement (what the scheduler decided, live / simulated)", "",
            "Tolerances: " + "; ".join(f"{k} {a:g} or {100 * r:.0f}%" if r else f"{k} {a:g}"
                                       for k, (a, r) in TOLERANCE.items()) + ".", "",
-           "| scheduler | steps agreeing | first mismatch |", "|---|---|---|"]
+           "| scheduler | steps agreeing (rounds judged) | all rounds | first mismatch | live: first "
+           "tokens of requests sent together spread over (median) |", "|---|---|---|---|---|"]
     for lab, d in dec.items():
-        p = d["pooled"]
+        p, a = d["pooled"], d.get("pooled_all_rounds") or d["pooled"]
         fm = p.get("first_mismatch")
         where = "none" if fm is None else f"round {fm['round'] + 1}, step {fm['step']}: {fm['what']}"
-        out.append(f"| {lab} | {_abs_pct(p['share'])} ({p['agree_steps']}/{p['compared']}) | {where} |")
+        spread = a.get("admission_spread_s")
+        out.append(f"| {lab} | {_abs_pct(p['share'])} ({p['agree_steps']}/{p['compared']}) | "
+                   f"{_abs_pct(a['share'])} ({a['agree_steps']}/{a['compared']}) | {where} | "
+                   f"{'n/a' if spread is None else f'{1e3 * spread:.0f} ms'} |")
     out += ["", "| scheduler | step | " + " | ".join(TOLERANCE) + " |",
             "|---|---|" + "---|" * len(TOLERANCE)]
     for lab, d in dec.items():

@@ -116,17 +116,24 @@ class Block(nn.Module):
 
     def decode(
         self, x: torch.Tensor, pool: KVPool, layer: int, slots: torch.Tensor,
-        pos: torch.Tensor, mask: torch.Tensor,
+        pos: torch.Tensor, mask: torch.Tensor, dense: bool = False,
     ) -> torch.Tensor:
-        """x: [B, d], one new token per request at position ``pos[b]`` in slot ``slots[b]``."""
+        """x: [B, d], one new token per request at position ``pos[b]`` in slot ``slots[b]``;
+        ``dense``: ``mask`` has a row per slot of the pool, which is attended in place."""
         q, k, v = self._split(x)  # [B, H, Dh]
         kl, vl = pool.k[layer], pool.v[layer]
         kl[slots, :, pos] = k
         vl[slots, :, pos] = v
         span = mask.shape[-1]
-        keys = kl[slots, :, :span]  # [B, H, L, Dh]
-        vals = vl[slots, :, :span]
-        att = F.scaled_dot_product_attention(q.unsqueeze(2), keys, vals, attn_mask=mask)
+        if dense:
+            qf = q.new_zeros((mask.shape[0], *q.shape[1:]))
+            qf[slots] = q
+            att = F.scaled_dot_product_attention(qf.unsqueeze(2), kl[:, :, :span], vl[:, :, :span],
+                                                 attn_mask=mask)[slots]
+        else:
+            keys = kl[slots, :, :span]  # [B, H, L, Dh]
+            vals = vl[slots, :, :span]
+            att = F.scaled_dot_product_attention(q.unsqueeze(2), keys, vals, attn_mask=mask)
         x = x + self.proj(att.squeeze(2).flatten(-2))
         return self._mlp(x)
 
@@ -197,13 +204,27 @@ class TinyDecoder(nn.Module):
         return self._logits(x) if all_logits else self._logits(x[-1])
 
     @torch.inference_mode()
-    def decode(self, ids: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor, pool: KVPool) -> torch.Tensor:
-        """One decode step for B requests: token ``ids[b]`` at position ``pos[b]``; logits [B, V]."""
+    def decode(self, ids: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor, pool: KVPool,
+               dense: bool | None = None) -> torch.Tensor:
+        """One decode step for B requests: token ``ids[b]`` at position ``pos[b]``; logits [B, V].
+
+        ``dense`` (default: on a GPU, when the batch holds at least half the pool's slots):
+        attend over the whole pool in place, each slot's row masked to its own positions (idle
+        slots to position 0), instead of gathering the batch's keys and values into a copy
+        first: with long contexts on a GPU the copy, not the attention, is what a step costs."""
         span = int(pos.max().item()) + 1
         mask = (torch.arange(span, device=ids.device)[None, :] <= pos[:, None])[:, None, None, :]
+        n = pool.k.shape[1]
+        if dense is None:
+            dense = ids.device.type == "cuda" and 2 * ids.shape[0] >= n > 1
+        if dense:
+            full = torch.zeros((n, 1, 1, span), dtype=torch.bool, device=ids.device)
+            full[..., 0] = True
+            full[slots] = mask
+            mask = full
         x = self.tok(ids) + self.pos(pos)
         for i, blk in enumerate(self.blocks):
-            x = blk.decode(x, pool, i, slots, pos, mask)
+            x = blk.decode(x, pool, i, slots, pos, mask, dense)
         return self._logits(x)
 
     @torch.inference_mode()

@@ -161,3 +161,27 @@ def test_local_engine_reports_unservable_request(model):
 
     res = run(main())
     assert res.failed and "context" in res.error and res.finish_reason is FinishReason.ABORT
+
+
+def test_dense_decode_attends_the_pool_in_place_with_the_same_logits():
+    """The GPU path (attend every slot of the pool in place, each row masked to its own
+    positions) gives the gather path's logits, whichever slots the batch holds."""
+    from real.torch_engine.model import KVPool, ModelConfig, TinyDecoder
+
+    cfg = ModelConfig(vocab_size=97, d_model=32, n_layers=2, n_heads=4, max_context=40)
+    model = TinyDecoder.random(cfg, seed=3)
+    gen = torch.Generator().manual_seed(1)
+    for slots_used in ([0, 1, 2, 3, 4, 5, 6, 7], [5, 2, 7], [3]):
+        pool = KVPool(cfg, 8, 40, "cpu", torch.float32)
+        lens = []
+        for s in slots_used:
+            n = int(torch.randint(3, 20, (1,), generator=gen))
+            model.prefill(torch.randint(0, 97, (n,), generator=gen), pool, s)
+            lens.append(n)
+        ids = torch.randint(0, 97, (len(slots_used),), generator=gen)
+        pos, slots = torch.tensor(lens), torch.tensor(slots_used)
+        k0, v0 = pool.k.clone(), pool.v.clone()
+        a = model.decode(ids, pos, slots, pool, dense=False)
+        pool.k, pool.v = k0, v0
+        b = model.decode(ids, pos, slots, pool, dense=True)
+        assert torch.allclose(a, b, atol=1e-5), (slots_used, (a - b).abs().max())

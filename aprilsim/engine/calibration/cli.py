@@ -256,7 +256,7 @@ def _print(cal: CostCalibrator, info: dict[str, Any], form: str, as_json: bool,
             "form": form, "source": info["source"], "n_decode": cal.n_decode_,
             "n_prefill": cal.n_prefill_, "cost": cost_dict(cal.cost_),
             "errors": [e.to_dict() for e in cal.errors_],
-            **{k: info[k] for k in ("max_running", "kv_capacity", "wall_s", "vocab_size",
+            **{k: info[k] for k in ("max_running", "kv_capacity", "wall_s", "vocab_size", "family",
                                     "measured", "assumed", "advice", "client_overhead_s",
                                     "prefix_hit_share", "speculative") if k in info},
             "preset_file": str(out) if out else None}, indent=2))
