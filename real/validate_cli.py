@@ -41,12 +41,13 @@ def _summary(rep: dict[str, Any], out: Path, t0: float) -> None:
                    f"{100 * g['measured']:+.1f}% measured ({g['diff_pp']:+.1f}"
                    + ("" if hw is None else f" +- {hw:.1f}") + " pp)")
     for label, d in (rep.get("decisions") or {}).items():
-        p = d["pooled"]
+        p = d["pooled"] if d["pooled"]["compared"] else d.get("pooled_all_rounds", d["pooled"])
         if p.get("share") is not None:
             fm = p.get("first_mismatch")
+            which = "" if d["pooled"]["compared"] else " (all rounds: none was judged)"
             click.echo(f"{label:>18}: decisions agree in {100 * p['share']:.0f}% of {p['compared']} "
-                       "steps" + ("" if fm is None else f" (first mismatch: round {fm['round'] + 1} "
-                                  f"step {fm['step']})"))
+                       f"steps{which}" + ("" if fm is None else f" (first mismatch: round "
+                                          f"{fm['round'] + 1} step {fm['step']})"))
 
     def fig(x, unit):
         return "n/a" if x is None else (f"{100 * x:.1f}%" if unit == "%" else f"{x:.1f} pp")

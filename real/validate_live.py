@@ -319,15 +319,19 @@ async def run_live(sc: Scenario, specs: list[str], opts: ValidateOptions, progre
     what = f"{len(live.engines)} {conn.what}" if conn.local else conn.what
     try:
         await live.start(conn.vocab_size)
-        limits, more, facts = await engine_limits(live.engines[0], opts,
-                                                  probe_need(sc, specs, len(live.engines)),
-                                                  conn.vocab_size)
-        notes += more
-        if opts.pin:
-            notes.append(await live.pin())
         store = RunStore(opts.keep).load() if opts.keep is not None else None
-        if store is not None:
-            limits, what, notes = store.remember(limits, what, notes)
+        if store is not None and store.setup:  # resumed: the first session's limits, no probe
+            limits, what, notes = store.remember({}, what, notes)
+            facts = store.setup.get("facts", {})
+        else:
+            limits, more, facts = await engine_limits(live.engines[0], opts,
+                                                      probe_need(sc, specs, len(live.engines)),
+                                                      conn.vocab_size)
+            notes += more
+            if store is not None:
+                limits, what, notes = store.remember(limits, what, notes, facts)
+        if opts.pin:
+            notes = [*notes, await live.pin()]
         done = store.done() if store is not None else {}
         rounds = opts.live_rounds
         for rnd in range(rounds):

@@ -87,17 +87,18 @@ class RunStore:
         tmp.write_text(json.dumps({"key": self.key, "setup": self.setup}, indent=2, default=str))
         tmp.replace(self.dir / STATE)
 
-    def remember(self, limits: dict[str, Any], what: str, checks: list[str]) -> tuple[dict, str, list]:
+    def remember(self, limits: dict[str, Any], what: str, checks: list[str],
+                 facts: dict[str, Any] | None = None) -> tuple[dict, str, list]:
         """The engines' limits, description and checks of this validate: the first session's
         (kept in ``state.json``) when resuming, so every run is simulated alike."""
         if not self.setup:
-            self.setup = {"limits": limits, "what": what, "checks": checks}
+            self.setup = {"limits": limits, "what": what, "checks": checks, "facts": facts or {}}
             self._write_state()
-        elif self.setup.get("limits") != limits:
-            self.setup.setdefault("checks", []).append(
-                f"resumed: the engines now report limits {limits}; the first session's "
-                f"{self.setup['limits']} are kept")
-        return dict(self.setup["limits"]), self.setup["what"], list(self.setup["checks"])
+        checks = list(self.setup["checks"])
+        if len(self.done()) and not any(c.startswith("resumed") for c in checks):
+            checks.append(f"resumed: {len(self.done())} runs of an earlier session; its limits "
+                          "and checks kept")
+        return dict(self.setup["limits"]), self.setup["what"], checks
 
     def save(self, outcome: Any) -> Path:
         """One finished live run, atomically."""

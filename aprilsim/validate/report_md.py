@@ -100,7 +100,7 @@ def decisions_section(rep: dict[str, Any]) -> list[str]:
            "tokens of requests sent together spread over (median) |", "|---|---|---|---|---|"]
     for lab, d in dec.items():
         p, a = d["pooled"], d.get("pooled_all_rounds") or d["pooled"]
-        fm = p.get("first_mismatch")
+        fm = (p if p["compared"] else a).get("first_mismatch")  # every round left out: all rounds'
         where = "none" if fm is None else f"round {fm['round'] + 1}, step {fm['step']}: {fm['what']}"
         spread = a.get("admission_spread_s")
         out.append(f"| {lab} | {_abs_pct(p['share'])} ({p['agree_steps']}/{p['compared']}) | "
