@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # a bare machine runs the tree as it is, nothing installed
 NEEDED = {"pydantic": "pydantic", "simpy": "simpy", "msgspec": "msgspec", "aiohttp": "aiohttp",
           "scipy": "scipy", "click": "click", "matplotlib": "matplotlib"}
 SPECS = ["sync", "april", "april@ratio=1.5", "async_one_step"]
@@ -147,6 +148,12 @@ ratio = 2.0
 
 
 # ------------------------------------------------------------------------------ engines
+def _env() -> dict[str, str]:
+    """This environment with the tree (and the installed wheels, already there) on the path."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -170,7 +177,7 @@ def engines_that_fit(shape: Shape, want: int, device: str) -> tuple[int, str]:
 def start_engines(shape: Shape, n: int, device: str, out: Path) -> list[tuple[subprocess.Popen, str]]:
     """``n`` bundled servers, healthy (their logs in ``out``)."""
     procs = []
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = _env()
     for i in range(n):
         port = free_port()
         cmd = [sys.executable, "-m", "real.serve", "--host", "127.0.0.1", "--port", str(port),
@@ -213,7 +220,7 @@ def calibrate(urls: list[str], scenario: Path, shape: Shape, out: Path) -> dict:
     res = subprocess.run([sys.executable, "-m", "aprilsim", "calibrate", "--engines", ",".join(urls),
                           "--scenario", str(scenario), "--scale", str(shape.scale), "--out",
                           str(cal / "cal.toml"), "--plot", str(cal / "residuals.png"), "--json"],
-                         cwd=ROOT, capture_output=True, text=True)
+                         cwd=ROOT, capture_output=True, text=True, env=_env())
     if res.returncode != 0:
         raise RuntimeError(f"calibrate failed: {res.stderr.strip()[-2000:]}")
     (cal / "cal.json").write_text(res.stdout)
