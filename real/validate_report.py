@@ -64,28 +64,50 @@ def _engine_reported(live: list[LiveOutcome]) -> str | None:
 
 
 def starved_rounds(v: Validation) -> tuple[list[int], list[str]]:
-    """The rounds whose machine check flagged a run, and why (one line per flagged run)."""
-    out, why = set(), []
-    for o in v.live:
-        if o.machine.get("starved"):
-            out.add(o.round)
-            why.append(f"{o.label} round {o.round + 1}: {o.machine.get('why')}")
-    return sorted(out), why
+    """The rounds whose machine check flagged a run, and why: per threshold crossed, the runs
+    that crossed it and the range of their figures (every run's are in the machine table)."""
+    from aprilsim.validate.starvation import (
+        BURST_SHARE,
+        LAG_P99_MS,
+        OTHER_CPU_SHARE,
+        RUN_DELAY_SHARE,
+    )
+
+    flagged = [o for o in v.live if o.machine.get("starved")]
+    crossed = (("the client waited for a CPU", "run_delay_share", RUN_DELAY_SHARE, 100, "% of the wall"),
+               ("event-loop lag p99", ("loop_lag_ms", "p99"), LAG_P99_MS, 1, " ms"),
+               ("tokens delivered in bursts", "burst_share", BURST_SHARE, 100, "%"),
+               ("other processes took", "other_cpu_share", OTHER_CPU_SHARE, 100, "% of the CPUs"))
+    why = []
+    for name, key, bound, k, unit in crossed:
+        xs = [_figure(o.machine, key) for o in flagged]
+        xs = [x for x in xs if x is not None and x > bound]
+        if xs:
+            why.append(f"{name} {k * min(xs):.0f}-{k * max(xs):.0f}{unit} in {len(xs)} run(s) "
+                       f"(> {k * bound:.0f})")
+    return sorted({o.round for o in flagged}), why
+
+
+def _figure(machine: dict[str, Any], key) -> float | None:
+    if isinstance(key, tuple):
+        return (machine.get(key[0]) or {}).get(key[1])
+    return machine.get(key)
 
 
 def running_warnings(v: Validation) -> list[str]:
-    """Where an engine's own metrics show more requests running than the simulation assumed."""
+    """Where an engine's own metrics show more requests running than the simulation assumed
+    (one line per scheduler: the most over its rounds)."""
     cap = v.limits.get("max_running")
-    out = []
+    peak: dict[str, tuple[int, int]] = {}
     for o in v.live:
-        peaks = [max((r for _, r, _ in eng), default=0) for eng in o.running]
-        worst = max(peaks, default=0)
+        worst = max((r for eng in o.running for _, r, _ in eng), default=0)
         if cap and worst > cap:
-            out.append(f"{o.label} round {o.round + 1}: the engine's metrics show up to {worst} "
-                       f"requests running at once; the simulation assumed max_running {cap} "
-                       f"({v.facts.get('max_running_source', 'see the checks')}): give "
-                       f"--max-running {worst}")
-    return out
+            n, top = peak.get(o.label, (0, 0))
+            peak[o.label] = (n + 1, max(top, worst))
+    return [f"{lab}: the engine's metrics show up to {top} requests running at once (in {n} "
+            f"run(s)); the simulation assumed max_running {cap} "
+            f"({v.facts.get('max_running_source', 'see the checks')}): give --max-running {top}"
+            for lab, (n, top) in peak.items()]
 
 
 def machine_report(v: Validation, judged: list[int], why: list[str], setting: str) -> dict[str, Any]:

@@ -102,7 +102,8 @@ def warnings(meta: Mapping[str, Any], fit: Mapping[str, Any],
         left = machine.get("starved_rounds") or []
         if left:
             out.append(f"{len(left)} of {machine.get('rounds', '?')} rounds left out of every "
-                       f"verdict: the client was starved ({'; '.join(machine.get('why', []))}).")
+                       f"verdict, starved: {'; '.join(machine.get('why', []))} (the machine "
+                       "check lists every run).")
         out += list(machine.get("warnings", []))
     out += list(meta.get("warnings", []))
     if collapsed(fit):

@@ -95,7 +95,7 @@ def test_more_running_than_assumed_is_warned():
     v = SimpleNamespace(limits={"max_running": 64}, live=[o],
                         facts={"max_running_source": "probed: all 64 requests ran together"})
     (w,) = running_warnings(v)
-    assert "up to 96 requests running" in w and "assumed max_running 64" in w
+    assert "up to 96 requests running at once (in 1 run(s))" in w and "assumed max_running 64" in w
     assert "--max-running 96" in w
     v.limits["max_running"] = 96
     assert running_warnings(v) == []
