@@ -7,6 +7,7 @@ whose finished runs ``--out`` keeps.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -148,9 +149,12 @@ def validate_command(scenario, schedulers, local, engines, router, from_log, cal
         click.echo(f"live {name}: step {done}/{total}", err=True)
 
     t0 = time.monotonic()
+    before = _sigterm_interrupts()
     try:
         v = rv.validate(sc, specs, opts, progress)
-    except rv.Interrupted:
+        _sigterm_interrupts()  # asyncio gave SIGTERM back to its default: judging is not killed
+        rep = rv.write_all(v, out, figures=not no_figures)
+    except (rv.Interrupted, KeyboardInterrupt):
         click.echo(f"aprilsim: interrupted: {store.kept()} (continue with --resume)", err=True)
         sys.exit(EXIT_INTERRUPTED)
     except rv.EnginesGone as e:
@@ -159,7 +163,30 @@ def validate_command(scenario, schedulers, local, engines, router, from_log, cal
     except (ScenarioError, SchedulerError, ValueError, RuntimeError) as e:
         fail(f"{e} ({store.kept()})" if store.dir.is_dir() and any(store.dir.glob("round*.pkl")) else str(e))
         return
-    _summary(rv.write_all(v, out, figures=not no_figures), out, t0)
+    finally:
+        _restore_sigterm(before)
+    _summary(rep, out, t0)
+
+
+def _sigterm_interrupts() -> Any:
+    """SIGTERM outside the live runs (whose loop handles it) interrupts like Ctrl-C; returns
+    the handler it replaced (None where this is not the main thread)."""
+    import signal
+
+    def interrupt(*_a) -> None:
+        raise KeyboardInterrupt
+
+    with contextlib.suppress(ValueError):  # not the main thread: leave it
+        return signal.signal(signal.SIGTERM, interrupt)
+    return None
+
+
+def _restore_sigterm(handler: Any) -> None:
+    import signal
+
+    if handler is not None:
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGTERM, handler)
 
 
 __all__ = ["LOCAL_STEPS", "validate_command"]
