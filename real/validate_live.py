@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from aprilsim.config import Scenario
 
+    from .validate_store import RunStore
     from .validate_types import LiveOutcome, ValidateOptions
 
 
@@ -295,6 +296,24 @@ class Live:
                 for s in self.conn.cluster.slots if not s.alive]
 
 
+async def _limits(live: Live, specs: list[str], store: RunStore | None, what: str,
+                  notes: list[str]) -> tuple[dict[str, Any], str, list[str], dict[str, Any]]:
+    """The engines' limits, description, checks and facts: the first session's when resuming
+    (no probe), else read (or probed) from the engines and kept in the store."""
+    from .validate_limits import engine_limits, probe_need
+
+    if store is not None and store.setup:
+        limits, what, notes = store.remember({}, what, notes)
+        return limits, what, notes, store.setup.get("facts", {})
+    limits, more, facts = await engine_limits(live.engines[0], live.opts,
+                                              probe_need(live.sc, specs, len(live.engines)),
+                                              live.conn.vocab_size)
+    notes = [*notes, *more]
+    if store is not None:
+        limits, what, notes = store.remember(limits, what, notes, facts)
+    return limits, what, notes, facts
+
+
 async def run_live(sc: Scenario, specs: list[str], opts: ValidateOptions, progress,
                    ) -> tuple[list[LiveOutcome], dict[str, Any], str, list[str]]:
     """Check what is needed, then run every scheduler on one cluster, in ``opts.live_rounds``
@@ -306,7 +325,6 @@ async def run_live(sc: Scenario, specs: list[str], opts: ValidateOptions, progre
     from real.runner.api import connect_cluster, max_context_of
     from real.runner.cluster import AllEnginesDown
 
-    from .validate_limits import engine_limits, probe_need
     from .validate_store import RunStore
 
     vocab, notes = await precheck(opts)
@@ -320,16 +338,7 @@ async def run_live(sc: Scenario, specs: list[str], opts: ValidateOptions, progre
     try:
         await live.start(conn.vocab_size)
         store = RunStore(opts.keep).load() if opts.keep is not None else None
-        if store is not None and store.setup:  # resumed: the first session's limits, no probe
-            limits, what, notes = store.remember({}, what, notes)
-            facts = store.setup.get("facts", {})
-        else:
-            limits, more, facts = await engine_limits(live.engines[0], opts,
-                                                      probe_need(sc, specs, len(live.engines)),
-                                                      conn.vocab_size)
-            notes += more
-            if store is not None:
-                limits, what, notes = store.remember(limits, what, notes, facts)
+        limits, what, notes, facts = await _limits(live, specs, store, what, notes)
         if opts.pin:
             notes = [*notes, await live.pin()]
         done = store.done() if store is not None else {}
