@@ -44,8 +44,12 @@ def _v(t: dict[str, Any]) -> str:
 
 
 def _floor_note(t: dict[str, Any]) -> str:
-    nf = [x for x in t.get("noise_floor", {}).values() if x is not None]
-    return f" (noise floor {100 * max(nf):.1f}%)" if nf else " (no noise floor)"
+    """The noise floor the worst scheduler's error was judged against."""
+    errs = {k: v for k, v in t.get("by_scheduler", {}).items() if v is not None}
+    floors = t.get("floor_judged") or t.get("noise_floor") or {}
+    worst = max(errs, key=lambda k: errs[k], default=None)
+    nf = floors.get(worst) if worst is not None else None
+    return f" ({worst}; noise floor {100 * nf:.1f}%)" if nf is not None else " (no noise floor)"
 
 
 def targets_section(rep: dict[str, Any]) -> list[str]:
