@@ -101,7 +101,7 @@ def load_live(path: Path) -> tuple[list[LiveOutcome], dict[str, Any], str, list[
 
 
 def _fit(opts: ValidateOptions, logs, calib: list[LiveOutcome]) -> tuple[CostFit, str]:
-    """The cost the simulation runs (fitted on ``logs``, or the calibration file's) and its source."""
+    """The cost the simulation runs (fitted on ``logs``, or the calibration file's), its source."""
     from aprilsim.validate.costfit import CostFit, cost_errors, fit_iterations, load_calibration
 
     fit = None
@@ -117,7 +117,8 @@ def _fit(opts: ValidateOptions, logs, calib: list[LiveOutcome]) -> tuple[CostFit
         fit = CostFit(cost=cost, wall=cost, overhead_s=0.0, decode_median_err=de,
                       prefill_median_err=pe, n_decode=nd, n_prefill=npre,
                       decode_share=fit.decode_share if fit else 0.0,
-                      source=f"file {opts.calibration}, errors against the live runs' steps", given=True)
+                      source=f"file {opts.calibration}, errors against the live runs' steps",
+                      given=True)
         source = f"{opts.calibration} (held out: measured on its own runs)"
     if fit is None:
         raise RuntimeError("no decode iterations were logged or rebuilt from the token streams: "
@@ -160,7 +161,7 @@ def judge(sc: Scenario, specs: list[str], opts: ValidateOptions, live: list[Live
 
 
 def _simulate_like(sc: Scenario, o: LiveOutcome, engine, opts: ValidateOptions):
-    """The simulation a live run is compared with (its scheduler, engines and steps) and its trace."""
+    """The simulation a live run is compared with (its scheduler, engines, steps), its trace."""
     from aprilsim.metrics.trace import Trace
     from aprilsim.validate.scaled import simulate_matched
 

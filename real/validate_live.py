@@ -199,7 +199,7 @@ class Live:
         from real.calibrate import _run_batch
         from real.machine import engine_pids
 
-        self.sc.workload_for(self.opts.seed).generate(1, 0)  # a fresh workload: the runs draw their own
+        self.sc.workload_for(self.opts.seed).generate(1, 0)  # a fresh one: runs draw their own
         await asyncio.gather(*(_run_batch(e, 1, 8, 4, vocab, seed=0) for e in self.engines))
         for e in self.engines:
             e.take()
@@ -219,7 +219,8 @@ class Live:
                 raise ValueError(f"--pin needs at least 2 cores; this process may use {len(cores)}")
             placed = await pin_local([sl.engine.inner for sl in self.conn.cluster.slots], cores[1:])
             os.sched_setaffinity(0, {cores[0]})
-            return f"pinned: client on core {cores[0]}, in-process engines on {sorted(set(placed.values()))}"
+            return (f"pinned: client on core {cores[0]}, in-process engines on "
+                    f"{sorted(set(placed.values()))}")
         got = pin(self.pids)
         eng = ", ".join(f"pid {p} on core {c}" for p, c in got["engines"].items()) or \
             "no engine process on this machine (only the client pinned)"

@@ -74,7 +74,8 @@ def starved_rounds(v: Validation) -> tuple[list[int], list[str]]:
     )
 
     flagged = [o for o in v.live if o.machine.get("starved")]
-    crossed = (("the client waited for a CPU", "run_delay_share", RUN_DELAY_SHARE, 100, "% of the wall"),
+    crossed = (("the client waited for a CPU", "run_delay_share", RUN_DELAY_SHARE, 100,
+                "% of the wall"),
                ("event-loop lag p99", ("loop_lag_ms", "p99"), LAG_P99_MS, 1, " ms"),
                ("tokens delivered in bursts", "burst_share", BURST_SHARE, 100, "%"),
                ("other processes took", "other_cpu_share", OTHER_CPU_SHARE, 100, "% of the CPUs"))
@@ -110,7 +111,8 @@ def running_warnings(v: Validation) -> list[str]:
             for lab, (n, top) in peak.items()]
 
 
-def machine_report(v: Validation, judged: list[int], why: list[str], setting: str) -> dict[str, Any]:
+def machine_report(v: Validation, judged: list[int], why: list[str],
+                   setting: str) -> dict[str, Any]:
     """The machine check of every run, the starved rounds and the warnings it raises."""
     runs = [{"label": o.label, "round": o.round, **o.machine} for o in v.live if o.machine]
     return {"runs": runs, "rounds": len(v.rounds), "judged_rounds": judged,
@@ -128,14 +130,16 @@ def decision_tables(v: Validation, judged: list[int]) -> dict[str, Any]:
                       v.sim_trace_for(o.label, o.round))
         out.setdefault(o.label, {"runs": {}})["runs"][o.round] = a
     for d in out.values():
-        d["pooled"] = pooled_agreement([(r, a) for r, a in sorted(d["runs"].items()) if r in judged])
+        d["pooled"] = pooled_agreement([(r, a) for r, a in sorted(d["runs"].items())
+                                        if r in judged])
         d["pooled_all_rounds"] = pooled_agreement(sorted(d["runs"].items()))
     return out
 
 
 def _setting(v: Validation) -> str:
     pins = [c for c in v.checks if c.startswith("pinned")]
-    return pins[0] if pins else "not pinned (--pin puts the client and the engines on separate cores)"
+    return pins[0] if pins else ("not pinned (--pin puts the client and the engines on "
+                                 "separate cores)")
 
 
 def write_all(v: Validation, out: Path, figures: bool = True) -> dict[str, Any]:

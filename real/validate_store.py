@@ -29,7 +29,8 @@ def identity(scenario: Any, specs: list[str], rounds: int, opts: Any) -> dict[st
     dump = json.dumps(scenario.model_dump(mode="json", exclude={"base_dir"}), sort_keys=True,
                       default=str)
     t = opts.target
-    return {"scenario": scenario.name, "scenario_sha": hashlib.sha256(dump.encode()).hexdigest()[:16],
+    return {"scenario": scenario.name,
+            "scenario_sha": hashlib.sha256(dump.encode()).hexdigest()[:16],
             "schedulers": list(specs), "rounds": rounds, "seed": opts.seed, "steps": opts.steps,
             "scale": opts.scale, "engines": list(t.urls) or f"local {t.local}",
             "calibration": str(opts.calibration) if opts.calibration else None,

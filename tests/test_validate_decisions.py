@@ -18,7 +18,8 @@ def _april(steps: int = 4):
     sc = small_scenario()
     eng = matched_engine(TRUE, max_running=64, kv_capacity=5120)
     tr = Trace(scheduler="april", n_engines=2)
-    run = simulate_matched(sc, "april", eng, n_engines=2, scale=1 / 256, seed=1, steps=steps, trace=tr)
+    run = simulate_matched(sc, "april", eng, n_engines=2, scale=1 / 256, seed=1, steps=steps,
+                           trace=tr)
     return sc, run, tr
 
 
@@ -30,7 +31,8 @@ def test_a_run_agrees_with_itself_and_its_decisions_are_read_from_steps_and_trac
     assert a["agree_steps"] == a["compared"] == 4 and a["first_mismatch"] is None
     rows = step_decisions(run, tr)
     assert [r["groups trained"] for r in rows] == [s.trained_groups for s in run.steps]
-    assert sum(r["requests aborted"] for r in rows) == sum(sp.reason == "abort" for sp in tr.requests) > 0
+    aborted = sum(sp.reason == "abort" for sp in tr.requests)
+    assert sum(r["requests aborted"] for r in rows) == aborted > 0
     assert all(len(r["in flight per engine"]) == 2 for r in rows)
     assert step_decisions(run, None)[0]["requests aborted"] is None  # no trace: not compared
 
@@ -43,7 +45,8 @@ def test_the_first_mismatch_is_the_step_where_it_starts():
     live.steps[1].scheduler_stats["dropped_groups"] = 4
     live.steps[2].offpolicy_tokens = 0
     a = agreement(live, tr, run, tr)
-    assert a["first_mismatch"]["step"] == 1 and "surplus dropped 4 live" in a["first_mismatch"]["what"]
+    assert a["first_mismatch"]["step"] == 1
+    assert "surplus dropped 4 live" in a["first_mismatch"]["what"]
     assert a["agree_steps"] == 4 - 2
     bad = next(r for r in a["steps"] if r["step"] == 2)
     assert bad["cells"]["off-policy share"]["agree"] is False
@@ -84,10 +87,12 @@ def test_a_decision_mismatch_is_the_cause_not_the_cost(tmp_path):
         if i >= 2:
             s.scheduler_stats["dropped_groups"] = 3
             s.offpolicy_tokens = 0
-    outs = [LiveOutcome("april", live, [[], []], copy.deepcopy(tr), 1.0, 0.0, round=r) for r in range(2)]
+    outs = [LiveOutcome("april", live, [[], []], copy.deepcopy(tr), 1.0, 0.0, round=r)
+            for r in range(2)]
     opts = ValidateOptions(EngineTarget(engines=("saved",)), seed=1, steps=4, scale=1 / 256,
                            calibration=cal, repeats=2)
-    v = judge(sc, ["april"], opts, outs, {"max_running": 64, "kv_capacity": 5120}, "synthetic", [], 0.0)
+    limits = {"max_running": 64, "kv_capacity": 5120}
+    v = judge(sc, ["april"], opts, outs, limits, "synthetic", [], 0.0)
     rep = write_all(v, tmp_path / "out", figures=False)
     text = " ".join(rep["explanations"])
     assert "decisions differ from step 2" in text and "not the cost" in text

@@ -104,7 +104,8 @@ def test_a_collapsed_compute_fit_is_not_printed_as_real():
     """Coefficients about 0 and a 100 % median error: the report says the fit collapsed."""
     zero = CostModel(a=1e-12, b=0.0, c=0.0, p0=1e-12, p1=0.0)
     md = report_markdown(report_dict(_rounds([1.0])[0], {"calibration_from": "rows"},
-                                     _fit(cost=zero, decode_median_err=1.0, prefill_median_err=1.0)))
+                                     _fit(cost=zero, decode_median_err=1.0,
+                                          prefill_median_err=1.0)))
     assert "collapsed" in md
     assert "decode a 0.000 ms + b 0.0 us" not in md
 

@@ -54,7 +54,8 @@ def test_a_gain_error_is_judged_by_its_interval():
 def test_a_ranking_is_missed_only_when_a_pair_is_reversed_beyond_the_noise():
     keep = {"a": "april", "b": "sync", "mean": 0.20, "half_width": 0.05}
     assert ranking_verdict([keep], 0.02).state == MET
-    assert ranking_verdict([{**keep, "mean": -0.01, "half_width": 0.005}], 0.02).state == MET  # a tie
+    tie = {**keep, "mean": -0.01, "half_width": 0.005}
+    assert ranking_verdict([tie], 0.02).state == MET
     assert ranking_verdict([{**keep, "mean": -0.10, "half_width": 0.05}], 0.02).state == MISSED
     assert ranking_verdict([{**keep, "mean": -0.03, "half_width": 0.05}], 0.02).state == UNDECIDED
     assert ranking_verdict([{**keep, "half_width": None}], 0.02).state == UNDECIDED

@@ -138,7 +138,8 @@ def pooled_agreement(runs: Sequence[tuple[int, dict[str, Any]]]) -> dict[str, An
     if firsts:
         step, rnd, fm = min(firsts, key=lambda t: (t[0], t[1]))
         first = {**fm, "round": rnd}
-    spread = sorted(a["admission_spread_s"] for _, a in runs if a.get("admission_spread_s") is not None)
+    spread = sorted(a["admission_spread_s"] for _, a in runs
+                    if a.get("admission_spread_s") is not None)
     return {"share": agree / compared if compared else None, "agree_steps": agree,
             "compared": compared, "first_mismatch": first,
             "rounds_with_mismatch": len(firsts), "rounds": len(runs),

@@ -77,7 +77,8 @@ def explain(rows: Sequence[SchedulerComparison], fit: Mapping[str, Any],
         v = t["gain_vs_sync_pp"].get("by_scheduler_verdict", {}).get(lab)
         if v is None or v["verdict"] == "met":
             continue
-        cause = gain_cause(ps.get(lab, {}).get("terms"), ps.get("sync", {}).get("terms"), dec.get(lab))
+        cause = gain_cause(ps.get(lab, {}).get("terms"), ps.get("sync", {}).get("terms"),
+                           dec.get(lab))
         out.append(f"{lab}: gain over sync predicted {100 * g['predicted']:+.1f}%, measured "
                    f"{100 * g['measured']:+.1f}% ({g['diff_pp']:+.1f} pp; {v['verdict']}): "
                    + (cause or "cause not measured") + ".")
@@ -122,7 +123,8 @@ def report_dict(rows: Sequence[SchedulerComparison], meta: dict[str, Any], fit: 
     pooled_dec = {lab: d["pooled"] for lab, d in (decisions or {}).items()}
     meta = {"rounds": (pool or {}).get("rounds", 1), **meta}
     t = targets(rows, pool, pooled_dec)
-    keys = ("step_rollout_error", "step_priced_error", "gain_vs_sync_pp", "gain_priced_pp", "ranking")
+    keys = ("step_rollout_error", "step_priced_error", "gain_vs_sync_pp", "gain_priced_pp",
+            "ranking")
     from .verdict import Verdict
 
     state = summary_state([Verdict(t[k]["verdict"], "") if t[k]["verdict"] else None for k in keys])

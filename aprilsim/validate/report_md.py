@@ -100,12 +100,14 @@ def decisions_section(rep: dict[str, Any]) -> list[str]:
     out = ["## Decision agreement (what the scheduler decided, live / simulated)", "",
            "Tolerances: " + "; ".join(f"{k} {a:g} or {100 * r:.0f}%" if r else f"{k} {a:g}"
                                       for k, (a, r) in TOLERANCE.items()) + ".", "",
-           "| scheduler | steps agreeing (rounds judged) | all rounds | first mismatch | live: first "
+           "| scheduler | steps agreeing (rounds judged) | all rounds | first mismatch | "
+           "live: first "
            "tokens of requests sent together spread over (median) |", "|---|---|---|---|---|"]
     for lab, d in dec.items():
         p, a = d["pooled"], d.get("pooled_all_rounds") or d["pooled"]
         fm = (p if p["compared"] else a).get("first_mismatch")  # every round left out: all rounds'
-        where = "none" if fm is None else f"round {fm['round'] + 1}, step {fm['step']}: {fm['what']}"
+        where = ("none" if fm is None else
+                 f"round {fm['round'] + 1}, step {fm['step']}: {fm['what']}")
         spread = a.get("admission_spread_s")
         out.append(f"| {lab} | {_abs_pct(p['share'])} ({p['agree_steps']}/{p['compared']}) | "
                    f"{_abs_pct(a['share'])} ({a['agree_steps']}/{a['compared']}) | {where} | "
@@ -222,7 +224,8 @@ def calibration_section(rep: dict[str, Any]) -> list[str]:
     w = cal["wall"]
     wall = (f"The simulation runs the fit to step-end-to-step-end intervals (absolute errors): "
             f"a {1e3 * w['a']:.3f} ms, b {1e6 * w['b']:.1f} us, c {w['c']:.3g}, p0 "
-            f"{1e3 * w['p0']:.3f} ms, p1 {1e6 * w['p1']:.2f} us, pr {1e3 * w.get('pr', 0.0):.3f} ms. "
+            f"{1e3 * w['p0']:.3f} ms, p1 {1e6 * w['p1']:.2f} us, pr "
+            f"{1e3 * w.get('pr', 0.0):.3f} ms. "
             f"Median gap between busy steps {1e3 * cal['overhead_s']:.3f} ms.")
     if collapsed(cal):
         return out + [f"From {m.get('calibration_from', '')}: the compute fit collapsed "

@@ -81,11 +81,13 @@ def starved(check: Mapping[str, Any]) -> tuple[bool, str]:
         why.append(f"event-loop lag p99 {lag:.0f} ms > {LAG_P99_MS:.0f}")
     rd = check.get("run_delay_share")
     if rd is not None and rd > RUN_DELAY_SHARE:
-        why.append(f"client waited for a CPU {100 * rd:.0f}% of the wall > {100 * RUN_DELAY_SHARE:.0f}%")
+        why.append(f"client waited for a CPU {100 * rd:.0f}% of the wall "
+                   f"> {100 * RUN_DELAY_SHARE:.0f}%")
     bs = check.get("burst_share")
     if bs is not None and bs > BURST_SHARE:
         why.append(f"{100 * bs:.0f}% of tokens delivered in bursts > {100 * BURST_SHARE:.0f}%")
     oc = check.get("other_cpu_share")
     if oc is not None and oc > OTHER_CPU_SHARE:
-        why.append(f"other processes took {100 * oc:.0f}% of the CPUs > {100 * OTHER_CPU_SHARE:.0f}%")
+        why.append(f"other processes took {100 * oc:.0f}% of the CPUs "
+                   f"> {100 * OTHER_CPU_SHARE:.0f}%")
     return bool(why), "; ".join(why)

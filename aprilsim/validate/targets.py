@@ -65,9 +65,11 @@ class _Figures:
             self.single_noise = {lab: v["noise_floor"] for lab, v in ps.items()}
             key = "step_rollout_vs_mean_median_abs" if many else "step_rollout_median_abs"
             self.errs = {lab: v.get(key) for lab, v in ps.items()}
-            self.noise = {lab: v.get("noise_floor_of_mean") if many else None for lab, v in ps.items()}
-            self.floor = {lab: _floor(v.get("noise_floor_of_mean"), v.get("noise_floor_of_mean_split_half"))
-                          if many else None for lab, v in ps.items()}
+            self.noise = {lab: v.get("noise_floor_of_mean") if many else None
+                          for lab, v in ps.items()}
+            self.floor = {lab: _floor(v.get("noise_floor_of_mean"),
+                                      v.get("noise_floor_of_mean_split_half")) if many else None
+                          for lab, v in ps.items()}
             pk = "step_priced_vs_mean_median_abs" if many else "step_priced_median_abs"
             self.priced = {lab: v.get(pk) for lab, v in ps.items()}
             self.priced_floor = {lab: v.get("priced_noise_floor_of_mean") if many else None
@@ -125,9 +127,11 @@ def targets(rows: Sequence[SchedulerComparison], pool: dict[str, Any] | None = N
     _judged(priced, {lab: error_verdict(e, f.priced_floor.get(lab), TARGET_PRICED_ERR,
                                         _priced_cause(dec.get(lab)))
                      for lab, e in f.priced.items()})
-    gain = {"bound": TARGET_GAIN_PP, "by_scheduler": {k: {x: y for x, y in g.items() if x != "priced"}
-                                                      for k, g in f.gain.items()},
-            "worst": _worst(abs(g["diff_pp"]) for g in f.gain.values() if g.get("diff_pp") is not None)}
+    gain = {"bound": TARGET_GAIN_PP,
+            "by_scheduler": {k: {x: y for x, y in g.items() if x != "priced"}
+                             for k, g in f.gain.items()},
+            "worst": _worst(abs(g["diff_pp"]) for g in f.gain.values()
+                            if g.get("diff_pp") is not None)}
     _judged(gain, {lab: interval_verdict(g["diff_pp"], g["diff_pp_half_width"], TARGET_GAIN_PP,
                                          cause=gain_cause(f.terms.get(lab), f.terms.get("sync"),
                                                           dec.get(lab)))

@@ -95,7 +95,8 @@ def ranking_verdict(pairs: Sequence[Mapping[str, Any]], tie: float) -> Verdict |
     reversed_, open_ = [], []
     for p in pairs:
         m, hw = p["mean"], p["half_width"]
-        name = f"{p['a']} > {p['b']} ({100 * m:+.1f}%" + ("" if hw is None else f" +- {100 * hw:.1f}") + ")"
+        spread = "" if hw is None else f" +- {100 * hw:.1f}"
+        name = f"{p['a']} > {p['b']} ({100 * m:+.1f}%{spread})"
         if hw is None:
             open_.append(name)
         elif m + hw < -tie:

@@ -70,7 +70,11 @@ def test_calibrate_then_validate_on_vllm(vllm_url, tmp_path):
     assert rep["meta"]["live"]["vllm"]["iterations"] > 0
     for s in rep["schedulers"]:  # measured figures, not n/a
         assert s["errors"].get("step_rollout_median_abs") is not None
-    assert rep["targets"]["ranking"]["met"] is not None
+    assert rep["targets"]["ranking"]["verdict"] == "undecided"  # one round: no interval
+    assert rep["meta"]["facts"]["family"] == "vllm"
+    assert any(c.startswith("max_running") and ("probed" in c or "reported" in c)
+               for c in rep["meta"]["checks"])
+    assert any("blocks of" in c for c in rep["meta"]["checks"])  # vLLM's KV blocks
 
 
 def test_cross_fitted_validate_on_vllm(vllm_url, tmp_path):
@@ -81,8 +85,11 @@ def test_cross_fitted_validate_on_vllm(vllm_url, tmp_path):
                     "--out", str(tmp_path / "v"))
     assert res.returncode == 0, res.stderr
     rep = json.loads((tmp_path / "v" / "report.json").read_text())
-    assert rep["meta"]["held_out"] and rep["meta"]["rounds"] == 2
+    assert rep["meta"]["held_out"] and rep["meta"]["rounds_run"] == 2
     assert rep["meta"]["calibration_from"].startswith("cross-fitted: each of the 2 rounds")
     assert rep["calibration"]["wall"]["p2"] == 0.0  # rebuilt rows give no per-request squares
-    pooled = rep["rounds"]["schedulers"]
-    assert all(pooled[s]["step_rollout_vs_mean_median_abs"] is not None for s in ("sync", "april"))
+    if rep["meta"]["rounds"] == 2:  # no round starved (the machine check)
+        pooled = rep["rounds"]["schedulers"]
+        assert all(pooled[s]["step_rollout_vs_mean_median_abs"] is not None for s in ("sync", "april"))
+    assert all(d["pooled_all_rounds"]["compared"] == 4 for d in rep["decisions"].values())
+    assert sorted((tmp_path / "v" / "runs").glob("round*.pkl"))  # every finished run kept
