@@ -5,12 +5,12 @@ realistic model shape (a 1.1 B parameter decoder, d_model 2048, 12 layers, MLP 1
 32,000, built from its config with random bf16 weights: nothing is downloaded), calibrates one
 (the others are replicas: ``aprilsim calibrate --engines ... --scenario``), and validates sync,
 APRIL at ratios 2 and 1.5 and async_one_step at realistic scale (32 prompts x 8 samples: 128
-requests in flight per engine under sync, more under APRIL; responses up to 4,096 tokens) in 2 interleaved rounds, judged twice on the
-same runs (with calibrate's sweep, and cross-fitted); report, figures and every finished run go
-to ``--out``. A time budget (``--budget-s``, default 540 s: under 9 minutes with the engines'
-start) is kept: after calibrating, the simulation predicts the validation's wall time from the
-fitted cost and the steps are cut to fit; at the deadline the live runs stop, the finished rounds
-are kept and judged.
+requests in flight per engine under sync, more under APRIL; responses up to 4,096 tokens) in 2
+interleaved rounds, judged twice on the same runs (with calibrate's sweep, and cross-fitted);
+report, figures and every finished run go to ``--out``. A time budget (``--budget-s``, default
+540 s: under 9 minutes with the engines' start) is kept: after calibrating, the simulation
+predicts the validation's wall time from the fitted cost and the steps are cut to fit; at the
+deadline the live runs stop, the finished rounds are kept and judged.
 
     python experiments/gpu_validate.py [--out DIR] [--engines 2] [--budget-s 540] [--wheels DIR]
     python experiments/gpu_validate.py --device cpu --tiny --out DIR   # CI: the same, in a minute
@@ -46,6 +46,7 @@ NEEDED = {"pydantic": "pydantic", "simpy": "simpy", "msgspec": "msgspec", "aioht
           "scipy": "scipy", "click": "click", "matplotlib": "matplotlib"}
 SPECS = ["sync", "april", "april@ratio=1.5", "async_one_step"]
 GPU_MODEL_PARAMS_MIN, GPU_MODEL_PARAMS_MAX = 1.0e9, 3.0e9
+JUDGE_RESERVE_S = 45.0  # kept at the end of the budget: two judgements, figures, timelines
 
 
 # ------------------------------------------------------------------------------ dependencies
@@ -174,10 +175,23 @@ def engines_that_fit(shape: Shape, want: int, device: str) -> tuple[int, str]:
                f"{shape.kv_bytes() / 2**30:.1f} GiB): {n} engine(s)")
 
 
-def start_engines(shape: Shape, n: int, device: str,
-                  out: Path) -> list[tuple[subprocess.Popen, str]]:
-    """``n`` bundled servers, healthy (their logs in ``out``)."""
-    procs = []
+def start_engines(shape: Shape, n: int, device: str, out: Path,
+                  deadline: float) -> list[tuple[subprocess.Popen, str]]:
+    """``n`` bundled servers, healthy (their logs in ``out``); none left running on a failure."""
+    procs: list[tuple[subprocess.Popen, str]] = []
+    try:
+        _launch(shape, n, device, out, procs)
+        for p, url in procs:
+            _wait_healthy(p, url, out, deadline)
+    except BaseException:
+        stop_engines(procs)
+        raise
+    return procs
+
+
+def _launch(shape: Shape, n: int, device: str, out: Path,
+            procs: list[tuple[subprocess.Popen, str]]) -> None:
+    """Start ``n`` servers of ``shape``, appending each to ``procs`` as it starts."""
     env = _env()
     for i in range(n):
         port = free_port()
@@ -191,16 +205,17 @@ def start_engines(shape: Shape, n: int, device: str,
         log = (out / f"engine-{i}.log").open("wb")
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         procs.append((proc, f"http://127.0.0.1:{port}"))
-    for p, url in procs:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            if p.poll() is not None:
-                raise RuntimeError(f"engine {url} exited; see {out}/engine-*.log")
-            with contextlib.suppress(OSError):
-                if urllib.request.urlopen(f"{url}/health", timeout=2).status == 200:
-                    break
-            time.sleep(0.5)
-    return procs
+
+
+def _wait_healthy(p: subprocess.Popen, url: str, out: Path, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        if p.poll() is not None:
+            raise RuntimeError(f"engine {url} exited; see {out}/engine-*.log")
+        with contextlib.suppress(OSError):
+            if urllib.request.urlopen(f"{url}/health", timeout=2).status == 200:
+                return
+        time.sleep(0.5)
+    raise RuntimeError(f"engine {url} not healthy before the deadline; see {out}/engine-*.log")
 
 
 def stop_engines(procs: list[tuple[subprocess.Popen, str]]) -> None:
@@ -214,7 +229,7 @@ def stop_engines(procs: list[tuple[subprocess.Popen, str]]) -> None:
 
 
 # ------------------------------------------------------------------------------ the steps
-def calibrate(urls: list[str], scenario: Path, shape: Shape, out: Path) -> dict:
+def calibrate(urls: list[str], scenario: Path, shape: Shape, out: Path, timeout: float) -> dict:
     """``aprilsim calibrate`` on the engines, the sweep the scenario's rollouts reach."""
     cal = out / "calibration"
     cal.mkdir(parents=True, exist_ok=True)
@@ -222,7 +237,8 @@ def calibrate(urls: list[str], scenario: Path, shape: Shape, out: Path) -> dict:
                           ",".join(urls), "--scenario", str(scenario), "--scale",
                           str(shape.scale), "--out",
                           str(cal / "cal.toml"), "--plot", str(cal / "residuals.png"), "--json"],
-                         cwd=ROOT, capture_output=True, text=True, env=_env())
+                         cwd=ROOT, capture_output=True, text=True, env=_env(),
+                         timeout=max(30.0, timeout))
     if res.returncode != 0:
         raise RuntimeError(f"calibrate failed: {res.stderr.strip()[-2000:]}")
     (cal / "cal.json").write_text(res.stdout)
@@ -356,21 +372,23 @@ def run(args: argparse.Namespace) -> dict:
         f"{shape.vocab}), random {shape.dtype} weights")}
     n, why = engines_that_fit(shape, args.engines, args.device)
     facts["engines"] = why
-    procs = start_engines(shape, n, args.device, out)
+    procs = start_engines(shape, n, args.device, out, deadline - 120)
     urls = [u for _, u in procs]
     facts["engine start"] = f"{time.monotonic() - t0:.0f} s"
     try:
         t1 = time.monotonic()
-        cal = calibrate(urls[:1], out / "scenario.toml", shape, out)  # replicas: one is enough
+        cal = calibrate(urls[:1], out / "scenario.toml", shape, out,  # replicas: one is enough
+                        deadline - time.monotonic() - JUDGE_RESERVE_S - 60)
         facts["calibrate"] = (f"{time.monotonic() - t1:.0f} s on the first engine (the others are "
                               f"replicas), {cal['n_decode']} decode and {cal['n_prefill']} "
                               "prefill records")
         steps, plan = plan_steps(sc, shape, n, out / "calibration" / "cal.toml",
-                                 deadline - time.monotonic() - 20, 2)
+                                 deadline - time.monotonic() - JUDGE_RESERVE_S, 2)
         facts["plan"] = plan
         t2 = time.monotonic()
         sc = with_overrides(sc, steps=steps)
-        store, opts, finished = validate_until(sc, urls, shape, steps, out, deadline - 15)
+        store, opts, finished = validate_until(sc, urls, shape, steps, out,
+                                               deadline - JUDGE_RESERVE_S)
         facts["validate"] = f"{time.monotonic() - t2:.0f} s" + ("" if finished else
                                                                  " (stopped at the deadline)")
     finally:
