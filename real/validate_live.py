@@ -208,10 +208,13 @@ class Live:
         self.pids = engine_pids(self.opts.target.urls)
 
     async def pin(self) -> str:
-        """``--pin``: the client on one core, the engines on the others."""
+        """``--pin``: the client on one core, the engines on the others (the client's own
+        affinity is given back when the runs end: :meth:`unpin`)."""
         import os
 
         from real.machine import pin, pin_local
+
+        self.affinity = os.sched_getaffinity(0)
 
         if self.conn.local:
             cores = sorted(os.sched_getaffinity(0))
@@ -292,6 +295,13 @@ class Live:
         machine["starved"], machine["why"] = starved(machine)
         o.machine = machine
 
+    def unpin(self) -> None:
+        import os
+
+        if getattr(self, "affinity", None):
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(0, self.affinity)
+
     def dead(self) -> list[str]:
         return [f"{s.name}: {s.hung or (s.faults[-1].message if s.faults else 'dead')}"
                 for s in self.conn.cluster.slots if not s.alive]
@@ -360,6 +370,7 @@ async def run_live(sc: Scenario, specs: list[str], opts: ValidateOptions, progre
                 if store is not None:
                     store.save(o)
     finally:
+        live.unpin()
         with contextlib.suppress(Exception):
             await asyncio.shield(conn.close())
     return outcomes, {**limits, "_facts": facts}, what, notes

@@ -84,7 +84,8 @@ def starved_rounds(v: Validation) -> tuple[list[int], list[str]]:
         xs = [_figure(o.machine, key) for o in flagged]
         xs = [x for x in xs if x is not None and x > bound]
         if xs:
-            why.append(f"{name} {k * min(xs):.0f}-{k * max(xs):.0f}{unit} in {len(xs)} run(s) "
+            lo, hi = f"{k * min(xs):.0f}", f"{k * max(xs):.0f}"
+            why.append(f"{name} {lo if lo == hi else f'{lo}-{hi}'}{unit} in {len(xs)} run(s) "
                        f"(> {k * bound:.0f})")
     return sorted({o.round for o in flagged}), why
 

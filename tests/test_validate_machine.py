@@ -139,5 +139,5 @@ def test_starved_rounds_are_left_out_of_every_verdict(tmp_path):
     assert rep["targets"]["step_rollout_error"]["worst"] == pytest.approx(0.0, abs=1e-9)
     assert rep["targets"]["step_rollout_error"]["verdict"] == "met"
     md = (tmp_path / "out" / "report.md").read_text()
-    assert "1 of 3 rounds left out of every verdict, starved: event-loop lag p99 90-90 ms" in md
+    assert "1 of 3 rounds left out of every verdict, starved: event-loop lag p99 90 ms in 2" in md
     assert "| sync round 2 | 1.0 / 90.0 / 95.0 |" in md
