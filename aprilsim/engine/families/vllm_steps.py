@@ -1,0 +1,320 @@
+"""vLLM V1's step scheduling (vLLM 0.32, `vllm/v1/core/sched/scheduler.py`), reproduced exactly
+for text generation: FCFS, chunked prefill, prefix caching on or off, one full-attention KV group,
+no speculative decoding, no KV connector, the synchronous `Scheduler` (the engine steps, then
+the outputs come back, then it schedules again).
+
+Each `schedule()`, as vLLM's `Scheduler.schedule`:
+
+1. Running requests, in running order, while the token budget (`max_num_batched_tokens`) lasts:
+   each gets min(its uncomputed tokens, the budget, max_model_len - computed - 1) tokens (a
+   decode is 1; a prefill in progress gets its next chunk). KV blocks are allocated for them
+   (`KVCacheManager.allocate_slots`); if blocks run short the LAST running request is preempted
+   (its blocks freed, its computed tokens reset to 0, put at the HEAD of the waiting queue) and
+   the allocation retried; if the request preempts itself, the running pass stops.
+2. Only if nothing was preempted this step: waiting requests in queue order, while budget and
+   `max_num_seqs` allow. Each looks up its longest prefix-cache hit (full blocks only, at most
+   num_tokens - 1 tokens), and is admitted only if the blocks for its WHOLE current sequence fit
+   (`scheduler_reserve_full_isl`, on by default) and, when requests are running, with the
+   watermark left free; it is scheduled for its uncached tokens up to the budget (a chunk). The
+   first that does not fit stops admission (head-of-line, FCFS).
+
+Every block that becomes full of computed tokens enters the prefix cache at allocation; a request
+in prefill samples nothing; `update` appends one token per request that finished its prefill or
+decodes, and finishes those that reach `max_tokens`, max_model_len or their stop token (freeing
+their blocks, tail first). `abort` frees at once. See `docs/simulator.md` ("vLLM family") for
+what this mirrors, function by function, and how it is checked against vLLM's own scheduler.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from aprilsim.engine.families.vllm_blocks import BlockPool
+
+WAITING, RUNNING, PREEMPTED, FINISHED = 0, 1, 2, 3
+
+
+@dataclass(frozen=True, slots=True)
+class VllmConfig:
+    """The scheduler's knobs, with vLLM's names. `num_blocks` counts the null block (vLLM's
+    `num_gpu_blocks`), so `num_blocks - 1` blocks hold KV."""
+
+    num_blocks: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    block_size: int = 16
+    enable_prefix_caching: bool = True
+    watermark: float = 0.0
+    scheduler_reserve_full_isl: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError("max_num_batched_tokens must be >= max_num_seqs (as vLLM checks)")
+        if not 0.0 <= self.watermark < 1.0:
+            raise ValueError("watermark must be in [0, 1)")
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """One step's plan: (request id, tokens) in vLLM's order, the requests preempted (in the
+    order chosen), those admitted with their prefix-cache hit tokens, and those that sample a
+    token this step (all scheduled but prefill chunks that leave tokens uncomputed)."""
+
+    scheduled: list[tuple[int, int]] = field(default_factory=list)
+    preempted: list[int] = field(default_factory=list)
+    admitted: list[tuple[int, int]] = field(default_factory=list)
+    samples: list[int] = field(default_factory=list)
+
+
+class _Req:
+    """One request's scheduler state (vLLM's `Request` plus its manager bookkeeping)."""
+
+    __slots__ = ("rid", "tokens", "num_prompt", "max_tokens", "stop", "computed", "blocks",
+                 "cached", "keys", "status", "chunk", "preemptions")
+
+    def __init__(self, rid: int, tokens: list[int], max_tokens: int, stop: int) -> None:
+        self.rid = rid
+        self.tokens = tokens
+        self.num_prompt = len(tokens)
+        self.max_tokens = max_tokens
+        self.stop = stop
+        self.computed = 0
+        self.blocks: list[int] = []
+        self.cached = 0  # blocks entered in the prefix cache (num_cached_block)
+        self.keys: list[int] = []  # chained hashes of its full blocks (request.block_hashes)
+        self.status = WAITING
+        self.chunk = False  # is_prefill_chunk
+        self.preemptions = 0
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class VllmSteps:
+    """vLLM V1's scheduler state: `add`, `abort`, `schedule` -> `StepPlan`, `update`."""
+
+    def __init__(self, config: VllmConfig) -> None:
+        self.cfg = config
+        self.pool = BlockPool(config.num_blocks, config.enable_prefix_caching)
+        self.watermark_blocks = int(config.watermark * config.num_blocks)
+        self.requests: dict[int, _Req] = {}
+        self.waiting: deque[_Req] = deque()
+        self.running: list[_Req] = []
+        self._intern: dict[tuple[int, tuple[int, ...]], int] = {}
+        self._last: list[tuple[_Req, int]] = []
+        self.preemptions = 0
+
+    # -- requests -------------------------------------------------------------------------
+    def add(self, rid: int, prompt: list[int], max_tokens: int, stop_token: int = -1) -> None:
+        """Queue a request (FCFS: queue order is add order) for `max_tokens` outputs at most;
+        `stop_token` finishes it when sampled (-1: none). Ids must be new."""
+        if rid in self.requests:
+            raise ValueError(f"request {rid} already added")
+        if not prompt or max_tokens < 1:
+            raise ValueError("a request needs a prompt and max_tokens >= 1")
+        r = _Req(rid, list(prompt), max_tokens, stop_token)
+        self._hash_blocks(r)
+        self.requests[rid] = r
+        self.waiting.append(r)
+
+    def abort(self, rid: int) -> bool:
+        """Finish `rid` now (vLLM's `finish_requests(..., FINISHED_ABORTED)` between steps):
+        out of its queue, its blocks freed tail first. False if it was not live."""
+        r = self.requests.pop(rid, None)
+        if r is None:
+            return False
+        if r.status == RUNNING:
+            self.running.remove(r)
+        else:
+            self.waiting.remove(r)
+        r.status = FINISHED
+        self._free(r)
+        return True
+
+    def tokens(self, rid: int) -> list[int]:
+        """A live request's tokens: prompt, then outputs."""
+        return self.requests[rid].tokens
+
+    def num_output(self, rid: int) -> int:
+        """Tokens a live request has generated."""
+        r = self.requests[rid]
+        return len(r.tokens) - r.num_prompt
+
+    def has_work(self) -> bool:
+        """Unfinished requests remain (vLLM's `has_unfinished_requests`)."""
+        return bool(self.requests)
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Free blocks, cached ones included (vLLM's `BlockPool.get_num_free_blocks`)."""
+        return self.pool.num_free
+
+    # -- hashing --------------------------------------------------------------------------
+    def _hash_blocks(self, r: _Req) -> None:
+        """Extend `r.keys` over its new full blocks (vLLM's request block hasher: each hash
+        chains its parent's, so equal keys mean equal token prefixes)."""
+        bs = self.cfg.block_size
+        keys, toks, intern = r.keys, r.tokens, self._intern
+        for i in range(len(keys), len(toks) // bs):
+            k = (keys[i - 1] if i else -1, tuple(toks[i * bs:(i + 1) * bs]))
+            v = intern.get(k)
+            if v is None:
+                v = intern[k] = len(intern)
+            keys.append(v)
+
+    # -- one step ---------------------------------------------------------------------------
+    def schedule(self) -> StepPlan:
+        """Plan one step (vLLM's `Scheduler.schedule`); computed tokens advance at once, as in
+        `_update_after_schedule`. Call `update` with the sampled tokens before the next one."""
+        plan = StepPlan()
+        self._last = []
+        budget = self._schedule_running(plan, self.cfg.max_num_batched_tokens)
+        if not plan.preempted:
+            self._schedule_waiting(plan, budget)
+        for r, n in self._last:
+            r.computed += n
+            r.chunk = r.computed < len(r.tokens)
+            if not r.chunk:
+                plan.samples.append(r.rid)
+        return plan
+
+    def update(self, sampled: Mapping[int, int]) -> list[int]:
+        """Append each sampling request's token (`sampled[rid]` for rid in the plan's
+        `samples`) and finish those that stop (vLLM's `update_from_output` and `check_stop`):
+        returns the finished ids in the order vLLM processes them."""
+        bs, mml = self.cfg.block_size, self.cfg.max_model_len
+        finished = []
+        for r, _ in self._last:
+            if r.chunk or r.status != RUNNING:
+                continue
+            tok = sampled[r.rid]
+            toks = r.tokens
+            toks.append(tok)
+            if len(toks) % bs == 0:
+                self._hash_blocks(r)
+            if tok == r.stop or len(toks) >= mml or len(toks) - r.num_prompt >= r.max_tokens:
+                r.status = FINISHED
+                del self.requests[r.rid]
+                self._free(r)
+                finished.append(r.rid)
+        if finished:
+            self.running = [x for x in self.running if x.status != FINISHED]
+        self._last = []
+        return finished
+
+    def _schedule_running(self, plan: StepPlan, budget: int) -> int:
+        """The running pass; returns the budget left."""
+        running, mml = self.running, self.cfg.max_model_len
+        i = 0
+        while i < len(running) and budget > 0:
+            r = running[i]
+            n = min(len(r.tokens) - r.computed, budget, mml - r.computed - 1)
+            if n <= 0:
+                i += 1
+                continue
+            ok = self._grow(r, n)
+            while not ok:
+                victim = running.pop()  # FCFS: the last running request
+                self._preempt(victim)
+                plan.preempted.append(victim.rid)
+                if victim is r:
+                    break
+                ok = self._grow(r, n)
+            if not ok:
+                break
+            plan.scheduled.append((r.rid, n))
+            self._last.append((r, n))
+            budget -= n
+            i += 1
+        return budget
+
+    def _schedule_waiting(self, plan: StepPlan, budget: int) -> None:
+        """The waiting pass (run only when nothing was preempted this step)."""
+        bs, waiting, running = self.cfg.block_size, self.waiting, self.running
+        while budget > 0 and waiting and len(running) < self.cfg.max_num_seqs:
+            r = waiting[0]
+            hits = self._hits(r)
+            hit = len(hits) * bs
+            n = min(len(r.tokens) - hit, budget)
+            if not self._admit(r, hits, hit, n):
+                break
+            waiting.popleft()
+            running.append(r)
+            r.status = RUNNING
+            r.computed = hit
+            plan.scheduled.append((r.rid, n))
+            plan.admitted.append((r.rid, hit))
+            self._last.append((r, n))
+            budget -= n
+
+    # -- KV blocks (KVCacheManager) -------------------------------------------------------
+    def _hits(self, r: _Req) -> list[int]:
+        """The longest prefix-cache hit, full blocks of at most num_tokens - 1 tokens
+        (`KVCacheManager.get_computed_blocks`)."""
+        if not self.cfg.enable_prefix_caching:
+            return []
+        return self.pool.longest_hit(r.keys, (len(r.tokens) - 1) // self.cfg.block_size)
+
+    def _grow(self, r: _Req, n: int) -> bool:
+        """`allocate_slots` for a running request scheduling `n` more tokens."""
+        bs = self.cfg.block_size
+        need = min(r.computed + n, self.cfg.max_model_len)
+        k = _cdiv(need, bs) - len(r.blocks)
+        if k > self.pool.num_free:
+            return False
+        if k > 0:
+            r.blocks += self.pool.get_new_blocks(k)
+        self._cache(r, min(r.computed + n, len(r.tokens)))
+        return True
+
+    def _admit(self, r: _Req, hits: list[int], hit: int, n: int) -> bool:
+        """`allocate_slots` for a waiting request with prefix hit `hits` (`hit` tokens)
+        scheduling `n` tokens: the full-sequence check, the watermark, then the chunk."""
+        cfg, pool = self.cfg, self.pool
+        bs, mml = cfg.block_size, cfg.max_model_len
+        reserve = self.watermark_blocks if self.running else 0
+        reserve += sum(1 for b in hits if pool.ref[b] == 0)  # hits taken off the free queue
+        if cfg.scheduler_reserve_full_isl:
+            full = _cdiv(min(len(r.tokens), mml), bs)
+            if max(full - len(hits), 0) + reserve > pool.num_free:
+                return False
+        need = min(hit + n, mml)
+        if max(_cdiv(need, bs) - len(hits), 0) + reserve > pool.num_free:
+            return False
+        if hits:
+            pool.touch(hits)
+            r.blocks = list(hits)
+            r.cached = len(hits)
+        k = _cdiv(need, bs) - len(r.blocks)
+        if k > 0:
+            r.blocks += pool.get_new_blocks(k)
+        self._cache(r, min(hit + n, len(r.tokens)))
+        return True
+
+    def _cache(self, r: _Req, num_tokens: int) -> None:
+        """Enter the request's newly full blocks in the prefix cache (`cache_blocks`)."""
+        if not self.cfg.enable_prefix_caching:
+            return
+        full = num_tokens // self.cfg.block_size
+        if r.cached < full:
+            self.pool.cache_full(r.blocks, r.keys, r.cached, full)
+            r.cached = full
+
+    def _preempt(self, r: _Req) -> None:
+        """`_preempt_request`: blocks freed, computed tokens reset, to the head of waiting."""
+        self._free(r)
+        r.status = PREEMPTED
+        r.computed = 0
+        r.preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(r)
+
+    def _free(self, r: _Req) -> None:
+        """Free the request's blocks tail first (`SingleTypeKVCacheManager.free`)."""
+        self.pool.free_blocks(r.blocks[::-1])
+        r.blocks = []
+        r.cached = 0
