@@ -117,9 +117,9 @@ class BlockPool:
     def longest_hit(self, keys: list[int], max_blocks: int) -> list[int]:
         """The cached blocks of the longest run of `keys[:max_blocks]` from the start."""
         out = []
-        cache = self.cache
-        for key in keys[:max_blocks]:
-            blocks = cache.get(key)
+        get = self.cache.get
+        for i in range(min(max_blocks, len(keys))):
+            blocks = get(keys[i])
             if not blocks:
                 break
             out.append(blocks[0])

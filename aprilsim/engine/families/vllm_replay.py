@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Any
 
 from aprilsim.engine.families.trace_driver import Agreement, replay
 from aprilsim.engine.families.traces import StepRecord, Trace
 from aprilsim.engine.families.vllm_steps import VllmConfig, VllmSteps
-from aprilsim.engine.families.workloads import STOP_TOKEN, EngineLimits, output_token
+from aprilsim.engine.families.workloads import (
+    OUTPUT_SRC_BASE,
+    STOP_TOKEN,
+    STRIDE,
+    TABLE_MASK,
+    EngineLimits,
+    token_table,
+)
 
 BLOCK_SIZE = 16
 
@@ -33,10 +41,14 @@ class ModelAdapter:
 
     def __init__(self, config: VllmConfig) -> None:
         self.model = VllmSteps(config)
-        self.caps: dict[int, tuple[int, int]] = {}  # rid -> (max_tokens, target)
+        self.table = token_table()
+        # rid -> (its outputs' table offset, the output index of its stop token or -1):
+        # `workloads.output_token`, unrolled
+        self.outs: dict[int, tuple[int, int]] = {}
 
     def add(self, rid: int, prompt: list[int], max_tokens: int, target: int) -> None:
-        self.caps[rid] = (max_tokens, target)
+        stop_at = target - 1 if target < max_tokens else -1
+        self.outs[rid] = ((OUTPUT_SRC_BASE + rid) * STRIDE, stop_at)
         self.model.add(rid, prompt, max_tokens, STOP_TOKEN)
 
     def abort(self, rid: int) -> tuple[list[int], int] | None:
@@ -53,14 +65,15 @@ class ModelAdapter:
     def step(self) -> StepRecord:
         m = self.model
         plan = m.schedule()
+        table, outs = self.table, self.outs
         sampled = {}
-        for rid in plan.samples:
-            cap, target = self.caps[rid]
-            sampled[rid] = output_token(rid, m.num_output(rid), target, cap)
+        for rid, i in plan.samples:
+            base, stop_at = outs[rid]
+            sampled[rid] = STOP_TOKEN if i == stop_at else table[(base + i) & TABLE_MASK]
         finished = m.update(sampled)
-        return StepRecord(tuple(x for p in plan.scheduled for x in p),
+        return StepRecord(tuple(chain.from_iterable(plan.scheduled)),
                           tuple(sorted(plan.preempted)), tuple(finished),
-                          tuple(x for p in plan.admitted for x in p), m.num_free_blocks)
+                          tuple(chain.from_iterable(plan.admitted)), m.num_free_blocks)
 
 
 def replay_trace(trace: Trace) -> Agreement:

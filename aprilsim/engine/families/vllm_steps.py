@@ -60,13 +60,14 @@ class VllmConfig:
 @dataclass(slots=True)
 class StepPlan:
     """One step's plan: (request id, tokens) in vLLM's order, the requests preempted (in the
-    order chosen), those admitted with their prefix-cache hit tokens, and those that sample a
-    token this step (all scheduled but prefill chunks that leave tokens uncomputed)."""
+    order chosen), those admitted with their prefix-cache hit tokens, and (request id, output
+    index) of those that sample a token this step (all scheduled but prefill chunks that leave
+    tokens uncomputed)."""
 
     scheduled: list[tuple[int, int]] = field(default_factory=list)
     preempted: list[int] = field(default_factory=list)
     admitted: list[tuple[int, int]] = field(default_factory=list)
-    samples: list[int] = field(default_factory=list)
+    samples: list[tuple[int, int]] = field(default_factory=list)
 
 
 class _Req:
@@ -105,7 +106,7 @@ class VllmSteps:
         self.waiting: deque[_Req] = deque()
         self.running: list[_Req] = []
         self._intern: dict[tuple[int, tuple[int, ...]], int] = {}
-        self._last: list[tuple[_Req, int]] = []
+        self._last: list[_Req] = []
         self.preemptions = 0
 
     # -- requests -------------------------------------------------------------------------
@@ -175,20 +176,19 @@ class VllmSteps:
         budget = self._schedule_running(plan, self.cfg.max_num_batched_tokens)
         if not plan.preempted:
             self._schedule_waiting(plan, budget)
-        for r, n in self._last:
-            r.computed += n
-            r.chunk = r.computed < len(r.tokens)
+        samples = plan.samples
+        for r in self._last:
             if not r.chunk:
-                plan.samples.append(r.rid)
+                samples.append((r.rid, len(r.tokens) - r.num_prompt))
         return plan
 
     def update(self, sampled: Mapping[int, int]) -> list[int]:
-        """Append each sampling request's token (`sampled[rid]` for rid in the plan's
+        """Append each sampling request's token (`sampled[rid]` for each (rid, _) of the plan's
         `samples`) and finish those that stop (vLLM's `update_from_output` and `check_stop`):
         returns the finished ids in the order vLLM processes them."""
         bs, mml = self.cfg.block_size, self.cfg.max_model_len
         finished = []
-        for r, _ in self._last:
+        for r in self._last:
             if r.chunk or r.status != RUNNING:
                 continue
             tok = sampled[r.rid]
@@ -206,31 +206,56 @@ class VllmSteps:
         self._last = []
         return finished
 
+    def _scheduled(self, plan: StepPlan, r: _Req, n: int) -> None:
+        """Record `n` tokens for `r` and advance its computed tokens (`_update_after_schedule`:
+        no later decision of the step reads them)."""
+        plan.scheduled.append((r.rid, n))
+        self._last.append(r)
+        r.computed += n
+        r.chunk = r.computed < len(r.tokens)
+
     def _schedule_running(self, plan: StepPlan, budget: int) -> int:
         """The running pass; returns the budget left."""
-        running, mml = self.running, self.cfg.max_model_len
+        running, bs, mml = self.running, self.cfg.block_size, self.cfg.max_model_len
+        caching = self.cfg.enable_prefix_caching
+        sched, last = plan.scheduled, self._last
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
-            n = min(len(r.tokens) - r.computed, budget, mml - r.computed - 1)
+            c = r.computed
+            ntok = len(r.tokens)
+            n = ntok - c  # min(uncomputed, budget, mml - computed - 1), unrolled
+            if n > budget:
+                n = budget
+            if n > mml - c - 1:
+                n = mml - c - 1
             if n <= 0:
                 i += 1
                 continue
-            ok = self._grow(r, n)
-            while not ok:
-                victim = running.pop()  # FCFS: the last running request
-                self._preempt(victim)
-                plan.preempted.append(victim.rid)
-                if victim is r:
-                    break
-                ok = self._grow(r, n)
-            if not ok:
+            end = c + n
+            # allocate_slots has work only past the blocks held or on filling a block
+            if ((end > len(r.blocks) * bs or (caching and end // bs > r.cached))
+                    and not self._grow_or_preempt(plan, r, n)):
                 break
-            plan.scheduled.append((r.rid, n))
-            self._last.append((r, n))
+            sched.append((r.rid, n))  # as _scheduled, inlined
+            last.append(r)
+            r.computed = end
+            r.chunk = end < ntok
             budget -= n
             i += 1
         return budget
+
+    def _grow_or_preempt(self, plan: StepPlan, r: _Req, n: int) -> bool:
+        """Allocate for `r`, preempting the last running request until it fits; False if `r`
+        itself was preempted."""
+        running = self.running
+        while not self._grow(r, n):
+            victim = running.pop()  # FCFS: the last running request
+            self._preempt(victim)
+            plan.preempted.append(victim.rid)
+            if victim is r:
+                return False
+        return True
 
     def _schedule_waiting(self, plan: StepPlan, budget: int) -> None:
         """The waiting pass (run only when nothing was preempted this step)."""
@@ -246,9 +271,8 @@ class VllmSteps:
             running.append(r)
             r.status = RUNNING
             r.computed = hit
-            plan.scheduled.append((r.rid, n))
             plan.admitted.append((r.rid, hit))
-            self._last.append((r, n))
+            self._scheduled(plan, r, n)
             budget -= n
 
     # -- KV blocks (KVCacheManager) -------------------------------------------------------
@@ -277,7 +301,7 @@ class VllmSteps:
         cfg, pool = self.cfg, self.pool
         bs, mml = cfg.block_size, cfg.max_model_len
         reserve = self.watermark_blocks if self.running else 0
-        reserve += sum(1 for b in hits if pool.ref[b] == 0)  # hits taken off the free queue
+        reserve += list(map(pool.ref.__getitem__, hits)).count(0)  # hits off the free queue
         if cfg.scheduler_reserve_full_isl:
             full = _cdiv(min(len(r.tokens), mml), bs)
             if max(full - len(hits), 0) + reserve > pool.num_free:

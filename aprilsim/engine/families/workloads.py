@@ -194,12 +194,13 @@ def _long_tail(d: _Draw, groups: list[list[RequestSpec]], n_long: int) -> None:
 
 
 def _limits(d: _Draw, n_requests: int) -> EngineLimits:
-    """Limits with KV from a tenth to twice the running requests' demand (many preempt)."""
+    """Limits with KV from a twelfth to 1.3 times the running requests' demand (many
+    preempt), never less than one request of the model's length."""
     rng = d.rng
     run = _pick(rng, (8, 16, 32, 64, 128, 256))
     step = max(run, _pick(rng, (256, 512, 1024, 2048, 4096, 8192, 16384)))
     demand = min(run, n_requests) * (d.system_len + d.prompt_median * 1.3 + d.output_median * 2)
-    kv = int(demand * 10 ** (rng.random() * 1.3 - 1.0))
+    kv = int(demand * 10 ** (rng.random() * 1.2 - 1.1))
     kv = max(kv, d.max_model_len + 64 * (1 + int(rng.random() * 16)))
     wm = _pick(rng, (0.01, 0.05)) if rng.random() < 0.2 else 0.0
     return EngineLimits(kv, run, step, d.max_model_len, rng.random() >= 0.1, wm,
@@ -289,7 +290,7 @@ def make_workload(seed: int, index: int) -> Workload:
     d = _Draw(rng, mml, cap, _pick(rng, (48.0, 200.0, 600.0, 1500.0)),
               _pick(rng, (24.0, 80.0, 250.0)),
               _pick(rng, (0, 0, 16, 100, 512, 1000)), _pick(rng, (1, 4, 8, 16)))
-    n_requests = int(100 * 10 ** rng.random())
+    n_requests = int(100 * 10 ** (rng.random() ** 1.5))  # 100 to 1,000, more of the fewer
     groups = _groups(d, n_requests, SYSTEM_SRC + 1)
     _long_tail(d, groups, _pick(rng, (0, 0, 1, 1, 2, 3)))
     shape = _pick(rng, SHAPES)
