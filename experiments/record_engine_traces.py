@@ -174,8 +174,9 @@ def record_vllm(workloads: list[Workload], model_dir: Path) -> Iterator[Trace]:
 
 def record_sglang(workloads: list[Workload], model_dir: Path) -> Iterator[Trace]:
     """SGLang's recorder is not written yet: one clear line, exit 2."""
-    raise SystemExit("record_engine_traces: --family sglang: the SGLang recorder is not "
-                     "written yet (tests/data/engine_traces/sglang-0.5.23/ will hold its traces)")
+    print("record_engine_traces: --family sglang: the SGLang recorder is not written yet "
+          "(tests/data/engine_traces/sglang-0.5.23/ will hold its traces)", file=sys.stderr)
+    raise SystemExit(2)
 
 
 RECORDERS = {"vllm": record_vllm, "sglang": record_sglang}
@@ -225,13 +226,16 @@ def main(argv: list[str] | None = None) -> int:
     workloads = ([t.workload for t in stored] if stored
                  else [make_workload(args.seed, i) for i in range(args.count)])
     t0 = time.perf_counter()
-    traces = list(RECORDERS[args.family](workloads, args.model))
-    print(f"recorded {len(traces)} workloads in {time.perf_counter() - t0:.0f} s",
-          file=sys.stderr)
-    if args.out is not None:
+    traces: list[Trace] = []
+    made = RECORDERS[args.family](workloads, args.model)
+    kept = (traces.append(t) or t for t in made) if args.check else made
+    if args.out is not None:  # written as they come: an interrupted run keeps what it made
         args.out.mkdir(parents=True, exist_ok=True)
         name = args.src.name if args.src else f"{args.family}-seed{args.seed}.jsonl.xz"
-        write_traces(args.out / name, traces)
+        n = write_traces(args.out / name, kept)
+    else:
+        n = sum(1 for _ in kept)
+    print(f"recorded {n} workloads in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return 1 if args.check and _check(traces, stored) else 0
 
 

@@ -136,11 +136,14 @@ def reach(trace: Trace) -> dict[str, int]:
 
 
 def write_traces(path: Path, traces: Iterable[Trace]) -> int:
-    """Write `traces` to an xz-compressed JSON-lines file; returns how many."""
+    """Write `traces` to an xz-compressed JSON-lines file, one xz stream per trace (written as
+    each comes: an interrupted recording leaves a valid file); returns how many."""
     n = 0
-    with lzma.open(path, "wt", encoding="utf-8", preset=9 | lzma.PRESET_EXTREME) as f:
+    with open(path, "wb") as f:
         for t in traces:
-            f.write(json.dumps(t.to_json(), separators=(",", ":")) + "\n")
+            line = json.dumps(t.to_json(), separators=(",", ":")) + "\n"
+            f.write(lzma.compress(line.encode(), preset=9 | lzma.PRESET_EXTREME))
+            f.flush()
             n += 1
     return n
 
