@@ -55,6 +55,9 @@ def test_prefix_hits_are_full_blocks_of_at_most_all_tokens_but_one():
     # same step; request 3 may hit 31 tokens at most, so only 1 of request 2's 2 blocks
     assert plan.admitted == [(0, 0), (1, 32), (2, 0), (3, 16)]
     assert plan.scheduled == [(0, 40), (1, 8), (2, 32), (3, 16)]
+    assert plan.context == [0, 32, 0, 16]  # what each one's attention reads from the cache
+    plan, _ = _step(m)
+    assert plan.context == [40, 40, 32, 32]
 
 
 def test_preemption_takes_the_last_running_request_and_requeues_it_at_the_head():

@@ -58,18 +58,13 @@ def drive(workload: Workload, engine: EngineAdapter,
     for t, rid in workload.aborts:
         aborts.setdefault(t, []).append(rid)
     pending = sorted(set(arrivals) | set(aborts))
-    events: list[list[int | str]] = []
-    caught: dict[int, tuple[list[int], int]] = {}
-    sent: dict[int, _Effective] = {}
+    run = _Inputs(workload, engine)
     t, steps = 0, 0
     while True:
         for rid in aborts.get(t, ()):
-            got = engine.abort(rid)
-            if got is not None:
-                caught[rid] = got
-                events.append(["abort", t, rid, got[1]])
+            run.abort(t, rid)
         for rid in arrivals.get(t, ()):
-            _send(workload, engine, rid, t, caught, sent, events)
+            run.send(t, rid)
         if engine.has_work():
             on_step(t, engine.step())
             t, steps = t + 1, steps + 1
@@ -78,27 +73,41 @@ def drive(workload: Workload, engine: EngineAdapter,
             continue
         later = [s for s in pending if s > t]
         if not later:
-            return events
+            return run.events
         t = later[0]
 
 
-def _send(workload: Workload, engine: EngineAdapter, rid: int, t: int,
-          caught: dict[int, tuple[list[int], int]], sent: dict[int, _Effective],
-          events: list[list[int | str]]) -> None:
-    spec = workload.requests[rid]
-    if spec.continues < 0:
-        sent[rid] = _Effective(spec.max_tokens, spec.target)
-        engine.add(rid, spec.prompt_tokens(), spec.max_tokens, spec.target)
-        return
-    got = caught.get(spec.continues)
-    if got is None:
-        return  # the parent finished before its abort: nothing to resubmit
-    tokens, made = got
-    parent = sent[spec.continues]
-    eff = _Effective(parent.max_tokens - made, parent.target - made)
-    sent[rid] = eff
-    engine.add(rid, list(tokens), eff.max_tokens, eff.target)
-    events.append(["resubmit", t, rid, len(tokens), eff.max_tokens])
+class _Inputs:
+    """What the workload sends the engine: aborts (keeping what they caught) and requests."""
+
+    def __init__(self, workload: Workload, engine: EngineAdapter) -> None:
+        self.workload = workload
+        self.engine = engine
+        self.events: list[list[int | str]] = []
+        self.caught: dict[int, tuple[list[int], int]] = {}
+        self.sent: dict[int, _Effective] = {}
+
+    def abort(self, t: int, rid: int) -> None:
+        got = self.engine.abort(rid)
+        if got is not None:
+            self.caught[rid] = got
+            self.events.append(["abort", t, rid, got[1]])
+
+    def send(self, t: int, rid: int) -> None:
+        spec = self.workload.requests[rid]
+        if spec.continues < 0:
+            self.sent[rid] = _Effective(spec.max_tokens, spec.target)
+            self.engine.add(rid, spec.prompt_tokens(), spec.max_tokens, spec.target)
+            return
+        got = self.caught.get(spec.continues)
+        if got is None:
+            return  # the parent finished before its abort: nothing to resubmit
+        tokens, made = got
+        parent = self.sent[spec.continues]
+        eff = _Effective(parent.max_tokens - made, parent.target - made)
+        self.sent[rid] = eff
+        self.engine.add(rid, list(tokens), eff.max_tokens, eff.target)
+        self.events.append(["resubmit", t, rid, len(tokens), eff.max_tokens])
 
 
 def record(trace: Trace, engine: EngineAdapter) -> Trace:

@@ -59,12 +59,14 @@ class VllmConfig:
 
 @dataclass(slots=True)
 class StepPlan:
-    """One step's plan: (request id, tokens) in vLLM's order, the requests preempted (in the
-    order chosen), those admitted with their prefix-cache hit tokens, and (request id, output
-    index) of those that sample a token this step (all scheduled but prefill chunks that leave
-    tokens uncomputed)."""
+    """One step's plan: (request id, tokens) in vLLM's order with, alike, each one's tokens
+    already in KV (what its attention reads besides its new tokens: the cost model's context),
+    the requests preempted (in the order chosen), those admitted with their prefix-cache hit
+    tokens, and (request id, output index) of those that sample a token this step (all scheduled
+    but prefill chunks that leave tokens uncomputed)."""
 
     scheduled: list[tuple[int, int]] = field(default_factory=list)
+    context: list[int] = field(default_factory=list)
     preempted: list[int] = field(default_factory=list)
     admitted: list[tuple[int, int]] = field(default_factory=list)
     samples: list[tuple[int, int]] = field(default_factory=list)
@@ -210,6 +212,7 @@ class VllmSteps:
         """Record `n` tokens for `r` and advance its computed tokens (`_update_after_schedule`:
         no later decision of the step reads them)."""
         plan.scheduled.append((r.rid, n))
+        plan.context.append(r.computed)
         self._last.append(r)
         r.computed += n
         r.chunk = r.computed < len(r.tokens)
@@ -218,7 +221,7 @@ class VllmSteps:
         """The running pass; returns the budget left."""
         running, bs, mml = self.running, self.cfg.block_size, self.cfg.max_model_len
         caching = self.cfg.enable_prefix_caching
-        sched, last = plan.scheduled, self._last
+        sched, context, last = plan.scheduled, plan.context, self._last
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
@@ -238,6 +241,7 @@ class VllmSteps:
                     and not self._grow_or_preempt(plan, r, n)):
                 break
             sched.append((r.rid, n))  # as _scheduled, inlined
+            context.append(c)
             last.append(r)
             r.computed = end
             r.chunk = end < ntok
