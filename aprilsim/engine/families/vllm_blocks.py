@@ -7,7 +7,8 @@ Mirrors `vllm/v1/core/block_pool.py` (`BlockPool.get_new_blocks`, `touch`, `free
 free; a freed block whose refcount drops to 0 goes to the FRONT of the queue if it holds no hash
 (reused first) and to the BACK if it does (cached, evicted least recently freed first); a new
 block is taken from the front, and if it held a hash it leaves the prefix cache then. Blocks are
-ints; a block hash is an int key (the caller interns chained token tuples).
+ints; a block hash is an int key (the caller chains hashes over token tuples). NO_HASH (-1)
+marks a block without one (Python's hash() never returns -1).
 """
 
 from __future__ import annotations

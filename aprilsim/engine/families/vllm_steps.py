@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from aprilsim.engine.families.vllm_blocks import BlockPool
 
 WAITING, RUNNING, PREEMPTED, FINISHED = 0, 1, 2, 3
+NO_PARENT = 0x5EED  # the first block's parent in the hash chain (vLLM's NONE_HASH)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +108,6 @@ class VllmSteps:
         self.requests: dict[int, _Req] = {}
         self.waiting: deque[_Req] = deque()
         self.running: list[_Req] = []
-        self._intern: dict[tuple[int, tuple[int, ...]], int] = {}
         self._last: list[_Req] = []
         self.preemptions = 0
 
@@ -159,15 +159,12 @@ class VllmSteps:
     # -- hashing --------------------------------------------------------------------------
     def _hash_blocks(self, r: _Req) -> None:
         """Extend `r.keys` over its new full blocks (vLLM's request block hasher: each hash
-        chains its parent's, so equal keys mean equal token prefixes)."""
+        chains its parent's, so equal keys mean equal token prefixes). Python's 64-bit hash of
+        ints and tuples is deterministic; vLLM hashes the same chain with sha256."""
         bs = self.cfg.block_size
-        keys, toks, intern = r.keys, r.tokens, self._intern
+        keys, toks = r.keys, r.tokens
         for i in range(len(keys), len(toks) // bs):
-            k = (keys[i - 1] if i else -1, tuple(toks[i * bs:(i + 1) * bs]))
-            v = intern.get(k)
-            if v is None:
-                v = intern[k] = len(intern)
-            keys.append(v)
+            keys.append(hash((keys[i - 1] if i else NO_PARENT, tuple(toks[i * bs:(i + 1) * bs]))))
 
     # -- one step ---------------------------------------------------------------------------
     def schedule(self) -> StepPlan:
