@@ -60,15 +60,18 @@ def test_every_recorded_step_of_every_vllm_trace_replays_exactly():
 
 
 def test_the_trace_workloads_span_the_users_regime():
-    limits = [t.workload.limits for p in FILES for t in read_traces(p)]
-    sizes = [len(t.workload.requests) for p in FILES for t in read_traces(p)]
+    workloads = [t.workload for p in FILES for t in read_traces(p)]
+    limits = [w.limits for w in workloads]
+    sizes = [len(w.requests) for w in workloads]
     assert min(sizes) >= 100 and max(sizes) >= 1000
     assert max(lim.max_model_len for lim in limits) == 16384
     assert sum(1 for lim in limits if not lim.prefix_caching) >= 10
     assert sum(1 for lim in limits if lim.watermark > 0) >= 20
     assert sum(1 for lim in limits if not lim.reserve_full_prompt) >= 10
-    caps = {r.max_tokens for p in FILES for t in read_traces(p) for r in t.workload.requests}
+    caps = {r.max_tokens for w in workloads for r in w.requests}
     assert 16384 in caps
+    shapes = {w.shape for w in workloads}
+    assert shapes == {"batch", "waves", "stream", "april"}
 
 
 def test_a_changed_rule_is_caught_by_the_traces(monkeypatch):
