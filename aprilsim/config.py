@@ -19,7 +19,14 @@ from aprilsim.engine.cost import PRESETS, CostModel, EngineSpec, TabulatedCost
 from aprilsim.engine.router import ROUTERS
 from aprilsim.engine.speculative import SpeculativeSpec
 from aprilsim.metrics.warmup import clamp_warmup
-from aprilsim.scenario_limits import LimitError, check_limits, parse_toml, read_text_bounded
+from aprilsim.scenario_limits import (
+    DEFAULT_MAX_PROMPT_LEN,
+    LimitError,
+    check_limits,
+    parse_toml,
+    read_text_bounded,
+    whole_tokens,
+)
 from aprilsim.suggest import did_you_mean
 from aprilsim.trainer import TrainerModel
 from aprilsim.workload.generator import RewardModel, Workload
@@ -255,11 +262,29 @@ class Scenario(_Strict):
     cluster: ClusterSection = ClusterSection()
     trainer: TrainerSection = TrainerSection()
     lengths: dict[str, Any]
-    prompts: dict[str, Any] = {"family": "lognormal", "mu": 5.3, "sigma": 0.5, "max_len": 2048}
+    prompts: dict[str, Any] = {"family": "lognormal", "mu": 5.3, "sigma": 0.5,
+                               "max_len": DEFAULT_MAX_PROMPT_LEN}
     workload: WorkloadSection = WorkloadSection()
     schedulers: dict[str, dict[str, Any]] = {}
     launch: LaunchSection = LaunchSection()
     base_dir: str = "."
+
+    # ------------------------------------------------------------------ derived values
+    @property
+    def max_prompt_len(self) -> int:
+        """The longest prompt in tokens: `prompts.max_len`, 2048 when unset (LimitError when it is
+        no whole number)."""
+        return whole_tokens(self.prompts.get("max_len", DEFAULT_MAX_PROMPT_LEN), "prompts.max_len")
+
+    def knobs_of(self, scheduler: str) -> dict[str, Any]:
+        """Every knob of `scheduler` (`NAME`, `module:Class` or `NAME@knob=v`) as it runs here:
+        its class defaults, updated by `[schedulers.NAME]`, then by the spec's own values (what
+        an exporter writes back, what sizes a calibration: APRIL's ratio, read in one place)."""
+        from aprilsim.policies.registry import knobs, resolve
+        from aprilsim.scheduler_spec import scheduler_settings
+
+        spec, settings = scheduler_settings(self, scheduler)
+        return {**{k.name: k.default for k in knobs(resolve(spec.name))}, **settings}
 
     # ------------------------------------------------------------------ builders
     def engine_spec(self) -> EngineSpec:
@@ -335,7 +360,8 @@ class Scenario(_Strict):
                 raise ScenarioError(str(e)) from None
         lengths, extra = self.length_model()
         p = dict(self.prompts)
-        max_prompt = int(p.pop("max_len", 2048))
+        p.pop("max_len", None)
+        max_prompt = self.max_prompt_len
         prompt_model = _length_model(p, "prompts")
         w = self.workload
         drift = extra.get("drift")
@@ -378,7 +404,7 @@ class Scenario(_Strict):
                 f"warmup_steps: {self.warmup_steps} leaves none of the {self.steps} steps to summarise"
             )
         spec = self.engine_spec()
-        max_prompt = int(self.prompts.get("max_len", 2048))
+        max_prompt = self.max_prompt_len
         need = max_prompt + self.max_response_len
         if spec.kv_capacity < need:
             raise ScenarioError(
@@ -386,11 +412,11 @@ class Scenario(_Strict):
                 f"request (prompts.max_len {max_prompt} + max_response_len {self.max_response_len})"
             )
         self.workload_for()  # builds (and so validates) lengths, prompts, drift
-        from aprilsim.policies.registry import make_scheduler
+        from aprilsim.scheduler_spec import build_scheduler
 
         for name in dict.fromkeys([*self.compare, *self.schedulers]):
             try:
-                make_scheduler(name, self.settings_for(name))
+                build_scheduler(self, name)
             except (ValueError, TypeError) as e:
                 msg = str(e)
                 raise ScenarioError(msg if msg.startswith(f"schedulers.{name}")

@@ -78,7 +78,7 @@ def simulate(
     >>> n, gain > 0
     (2, True)
     """
-    from aprilsim.scheduler_spec import parse_scheduler_spec
+    from aprilsim.scheduler_spec import check_schedulers
     from aprilsim.sim.run import simulate as run_one
 
     sc = with_overrides(as_scenario(scenario), steps=steps, warmup=warmup).check()
@@ -88,16 +88,15 @@ def simulate(
         seed_list = [sc.seed + k for k in range(seeds)]
     else:
         seed_list = list(seeds)
+    chosen = list(schedulers) if schedulers is not None else list(sc.compare)
+    check_schedulers(sc, [s for s in chosen if isinstance(s, str)])  # bad input before any run
     out = Results(sc)
-    for s in schedulers if schedulers is not None else sc.compare:
+    for s in chosen:
         for seed in seed_list:
             label = s if isinstance(s, str) else s.name
             # an instance keeps state: only its first seed may use it as is
             if isinstance(s, str):  # NAME or NAME@knob=value,... as on the command line
-                name, knobs = parse_scheduler_spec(s)
-                run = run_one(sc, name, seed=seed, settings=knobs or None)
-                if knobs:
-                    run.scheduler = label
+                run = run_one(sc, s, seed=seed)
             else:
                 run = run_one(sc, s if seed == seed_list[0] else type(s)(), seed=seed)
             out.runs[(label, seed)] = run

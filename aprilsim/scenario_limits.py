@@ -95,10 +95,15 @@ def parse_toml(text: str, origin: str) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------ sizes
-def requests_per_step(name: str, settings: dict[str, Any], batch_size: int, group_size: int) -> float:
-    """An upper estimate of the samples scheduler `name` submits in one step (known knobs only)."""
+def requests_per_step(name: str, settings: dict[str, Any], batch_size: int, group_size: int,
+                      max_len: int = 0) -> float:
+    """An upper estimate of the requests scheduler `name` submits in one step (known knobs only;
+    Seer's pieces of `chunk` tokens count one request each, up to `max_len` tokens a response)."""
     n, g = batch_size, group_size
     s = settings
+    if name in ("seer", "seer_history"):
+        chunk = int(s.get("chunk", 2048))
+        return float(n) * g * (math.ceil(max_len / chunk) if chunk > 0 and max_len else 1)
     if name in ("april", "april_ds"):  # in flight, plus fresh replacements (token budget, filter)
         replaced = name == "april_ds" or s.get("token_budget") is not None
         return (float(s.get("ratio", 2.0))
@@ -112,7 +117,11 @@ def requests_per_step(name: str, settings: dict[str, Any], batch_size: int, grou
     return float(n) * g
 
 
-def _finite_int(value: Any, key: str) -> int:
+DEFAULT_MAX_PROMPT_LEN = 2048  # `prompts.max_len` when a scenario does not set it
+
+
+def whole_tokens(value: Any, key: str) -> int:
+    """`value` as a whole number of tokens; LimitError naming `key` otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or value != int(value):
         raise LimitError(f"{key}: expected a whole number of tokens, got {value!r}")
@@ -136,7 +145,7 @@ def check_limits(sc: Any) -> None:
             f"steps: {sc.steps:,} training steps is more than the {MAX_STEPS:,} one run may "
             "simulate (each step costs at least ~2 ms of CPU and keeps its record)")
     check_run_size(sc.steps, float(sc.batch_size) * sc.group_size, "steps")
-    max_prompt = _finite_int(sc.prompts.get("max_len", 2048), "prompts.max_len")
+    max_prompt = sc.max_prompt_len
     if max_prompt < 1:
         raise LimitError(f"prompts.max_len: must be >= 1, got {max_prompt}")
     tr = sc.trainer
@@ -153,26 +162,37 @@ def check_limits(sc: Any) -> None:
             f"cluster.abort_steps: {k:,} decode steps is longer than the longest response "
             f"(max_response_len {sc.max_response_len:,}): every request would end before its "
             "abort landed; use at most max_response_len (or -1: aborts land at once)")
+    for name in dict.fromkeys([*sc.compare, *sc.schedulers]):
+        check_scheduler_limits(sc, name, sc.settings_for(name))
+
+
+OVER_PROVISIONING = "the scheduler's over-provisioning knobs"
+_MULTIPLIERS = {"seer": "raise its chunk (tokens per piece; 0: one piece)"}
+_MULTIPLIERS["seer_history"] = _MULTIPLIERS["seer"]
+
+
+def check_scheduler_limits(sc: Any, name: str, settings: dict[str, Any]) -> None:
+    """LimitError when scheduler `name` at knob `settings` asks `sc` for more than can be
+    simulated: declared types first, then its requests per step and per run. The one check of a
+    knob, however it was set (a file, `--set`, `-s NAME@knob=v`, Python)."""
     from aprilsim.knob_types import check_knob_types
     from aprilsim.policies.registry import REGISTRY
 
-    for name in dict.fromkeys([*sc.compare, *sc.schedulers]):
-        if name not in REGISTRY:
-            continue  # a user's class: its own checks
-        settings = sc.settings_for(name)
-        cls = REGISTRY[name]
-        check_knob_types(cls, settings, name)
-        try:
-            est = requests_per_step(name, settings, sc.batch_size, sc.group_size)
-        except (TypeError, ValueError):
-            continue  # a knob of the wrong type: the constructor's check names it
-        if est > MAX_REQUESTS_PER_STEP:
-            raise LimitError(
-                f"schedulers.{name}: about {est:,.0f} requests per step ({sc.batch_size:,} groups "
-                f"x {sc.group_size:,} samples with its knobs) is more than the "
-                f"{MAX_REQUESTS_PER_STEP:,} one step may simulate; lower batch_size, "
-                "group_size or the scheduler's over-provisioning knobs")
-        check_run_size(sc.steps, est, f"schedulers.{name}")
+    cls = REGISTRY.get(name)
+    if cls is None:
+        return  # a user's class: its own checks
+    check_knob_types(cls, settings, name)
+    try:
+        est = requests_per_step(name, settings, sc.batch_size, sc.group_size, sc.max_response_len)
+    except (TypeError, ValueError):
+        return  # a knob of the wrong type: the constructor's check names it
+    if est > MAX_REQUESTS_PER_STEP:
+        raise LimitError(
+            f"schedulers.{name}: about {est:,.0f} requests per step ({sc.batch_size:,} groups "
+            f"x {sc.group_size:,} samples with its knobs) is more than the "
+            f"{MAX_REQUESTS_PER_STEP:,} one step may simulate; lower batch_size, "
+            f"group_size or {_MULTIPLIERS.get(name, OVER_PROVISIONING)}")
+    check_run_size(sc.steps, est, f"schedulers.{name}")
 
 
 def check_run_size(steps: int, per_step: float, key: str) -> None:

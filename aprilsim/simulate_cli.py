@@ -74,38 +74,6 @@ def apply_sets(sc: Any, sets: tuple[str, ...] | list[str]) -> Any:
     return scenario_from_dict(apply(scenario_dict(sc), pairs), sc.base_dir)
 
 
-def _specs(sc: Any, labels: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
-    """label -> (scheduler name, settings), every one built once now to check its knobs."""
-    from aprilsim.policies.registry import make_scheduler
-    from aprilsim.scheduler_spec import parse_scheduler_spec
-
-    out = {}
-    for label in labels:
-        name, knobs = parse_scheduler_spec(label)
-        make_scheduler(name, {**sc.settings_for(name), **knobs})
-        out[label] = (name, knobs)
-    return out
-
-
-def per_scheduler_paths(names: list[str], **paths: Path | None) -> dict[str, dict[str, Path]]:
-    """{scheduler: {kind: path}}: with several schedulers, NAME goes before each path's suffix.
-    Paths are checked before any simulation runs, so a bad one costs nothing."""
-    out: dict[str, dict[str, Path]] = {}
-    for kind, path in paths.items():
-        if path is None:
-            continue
-        kind = "trace" if kind == "trace_out" else kind
-        if kind == "timeline" and path.suffix.lower() not in (".png", ".pdf", ".svg", ".html", ".htm"):
-            raise ValueError(f"--timeline {path}: the file must end in .png, .pdf, .svg or .html")
-        if not path.parent.exists() or not path.parent.is_dir():
-            raise ValueError(f"--{kind} {path}: folder {path.parent} does not exist")
-        for name in names:
-            safe = name.replace(":", "_").replace("/", "_")
-            p = path if len(names) == 1 else path.with_name(f"{path.stem}_{safe}{path.suffix}")
-            out.setdefault(name, {})[kind] = p
-    return out
-
-
 def run_simulate(*, scenario: Path | None, schedulers: tuple[str, ...], sets: tuple[str, ...],
                  steps: int | None, seed: int | None, n_seeds: int, warmup: int | None,
                  as_json: bool, steps_out: Path | None, trace_out: Path | None,
@@ -113,8 +81,10 @@ def run_simulate(*, scenario: Path | None, schedulers: tuple[str, ...], sets: tu
     """Run `aprilsim simulate` (see its --help); bad input: one line, exit 2."""
     from aprilsim.config import ScenarioError, load_scenario, with_overrides
     from aprilsim.metrics.end_state import end_state_lines, with_end_state
+    from aprilsim.metrics.gain import gain_vs_sync
     from aprilsim.metrics.trace import Trace
     from aprilsim.report import run_output as ro
+    from aprilsim.report.run_output import per_scheduler_paths
     from aprilsim.sim.run import simulate as run_sim
     from aprilsim.sim.runtime import SchedulerError
 
@@ -127,7 +97,9 @@ def run_simulate(*, scenario: Path | None, schedulers: tuple[str, ...], sets: tu
             for note in scenario_notes(sc, seed):
                 click.echo(f"aprilsim: {note}", err=True)
         labels = list(dict.fromkeys(schedulers)) or list(sc.compare)
-        specs = _specs(sc, labels)
+        from aprilsim.scheduler_spec import check_schedulers
+
+        check_schedulers(sc, labels)  # every one built once now: a bad knob costs no run
         outputs = per_scheduler_paths(labels, trace_out=trace_out, timeline=timeline)
         ro.check_timeline_deps(timeline)
         if steps_out is not None and not steps_out.parent.is_dir():
@@ -141,7 +113,6 @@ def run_simulate(*, scenario: Path | None, schedulers: tuple[str, ...], sets: tu
         json_rows: list[dict[str, Any]] = []
         live = sys.stderr.isatty()
         for label in labels:
-            name, knobs = specs[label]
             for s in seeds:
                 progress = None
                 if live:
@@ -153,10 +124,7 @@ def run_simulate(*, scenario: Path | None, schedulers: tuple[str, ...], sets: tu
                                + " ...", err=True)
                 paths = outputs.get(label, {}) if s == first else {}
                 trace = Trace(label, sc.cluster.engines) if paths or out_dir is not None else None
-                run = run_sim(sc, name, seed=s, settings=knobs or None, progress=progress,
-                              trace=trace)
-                if knobs:
-                    run.scheduler = label  # `april@ratio=1.5` beside `april` in one table
+                run = run_sim(sc, label, seed=s, progress=progress, trace=trace)
                 if live:
                     click.echo("\r\033[K", err=True, nl=False)
                 for kind, path in paths.items():
@@ -210,22 +178,6 @@ def run_simulate(*, scenario: Path | None, schedulers: tuple[str, ...], sets: tu
 
         for line in gain_lines({name: g[0] for name, g in gains.items()}):
             click.echo(line)
-
-
-def gain_vs_sync(runs: dict[str, list[dict[str, Any]]]) -> dict[str, tuple[dict, list[dict]]]:
-    """scheduler -> (its gain decomposition over sync averaged over the seeds, seed by seed),
-    for every scheduler but sync when sync ran (aprilsim.metrics.gain)."""
-    from aprilsim.metrics.gain import decompose, mean_parts
-
-    base = runs.get("sync")
-    if base is None:
-        return {}
-    out = {}
-    for name, rows in runs.items():
-        if name != "sync":
-            decs = [decompose(r, b) for r, b in zip(rows, base)]
-            out[name] = (mean_parts(decs), decs)
-    return out
 
 
 def settle_notes(runs: dict[str, list[dict[str, Any]]], seeds: list[int]) -> list[str]:

@@ -28,7 +28,8 @@ sys.path.insert(0, str(ROOT / "examples"))  # the example user scheduler
 
 from aprilsim.config import Scenario, load_scenario  # noqa: E402
 from aprilsim.policies.base import CloseBatch  # noqa: E402
-from aprilsim.policies.registry import REGISTRY, make_scheduler  # noqa: E402
+from aprilsim.policies.registry import REGISTRY  # noqa: E402
+from aprilsim.scheduler_spec import build_scheduler  # noqa: E402
 from aprilsim.sim.build import build_simulation  # noqa: E402
 
 ORDER = ["sync", "april", "april_ds", "slime_dapo", "dynamic_sampling", "tail_batching", "async_one_step",
@@ -67,7 +68,7 @@ class _Capture:
 
 
 def simulate(sc: Scenario, name: str, steps: int | None, seed: int) -> dict:
-    cap = _Capture(make_scheduler(name, sc.settings_for(name)))
+    cap = _Capture(build_scheduler(sc, name))
     run = build_simulation(sc, cap, steps=steps, seed=seed).run()
     run.warmup_steps = w = sc.warmup_steps
     row = run.summary()

@@ -216,3 +216,21 @@ def test_core_never_imports_torch_aiohttp_or_real():
             root = base.split(".")[0]
             assert root not in {"torch", "aiohttp"}, (m, base)
             assert root != "real" or (m == "aprilsim.cli" and id(node) not in top), (m, base)
+
+
+def _command_module(name: str) -> bool:
+    """`aprilsim.cli`, `aprilsim.simulate_cli`, `aprilsim.sweep.cli`...: click commands."""
+    last = name.rsplit(".", 1)[-1]
+    return name.startswith("aprilsim.") and (last == "cli" or last.endswith("_cli"))
+
+
+def test_real_never_imports_aprilsim_commands():
+    """Arrows point from commands to the library: `real/` uses what the commands use
+    (`aprilsim.report.run_output`, `aprilsim.metrics.gain`), never a command module itself
+    (`real/runner/cli.py` once imported `aprilsim/simulate_cli.py`)."""
+    wrong = [f"{m} -> {t}" for m, path in _modules("real").items()
+             for base, names, _ in _imports(m, path)
+             for t in [base, *(f"{base}.{n}" for n in names)] if _command_module(t)]
+    assert wrong == []
+    assert _command_module("aprilsim.simulate_cli") and _command_module("aprilsim.sweep.cli")
+    assert not _command_module("aprilsim.cli_errors")

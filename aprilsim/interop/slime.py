@@ -317,7 +317,7 @@ def to_slime(sc: Scenario, scheduler: str | None = None) -> tuple[list[str], lis
     add("--rollout-batch-size", sc.batch_size)
     add("--n-samples-per-prompt", sc.group_size)
     add("--rollout-max-response-len", sc.max_response_len)
-    add("--rollout-max-prompt-len", int(sc.prompts.get("max_len", 2048)))
+    add("--rollout-max-prompt-len", sc.max_prompt_len)
     add("--num-rollout", sc.steps)
     notes.append("--num-rollout is the scenario's simulated horizon (steps): set your training "
                  "length before launching")
@@ -350,13 +350,13 @@ def to_slime(sc: Scenario, scheduler: str | None = None) -> tuple[list[str], lis
 
 
 def _export_cluster(sc: Scenario, name: str, add: Any, notes: list[str]) -> None:
-    from aprilsim.policies.registry import make_scheduler
+    from aprilsim.scheduler_spec import build_scheduler
 
     la = sc.launch
     per_engine = la.gpus_per_engine if la.gpus_per_engine is not None else sc.engine_spec().tp
     gpus = sc.cluster.engines * per_engine
     colocate = la.colocate
-    mode = make_scheduler(name, sc.settings_for(name)).mode
+    mode = build_scheduler(sc, name).mode
     if colocate is None:
         colocate = mode == "colocated"
     elif colocate and mode == "disaggregated":
@@ -377,15 +377,15 @@ def _export_cluster(sc: Scenario, name: str, add: Any, notes: list[str]) -> None
 
 
 def _export_scheduler(sc: Scenario, name: str, add: Any, notes: list[str]) -> None:
-    knobs = sc.settings_for(name)
+    knobs = sc.knobs_of(name)
     ds_filter = sc.launch.dynamic_sampling_filter or NONZERO_STD
     if name in ("april", "april_ds", "slime_dapo", "async_april"):
         if name == "async_april":
             notes.append("async_april: launch with slime's train_async.py (not train.py)")
-        recycle = knobs.get("recycle", name != "slime_dapo")
+        recycle = knobs["recycle"]
         if recycle:
             add("--partial-rollout")
-        ratio = float(knobs.get("ratio", 1.0 if name == "slime_dapo" else 2.0))
+        ratio = float(knobs["ratio"])
         osbs = over_sampling_batch_size(ratio, sc.batch_size)
         if osbs != ratio * sc.batch_size:
             notes.append(f"schedulers.{name}.ratio {ratio:g} x {sc.batch_size} groups is not a "

@@ -115,3 +115,17 @@ def gain_lines(decs: Mapping[str, Mapping[str, Any]]) -> list[str]:
              f"{'mean of ' + str(seeds) + ' paired seeds' if seeds > 1 else 'same seed'}; "
              "docs/metrics.md#gain-decomposition):")
     return [title, line(heads), *map(line, cells)]
+
+
+def gain_vs_sync(runs: dict[str, list[dict[str, Any]]]) -> dict[str, tuple[dict, list[dict]]]:
+    """scheduler -> (its gain decomposition over sync averaged over the seeds, seed by seed),
+    for every scheduler but sync when sync ran (aprilsim.metrics.gain)."""
+    base = runs.get("sync")
+    if base is None:
+        return {}
+    out = {}
+    for name, rows in runs.items():
+        if name != "sync":
+            decs = [decompose(r, b) for r, b in zip(rows, base)]
+            out[name] = (mean_parts(decs), decs)
+    return out

@@ -147,3 +147,22 @@ def write_scenario(out: Path, sc: Any) -> Path:
 def write_json(path: Path, data: Any) -> Path:
     path.write_text(json.dumps(data, indent=2) + "\n")
     return path
+
+
+def per_scheduler_paths(names: list[str], **paths: Path | None) -> dict[str, dict[str, Path]]:
+    """{scheduler: {kind: path}}: with several schedulers, NAME goes before each path's suffix.
+    Paths are checked before any simulation runs, so a bad one costs nothing."""
+    out: dict[str, dict[str, Path]] = {}
+    for kind, path in paths.items():
+        if path is None:
+            continue
+        kind = "trace" if kind == "trace_out" else kind
+        if kind == "timeline" and path.suffix.lower() not in (".png", ".pdf", ".svg", ".html", ".htm"):
+            raise ValueError(f"--timeline {path}: the file must end in .png, .pdf, .svg or .html")
+        if not path.parent.exists() or not path.parent.is_dir():
+            raise ValueError(f"--{kind} {path}: folder {path.parent} does not exist")
+        for name in names:
+            safe = name.replace(":", "_").replace("/", "_")
+            p = path if len(names) == 1 else path.with_name(f"{path.stem}_{safe}{path.suffix}")
+            out.setdefault(name, {})[kind] = p
+    return out

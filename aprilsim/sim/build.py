@@ -9,7 +9,7 @@ from aprilsim.config import Scenario
 from aprilsim.engine.fast import FastEngine
 from aprilsim.metrics.trace import Trace
 from aprilsim.policies.base import Scheduler
-from aprilsim.policies.registry import make_scheduler
+from aprilsim.scheduler_spec import build_scheduler
 from aprilsim.sim.runtime import EngineFactory, Simulation
 
 
@@ -27,19 +27,14 @@ def build_simulation(
 ) -> Simulation:
     """A Simulation of `scheduler` on `scenario`.
 
-    `scheduler` is a registered name, `module:Class`, or an instance (used as is). A name takes its
-    knobs from the scenario's `[schedulers.NAME]` table, updated by `settings`. Every scheduler sees
+    `scheduler` is a registered name, `module:Class`, `NAME@knob=v`, or an instance (used as is).
+    A name takes its knobs from the scenario's `[schedulers.NAME]` table, updated by the spec's
+    and then by `settings` (`aprilsim.scheduler_spec.build_scheduler`). Every scheduler sees
     the same groups for the same seed (common random numbers), so runs built here pair up.
     `keep_groups=False` lets the run release each group once its samples are trained or
     discarded (`sim.groups` then holds the live ones only): memory bounded in steps.
     """
-    if isinstance(scheduler, str):
-        knobs = {**scenario.settings_for(scheduler), **(settings or {})}
-        policy = make_scheduler(scheduler, knobs)
-    else:
-        if settings:
-            raise ValueError("settings apply to a scheduler given by name, not to an instance")
-        policy = scheduler
+    policy = build_scheduler(scenario, scheduler, settings)
     return Simulation(
         workload=scenario.workload_for(seed),
         engine=scenario.engine_spec(),

@@ -11,6 +11,7 @@ from aprilsim.metrics.records import RunResult
 from aprilsim.metrics.trace import Trace
 from aprilsim.metrics.warmup import clamp_warmup
 from aprilsim.policies.base import Scheduler, SchedulerError
+from aprilsim.scheduler_spec import run_name
 from aprilsim.sim.build import build_simulation
 from aprilsim.sim.runtime import EngineFactory, collection_paused
 
@@ -26,7 +27,8 @@ def simulate(
     progress: Callable[[int, int], None] | None = None,
     trace: Trace | None = None,
 ) -> RunResult:
-    """Run `scheduler` (a registered name, `module:Class`, or an instance) on `scenario`.
+    """Run `scheduler` (a registered name, `module:Class`, `NAME@knob=v`, or an instance) on
+    `scenario`; a spec that sets knobs names the run (`april@ratio=1.5` beside `april`).
 
     Every scheduler sees the same groups for the same seed (common random numbers: group k's
     prompt, lengths and rewards depend only on the seed and k), so differences between runs come
@@ -45,6 +47,7 @@ def simulate(
     with collection_paused():
         run = sim.run()
         del sim
+    run.scheduler = run_name(scheduler, run.scheduler)
     run.warmup_steps = clamp_warmup(scenario.warmup_steps, len(run.steps))
     check_trained(run)
     return run

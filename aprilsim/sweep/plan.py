@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aprilsim.config import Scenario
+from aprilsim.scheduler_spec import SchedulerSpec
 from aprilsim.sweep.keys import Axis, apply, scenario_dict, validated
 
 
@@ -91,13 +92,13 @@ class Plan:
     def check_points(self, points: list[Point]) -> None:
         """Validate each point like a scenario file, and its knobs for every scheduler."""
         from aprilsim.config import ScenarioError
-        from aprilsim.policies.registry import make_scheduler
+        from aprilsim.scheduler_spec import build_scheduler
 
         for p in points:
             sc = validated(self.base, p.overrides, self.base_dir)
             for name in self.schedulers:  # a point must be runnable by every scheduler
                 try:
-                    make_scheduler(name, sc.settings_for(name))
+                    build_scheduler(sc, name)
                 except (ValueError, TypeError) as e:
                     raise ScenarioError(str(e)) from None
 
@@ -128,5 +129,6 @@ class Plan:
         d = apply(self.base, run.overrides)
         d.pop("name", None)
         d.pop("compare", None)
-        d["schedulers"] = {run.scheduler: d.get("schedulers", {}).get(run.scheduler, {})}
+        name = SchedulerSpec.parse(run.scheduler).name  # `april@ratio=2` reads [schedulers.april]
+        d["schedulers"] = {name: d.get("schedulers", {}).get(name, {})}
         return canonical([d, run.scheduler, run.seed])

@@ -18,16 +18,17 @@ from aprilsim.metrics.records import RunResult
 from aprilsim.metrics.trace import Trace
 from aprilsim.metrics.warmup import clamp_warmup
 from aprilsim.policies.base import Scheduler
-from aprilsim.policies.registry import make_scheduler
-from aprilsim.scheduler_spec import parse_scheduler_spec  # noqa: F401 - re-exported
+from aprilsim.scheduler_spec import (
+    build_scheduler,
+    parse_scheduler_spec,  # noqa: F401 - re-exported
+)
 from aprilsim.sim.runtime import Simulation
 from aprilsim.workload.truth import ScaledWorkload
 
 
 def make_policy(scenario: Scenario, spec: str) -> Scheduler:
     """A fresh scheduler for ``spec`` with the scenario's knobs, overridden by the spec's."""
-    name, knobs = parse_scheduler_spec(spec)
-    return make_scheduler(name, {**scenario.settings_for(name), **knobs})
+    return build_scheduler(scenario, spec)
 
 
 def matched_engine(cost: CostModel | TabulatedCost, *, max_running: int, kv_capacity: int,

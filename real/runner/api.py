@@ -25,7 +25,8 @@ from aprilsim.metrics.records import RunResult
 from aprilsim.metrics.trace import Trace
 from aprilsim.metrics.warmup import clamp_warmup
 from aprilsim.policies.base import Scheduler
-from aprilsim.policies.registry import make_scheduler
+from aprilsim.scheduler_spec import build_scheduler, run_name
+from aprilsim.workload.truth import scaled_length
 from real.protocol import SamplingParams
 
 from .cluster import AllEnginesDown, Cluster, Fault, check_reachable
@@ -50,10 +51,9 @@ class LiveRun:
 
 
 def make_policy(scenario: Scenario, scheduler: str | Scheduler) -> Scheduler:
-    """A registered name or module:Class with the scenario's knobs, or an instance as is."""
-    if isinstance(scheduler, str):
-        return make_scheduler(scheduler, scenario.settings_for(scheduler))
-    return scheduler
+    """A registered name, module:Class or NAME@knob=v with the scenario's knobs, or an instance
+    as is (`aprilsim.scheduler_spec.build_scheduler`)."""
+    return build_scheduler(scenario, scheduler)
 
 
 def build_runtime(
@@ -100,6 +100,7 @@ async def run_live(scenario: Scenario, scheduler: str | Scheduler, cluster: Clus
     rt = build_runtime(scenario, scheduler, cluster, **kw)
     result = await rt.run()
     result.warmup_steps = clamp_warmup(scenario.warmup_steps, len(result.steps))
+    result.scheduler = run_name(scheduler, result.scheduler)
     return LiveRun(result, rt, list(rt.faults))
 
 
@@ -139,8 +140,8 @@ class Connected:
 def max_context_of(scenario: Scenario, scale: float) -> int:
     """The longest prompt + response of ``scenario`` at ``scale`` (and a margin), at least 64:
     the context the local engines are sized for."""
-    max_prompt = int(scenario.prompts.get("max_len", 2048))
-    return max(64, int(round(max_prompt * scale)) + int(round(scenario.max_response_len * scale)) + 8)
+    return max(64, scaled_length(scenario.max_prompt_len, scale)
+               + scaled_length(scenario.max_response_len, scale) + 8)
 
 
 async def _vocab_of(url: str) -> int | None:
@@ -196,7 +197,7 @@ def free_source(free: FreeMode, scenario: Scenario, *, vocab_size: int, scale: f
 
     reward = toy_verifier if free.reward in (None, "toy") else load_callable(free.reward)
     prompts = read_prompts(free.prompts, vocab_size)
-    max_len = max(1, int(round(scenario.max_response_len * scale)))
+    max_len = scaled_length(scenario.max_response_len, scale)
     return FreeSource(prompts, group_size=scenario.group_size, max_len=max_len, reward=reward,
                       eos_ids=tuple(free.eos_ids), temperature=temperature,
                       seed=seed or scenario.seed, lengths_log=lengths_log, label=label)
@@ -259,6 +260,7 @@ async def run_all(scenario: Scenario, names: list[str], opts: RunOptions, out: O
                 for f in rt.faults:
                     out.notes.append(f"{name}: fault at {f.t:.1f}s on {f.engine}: {f.kind} ({f.message})")
             result.warmup_steps = clamp_warmup(scenario.warmup_steps, len(result.steps))
+            result.scheduler = run_name(name, result.scheduler)
             out.rows.append(with_end_state(result.summary(), result.end_state))
             gen = sum(r.generated_tokens for r in result.steps)
             per_req = rt.overhead_s / rt.requests * 1e3 if rt.requests else 0.0

@@ -99,8 +99,8 @@ def _run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, 
                  stalled_after) -> None:
     from aprilsim.config import ScenarioError, load_scenario, with_overrides
     from aprilsim.policies.base import SchedulerError
+    from aprilsim.report.run_output import per_scheduler_paths
     from aprilsim.report.table import format_table
-    from aprilsim.simulate_cli import per_scheduler_paths
 
     from .api import run_schedulers
 
@@ -111,11 +111,10 @@ def _run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, 
                                          vocab_size=vocab_size, progress_deadline_s=progress_deadline,
                                          stalled_after=stalled_after, local_step_s=local_step_s)
         sc = with_overrides(load_scenario(scenario), steps=steps, warmup=warmup)
-        names = list(schedulers) or list(sc.compare)
-        from aprilsim.policies.registry import make_scheduler
+        names = list(dict.fromkeys(schedulers)) or list(sc.compare)
+        from aprilsim.scheduler_spec import check_schedulers
 
-        for n in names:
-            make_scheduler(n, sc.settings_for(n))
+        check_schedulers(sc, names)
         outputs = per_scheduler_paths(names, trace_out=trace, timeline=timeline)
         free = FreeMode(prompts, reward, tuple(eos_id), lengths_out) if prompts else None
         opts = RunOptions(target=target, seed=seed, temperature=temperature, free=free,
@@ -148,8 +147,8 @@ def _run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, 
     if out.rows:
         if as_json:  # the keys of `simulate --json`, its `run` metadata included
             from aprilsim.cli_errors import command_line
+            from aprilsim.metrics.gain import gain_vs_sync
             from aprilsim.report.run_output import run_meta
-            from aprilsim.simulate_cli import gain_vs_sync
 
             meta = run_meta(sc, sc.seed if opts.seed is None else opts.seed, command_line())
             gains = gain_vs_sync({r["scheduler"]: [r] for r in out.rows})  # live: idle and context
@@ -161,8 +160,7 @@ def _run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, 
                        f"scheduler(s), {sc.batch_size} groups x {sc.group_size} samples, {sc.steps} steps)")
             click.echo(format_table(out.rows))
             click.echo(end_state_lines(out.rows))
-            from aprilsim.metrics.gain import gain_lines
-            from aprilsim.simulate_cli import gain_vs_sync
+            from aprilsim.metrics.gain import gain_lines, gain_vs_sync
 
             gains = gain_vs_sync({r["scheduler"]: [r] for r in out.rows})
             for line in gain_lines({name: g[0] for name, g in gains.items()}):

@@ -40,7 +40,7 @@ from aprilsim.metrics.records import RunResult
 from aprilsim.metrics.trace import Trace
 from aprilsim.metrics.warmup import clamp_warmup
 from aprilsim.policies.base import Scheduler
-from aprilsim.policies.registry import make_scheduler
+from aprilsim.scheduler_spec import build_scheduler
 from aprilsim.sim.runtime import EngineFactory, SimMeter
 from aprilsim.types import FinishReason, Sample
 from real.protocol import (
@@ -331,12 +331,7 @@ def run_virtual(
 ) -> VirtualRun:
     """Run `scheduler` on `scenario` with the live driver on simulated engines in virtual time
     (the arguments of `aprilsim.sim.run.simulate`; the same groups for the same seed)."""
-    if isinstance(scheduler, str):
-        policy = make_scheduler(scheduler, {**scenario.settings_for(scheduler), **(settings or {})})
-    else:
-        if settings:
-            raise ValueError("settings apply to a scheduler given by name, not to an instance")
-        policy = scheduler
+    policy = build_scheduler(scenario, scheduler, settings)
     loop = VirtualLoop()
     try:
         return loop.run_until_complete(_run(loop, scenario, policy, seed, steps, engine_factory,

@@ -10,15 +10,13 @@ def scenario_reach(sc, n_engines: int, scale: float = 1.0) -> tuple[int, tuple[i
     scenario's rollouts reach: its batch x group over the engines (APRIL's over-provisioning
     ratio on top where it runs) and KV per request from a short prompt to the longest prompt
     plus half the longest response, scaled like the run."""
+    from aprilsim.scheduler_spec import SchedulerSpec
+
     ratio = 1.0
     for spec in sc.compare:
-        name, _, knobs = spec.partition("@")
-        if name.startswith("april"):
-            ratio = max(ratio, float(sc.schedulers.get(name, {}).get("ratio", 2.0)))
-            for kv in knobs.split(","):
-                if kv.startswith("ratio="):
-                    ratio = max(ratio, float(kv.split("=", 1)[1]))
+        if SchedulerSpec.parse(spec).name.startswith("april"):
+            ratio = max(ratio, float(sc.knobs_of(spec)["ratio"]))
     peak = math.ceil(sc.batch_size * sc.group_size * ratio / max(1, n_engines))
-    top = int(round((int(sc.prompts.get("max_len", 2048)) + sc.max_response_len / 2) * scale))
+    top = int(round((sc.max_prompt_len + sc.max_response_len / 2) * scale))
     loads = sorted({max(8, int(round(x))) for x in (16, math.sqrt(16 * max(top, 16)), max(top, 16))})
     return max(1, peak), tuple(loads)
