@@ -58,7 +58,7 @@ def bin_records(records: Sequence[Record], kv_step: float = 0.2) -> list[tuple[R
         else:
             rec = Record("prefill", rs[0].batch_size, 0.0,
                          int(round(np.mean([r.prefill_tokens for r in rs]))), med,
-                         float(np.mean([r.tokens_sq for r in rs])))
+                         float(np.mean([r.tokens_sq for r in rs])), averaged=len(rs) > 1)
         out.append((rec, len(rs)))
     return out
 

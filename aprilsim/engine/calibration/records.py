@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 PHASES = ("decode", "prefill")
@@ -21,7 +21,9 @@ PHASES = ("decode", "prefill")
 @dataclass(frozen=True)
 class Record:
     """One timed engine step. ``prefill_tokens_sq`` None: estimated as if the batch's requests
-    were of equal size (``prefill_tokens**2 / batch_size``, exact for one request)."""
+    were of equal size (``prefill_tokens**2 / batch_size``, exact for one request).
+    ``averaged``: the mean of several steps (a fitting bin), whose mean sum of squares may lie
+    outside what one step of the mean size allows (the mean of 100^2 and 104^2 is not 102^2)."""
 
     phase: str
     batch_size: int
@@ -29,6 +31,7 @@ class Record:
     prefill_tokens: int
     duration_s: float
     prefill_tokens_sq: float | None = None
+    averaged: bool = field(default=False, kw_only=True, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("kv_tokens", "duration_s", "prefill_tokens_sq"):
@@ -45,7 +48,7 @@ class Record:
             raise ValueError(f"duration_s must be > 0, got {self.duration_s}")
         if self.phase == "prefill" and self.prefill_tokens < 1:
             raise ValueError("a prefill record needs prefill_tokens >= 1")
-        if self.prefill_tokens_sq is not None and self.phase == "prefill":
+        if self.prefill_tokens_sq is not None and self.phase == "prefill" and not self.averaged:
             n, b = self.prefill_tokens, self.batch_size
             # b requests of sizes >= 1 summing to n: sum(n_i^2) lies in [n^2/b, (n-b+1)^2 + b-1]
             lo, hi = n * n / b, (n - b + 1) ** 2 + (b - 1)
