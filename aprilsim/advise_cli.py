@@ -29,10 +29,11 @@ from aprilsim.cli_errors import fail
 @click.option("--grid", type=click.IntRange(min=2), help="Grid points per round (default: tune's, 7).")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Local worker processes.")
 @click.option("--json", "as_json", is_flag=True, help="Print the advice as JSON.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("advice"), show_default=True, help="Folder for the fitted lengths, the advised scenario and advice.json.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("advice"), show_default=True, help="Folder for the fitted lengths, the advised scenario and advice.json (new or empty).")
+@click.option("--force", is_flag=True, help="Write into --out even if it holds files (those of the same name are replaced).")
 def advise_command(scenario, slime, verl, log, column, calibration, max_offpolicy, max_staleness,
                    max_length_bias, candidates, sets, steps, warmup, seeds, rounds, grid, jobs,
-                   as_json, out_dir) -> None:
+                   as_json, out_dir, force) -> None:
     """Recommend a rollout scheduler and its knobs for YOUR setup, ranked, in one command.
 
     Imports the launch config (--slime/--verl, or SCENARIO, or the default), fits the response
@@ -48,9 +49,10 @@ def advise_command(scenario, slime, verl, log, column, calibration, max_offpolic
     _need_pandas()
     from aprilsim import advise as adv
     from aprilsim.interop.toml_out import dumps
+    from aprilsim.outputs import claim_dir
 
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        claim_dir(out_dir, "--out", force)
         sc, sources = adv.build_scenario(scenario=scenario, slime=slime, verl=verl, log=log,
                                          calibration=calibration, sets=sets, out_dir=out_dir,
                                          log_column=column)

@@ -72,15 +72,17 @@ def _base_scenario(scenario: Path | None, from_slime: str | None, from_verl: Pat
 @click.option("--eos-tokens", type=click.IntRange(min=0), help="verl: tokens added to each re-tokenised response (1: the EOS the dump skipped).")
 @click.option("--warmup", type=click.IntRange(min=0), help="Steps left out of the errors (default: the scenario's).")
 @click.option("--no-figures", is_flag=True, help="Write report.md and report.json only.")
-@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for report.md, report.json and the figure.")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for report.md, report.json and the figure (new or empty).")
+@click.option("--force", is_flag=True, help="Write into --out even if it holds files (those of the same name are replaced).")
 def replay_validate_command(run, scenario, from_slime, from_verl, spec, others, timing, calibration,
                             preset, fmt, unlogged, tokenizer, eos_tokens, warmup, no_figures,
-                            out) -> None:
+                            out, force) -> None:
     """Replay RUN's logged groups (slime's --save-debug-rollout-data dumps, verl's
     trainer.rollout_data_dir, or a table with step and prompt columns) under the run's scheduler,
     simulated with a preset or calibration, and report predicted vs logged per-step rollout time
     (median error and its spread) in `aprilsim validate`'s format."""
     from aprilsim.config import ScenarioError, with_overrides
+    from aprilsim.outputs import claim_dir
     from aprilsim.policies.base import SchedulerError
     from aprilsim.validate.from_log import replay_run, replay_scenario, write_from_log
     from aprilsim.workload.replay.spec import notes_for
@@ -101,6 +103,7 @@ def replay_validate_command(run, scenario, from_slime, from_verl, spec, others, 
             log_spec["replay"] = str(run.resolve())
         if "replay" not in log_spec:
             fail("give the run's log: RUN (or lengths = { replay = ... } in --scenario)")
+        claim_dir(out, "--out", force)  # before the work: a taken folder costs nothing
         for key, val in (("timing", timing), ("tokenizer", tokenizer)):
             if val is not None:
                 log_spec[key] = str(val.resolve())

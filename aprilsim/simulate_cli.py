@@ -77,7 +77,8 @@ def apply_sets(sc: Any, sets: tuple[str, ...] | list[str]) -> Any:
 def run_simulate(*, scenario: Path | None, schedulers: tuple[str, ...], sets: tuple[str, ...],
                  steps: int | None, seed: int | None, n_seeds: int, warmup: int | None,
                  as_json: bool, steps_out: Path | None, trace_out: Path | None,
-                 timeline: Path | None, out_dir: Path | None, command: str) -> None:
+                 timeline: Path | None, out_dir: Path | None, command: str,
+                 force: bool = False) -> None:
     """Run `aprilsim simulate` (see its --help); bad input: one line, exit 2."""
     from aprilsim.config import ScenarioError, load_scenario, with_overrides
     from aprilsim.metrics.end_state import end_state_lines, with_end_state
@@ -105,7 +106,7 @@ def run_simulate(*, scenario: Path | None, schedulers: tuple[str, ...], sets: tu
         if steps_out is not None and not steps_out.parent.is_dir():
             raise ValueError(f"--steps-out {steps_out}: folder {steps_out.parent} does not exist")
         if out_dir is not None:
-            ro.prepare_out_dir(out_dir)
+            ro.prepare_out_dir(out_dir, force)
             ro.write_scenario(out_dir, sc)
         first = sc.seed if seed is None else seed
         seeds = [first + i for i in range(n_seeds)]

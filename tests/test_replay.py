@@ -401,7 +401,8 @@ def test_replay_validate_on_the_shipped_example(tmp_path):
     write_table(true, tmp_path / "t.csv", tmp_path / "t_times.csv")
     r = CliRunner().invoke(main, [
         "replay-validate", str(tmp_path / "t.csv"), "--scenario", str(DATA / "run.toml"), "-s",
-        "sync", "--timing", str(tmp_path / "t_times.csv"), "--out", str(out), "--no-figures"])
+        "sync", "--timing", str(tmp_path / "t_times.csv"), "--out", str(out), "--no-figures",
+        "--force"])
     assert r.exit_code == 0, r.output
     (s,) = json.loads((out / "report.json").read_text())["schedulers"]
     assert s["per_step"]["predicted_rollout_s"] == pytest.approx(true.true_rollout_s, rel=1e-9)
@@ -411,7 +412,7 @@ def test_replay_validate_on_the_shipped_example(tmp_path):
     r = CliRunner().invoke(main, [
         "replay-validate", str(DATA / "table.csv"), "--scenario", str(DATA / "run.toml"), "-s",
         "sync", "--timing", str(DATA / "table_times.csv"), "--preset", "qwen3-4b-h100-tp2",
-        "--out", str(out), "--no-figures"])
+        "--out", str(out), "--no-figures", "--force"])
     assert r.exit_code == 0, r.output
     e = json.loads((out / "report.json").read_text())["schedulers"][0]["errors"]
     assert -0.2 < e["step_rollout_median"] < -0.08

@@ -106,15 +106,12 @@ def safe_name(label: str) -> str:
     return "".join(c if c.isalnum() or c in "._-@=" else "_" for c in label)
 
 
-def prepare_out_dir(path: Path) -> Path:
-    """Create `--out DIR` (ValueError when it exists and is not empty, or cannot be made)."""
-    if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise ValueError(f"--out {path}: exists and is not an empty folder")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ValueError(f"--out {path}: cannot create it: {e.strerror}") from None
-    return path
+def prepare_out_dir(path: Path, force: bool = False) -> Path:
+    """Create `--out DIR` (ValueError when it exists and is not empty, unless `force`, or cannot
+    be made): `aprilsim.outputs.claim_dir`."""
+    from aprilsim.outputs import claim_dir
+
+    return claim_dir(path, "--out", force)
 
 
 def run_folder(out: Path, label: str, seed: int, n_seeds: int) -> Path:

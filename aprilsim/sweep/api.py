@@ -22,7 +22,13 @@ from aprilsim.config import (
 )
 from aprilsim.policies.base import SchedulerError
 from aprilsim.sweep.execute import default_jobs, local_pool, on_ray
-from aprilsim.sweep.journal import Journal, journal_path
+from aprilsim.sweep.journal import (
+    Journal,
+    claim_outputs,
+    journal_path,
+    merged_keys_check,
+    table_paths,
+)
 from aprilsim.sweep.keys import Axis
 from aprilsim.sweep.plan import Plan
 
@@ -144,12 +150,7 @@ def write_tables(df, keys: list[str], out: Path, baseline: str | None = None) ->
 
     out.parent.mkdir(parents=True, exist_ok=True)
     agg = aggregate(df, keys, baseline)
-    paths = {
-        "table": out.with_suffix(".parquet"),
-        "table_csv": out.with_suffix(".csv"),
-        "aggregate": out.with_name(out.stem + ".agg.parquet"),
-        "aggregate_csv": out.with_name(out.stem + ".agg.csv"),
-    }
+    paths = {k: p for k, p in table_paths(out).items() if k != "journal"}
     for name, path in paths.items():
         frame = agg if name.startswith("aggregate") else df
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
@@ -184,6 +185,7 @@ def sweep(
     out: str | Path | None = None,
     baseline: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    force: bool = False,
 ):
     """Simulate every point of `grid` x scheduler x seed; return the tidy table (pandas).
 
@@ -192,13 +194,14 @@ def sweep(
     ones after it (an int) or the given list; every point sees the same groups for the same seed.
     `ray=True` (or an address) runs on Ray, else a local process pool of `jobs` workers. With
     `out` (a .parquet path) the table, its aggregate and a journal are written there, and a
-    second call with the same `out` skips the runs already done. One row per
+    second call with the same `out` skips the runs already done (tables at `out` that no sweep
+    wrote are refused unless `force`, which starts over). One row per
     (point, scheduler, seed): the swept keys, `scheduler`, `seed`, every summary metric
     (docs/metrics.md; list and dict metrics flattened, see docs/sweeps.md) and `sim_s`.
     """
     df, _, _ = run_sweep(scenario, grid, schedulers=schedulers, seeds=seeds, steps=steps,
                          warmup=warmup, jobs=jobs, ray=ray, out=out, baseline=baseline,
-                         progress=progress)
+                         progress=progress, force=force)
     return df
 
 
@@ -215,11 +218,15 @@ def run_sweep(
     out: str | Path | None = None,
     baseline: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    force: bool = False,
 ):
     """`sweep` returning (this plan's rows, run statistics, the plan) for the command line.
 
     With `out`, the tables are rewritten from the journal even when the sweep is interrupted
-    (Ctrl-C) or fails, so every finished run is in them.
+    (Ctrl-C) or fails, so every finished run is in them. Tables at `out` that no journal vouches
+    for are refused (OutputTaken), and so is a journal of a sweep over other keys; `force`
+    starts over. Rows of earlier sweeps of the same keys stay in the tables: `stats["kept"]`
+    counts them (and `stats["kept_points"]` their points).
     """
     sc = with_steps(as_scenario(scenario), steps, warmup)
     plan = Plan.build(sc, as_axes(grid), list(schedulers) if schedulers else None,
@@ -231,7 +238,15 @@ def run_sweep(
     path = Path(out) if out is not None else None
     if path is not None and path.suffix != ".parquet":
         raise ScenarioError(f"--out {path}: expected a .parquet path (the CSV goes beside it)")
-    journal = Journal(journal_path(path), plan.fingerprint(), plan.base) if path else None
+    journal = None
+    if path is not None:
+        claim_outputs(path, force)
+        journal = Journal(journal_path(path), plan.fingerprint(), plan.base)
+        try:
+            merged_keys_check(journal.rows, plan.keys, path)
+        except ValueError:
+            journal.close()
+            raise
     try:
         rows, stats = run_plan(plan, jobs=jobs, ray=ray, journal=journal, progress=progress)
     finally:
@@ -245,6 +260,8 @@ def run_sweep(
         wanted = {(r.point_id, r.scheduler, r.seed) for r in plan.runs()}
         keep = [(p, s, int(e)) in wanted
                 for p, s, e in zip(df["point_id"], df["scheduler"], df["seed"])]
+        others = df[[not k for k in keep]]
+        stats["kept"], stats["kept_points"] = len(others), others["point_id"].nunique()
         df = df[keep].reset_index(drop=True)
     return df, stats, plan
 

@@ -109,8 +109,9 @@ def ignored_key_warnings(schedulers: list[str], axes) -> list[str]:
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Local worker processes. Default: the CPUs available.")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="auto", default=None, metavar="[ADDRESS]", help="Run the points as Ray tasks on a running cluster (default address: auto).")
 @click.option("--baseline", help="Scheduler the paired differences are taken against (default: sync when it runs).")
-@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Results .parquet (CSV, aggregate and journal beside it). An existing one is resumed.")
-def sweep_command(scenario, grids, ranges, schedulers, seeds, steps, warmup, jobs, ray_address, baseline, out) -> None:
+@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Results .parquet (CSV, aggregate and journal beside it). A sweep's own is resumed (the same keys at more values are added to it); anything else there is refused.")
+@click.option("--force", is_flag=True, help="Start over: replace the tables and journal at --out.")
+def sweep_command(scenario, grids, ranges, schedulers, seeds, steps, warmup, jobs, ray_address, baseline, out, force) -> None:
     """Simulate every combination of the swept keys for each scheduler and seed.
 
     KEY is a dotted scenario key, e.g. schedulers.april.ratio, cluster.engines,
@@ -139,7 +140,7 @@ def sweep_command(scenario, grids, ranges, schedulers, seeds, steps, warmup, job
             df, stats, plan = run_sweep(
                 sc, axes, schedulers=schedulers, seeds=seeds, steps=steps, warmup=warmup,
                 jobs=jobs, ray=ray_address, out=out, baseline=baseline,
-                progress=progress_bar("sweep"),
+                progress=progress_bar("sweep"), force=force,
             )
     except KeyboardInterrupt:
         click.echo(f"\naprilsim: interrupted; finished runs are in {out} (rerun the same command "
@@ -153,6 +154,10 @@ def sweep_command(scenario, grids, ranges, schedulers, seeds, steps, warmup, job
     click.echo(f"{len(plan.points)} point(s) x {len(plan.schedulers)} scheduler(s) x "
                f"{len(plan.seeds)} seed(s): {stats['runs']} new rows ({stats['simulated']} "
                f"simulations), {stats['skipped']} already in {out.name}, {stats['wall_s']:.1f} s")
+    if stats.get("kept"):
+        click.echo(f"{out.name} also keeps {stats['kept']} row(s) at {stats['kept_points']} other "
+                   "point(s) from earlier sweeps into it (the tables and their aggregate hold "
+                   "both; --force starts over)")
     if not df.empty:
         for line in summary_lines(df, swept_keys(df), baseline):
             click.echo(line)
@@ -211,8 +216,9 @@ def plot_sweep_command(results, x_key, y_metric, baseline, png) -> None:
 @click.option("--warmup", type=click.IntRange(min=0), help="Steps left out of each summary.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Local worker processes.")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="auto", default=None, metavar="[ADDRESS]", help="Run on a Ray cluster.")
-@click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), help="Tuned scenario file (default: <scenario>.tuned.toml here).")
-def tune_command(scenario, knobs, maximize, constraints, scheduler, seeds, rounds, steps, warmup, jobs, ray_address, out) -> None:
+@click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), help="Tuned scenario file (default: <scenario>.tuned.toml here); an existing file is refused.")
+@click.option("--force", is_flag=True, help="Replace the tuned scenario file if it exists.")
+def tune_command(scenario, knobs, maximize, constraints, scheduler, seeds, rounds, steps, warmup, jobs, ray_address, out, force) -> None:
     """Find the knob setting that maximises METRIC subject to the constraints.
 
     Successive grid refinement on paired seeds (common random numbers), constraints required to
@@ -226,10 +232,14 @@ def tune_command(scenario, knobs, maximize, constraints, scheduler, seeds, round
     from aprilsim.sweep.tune import Constraint, Knob, relocate_paths, tune
 
     _need_pandas()
+    from aprilsim.outputs import claim_files
     from aprilsim.sweep.api import as_scenario, with_steps
 
     try:
         original = as_scenario(scenario)
+        if out is None:
+            out = Path(f"{scenario.stem if scenario else original.name}.tuned.toml")
+        claim_files([out], "--out", force)  # before the work: a taken name costs nothing
         ks = [Knob(*parse_knob(k, scenario_dict(original))) for k in knobs]
         cons = [Constraint.parse(c) for c in constraints]
         sc = with_steps(original, steps, warmup)
@@ -241,9 +251,6 @@ def tune_command(scenario, knobs, maximize, constraints, scheduler, seeds, round
     except (ScenarioError, SchedulerError, ValueError) as e:
         fail(str(e))
         return
-    if out is None:
-        stem = scenario.stem if scenario else sc.name
-        out = Path(f"{stem}.tuned.toml")
     click.echo(f"tuned {res.scheduler} on {sc.name}: {res.evaluated} settings x {len(res.seeds)} "
                f"seeds, {res.runs} simulations; figures below on {len(res.fresh_seeds)} fresh seeds")
     for k, v in res.setting.items():

@@ -22,6 +22,50 @@ def journal_path(out: Path) -> Path:
     return out.with_name(out.stem + ".journal.jsonl")
 
 
+def table_paths(out: Path) -> dict[str, Path]:
+    """The files a sweep writes for `out` (a .parquet path): its tables, then its journal."""
+    return {"table": out.with_suffix(".parquet"), "table_csv": out.with_suffix(".csv"),
+            "aggregate": out.with_name(out.stem + ".agg.parquet"),
+            "aggregate_csv": out.with_name(out.stem + ".agg.csv"), "journal": journal_path(out)}
+
+
+def claim_outputs(out: Path, force: bool) -> None:
+    """Refuse (OutputTaken, one line) tables at `out` that no sweep journal vouches for: a user's
+    own `mine.parquet` or `mine.csv` is never replaced unless `force`, which starts over."""
+    from aprilsim.outputs import OutputTaken
+
+    paths = table_paths(out)
+    if force:
+        for p in paths.values():
+            if p.is_file():
+                p.unlink()
+        return
+    if paths["journal"].exists():
+        return  # our own sweep: resumed (Journal checks it is the same base scenario)
+    taken = [p for p in paths.values() if p.exists()]
+    if taken:
+        raise OutputTaken(
+            f"--out {out}: {taken[0].name} exists and no sweep journal ({paths['journal'].name}) "
+            "says a sweep wrote it; choose another --out, or --force to replace "
+            f"{', '.join(p.name for p in taken)}")
+
+
+def merged_keys_check(rows: list[dict[str, Any]], keys: list[str], out: Path) -> None:
+    """OutputTaken when the sweep resumed at `out` swept other keys than `keys`: one table of
+    two unrelated grids has no meaning (the same keys at other values extend it)."""
+    from aprilsim.outputs import OutputTaken
+
+    before: list[str] = []
+    for r in rows:
+        for k, _ in json.loads(r["point_id"]):
+            if k not in before:
+                before.append(k)
+    if rows and sorted(before) != sorted(keys):
+        raise OutputTaken(
+            f"--out {out}: holds a sweep over {', '.join(before) or 'no key'}, this one sweeps "
+            f"{', '.join(keys) or 'no key'}; choose another --out, or --force to start over")
+
+
 def _clean(v: Any) -> Any:
     return None if isinstance(v, float) and not math.isfinite(v) else v
 
