@@ -52,11 +52,11 @@ def test_cli_writes_a_loadable_tuned_scenario_and_the_run_command(tmp_path):
     out = tmp_path / "tuned.toml"
     r = CliRunner().invoke(main, [
         "tune", str(tmp_path / "tiny.toml"), "--knob", f"{RATIO}=1:3",
-        "--maximize", "rollout_throughput_tok_s", "--subject-to", "offpolicy_token_fraction<=0.6",
+        "--maximize", "rollout_throughput_tok_s", "--subject-to", "offpolicy_token_fraction<=0.8",
         "--subject-to", "|length_bias_vs_sync|<=0.5", "--seeds", "3", "--rounds", "1",
         "--jobs", "1", "--out", str(out)])
     assert r.exit_code == 0, r.output
-    assert f"aprilsim run {out} -s april --local 2" in r.stdout
+    assert f"aprilsim run {out} -s april --local 2" in r.stdout  # APRIL on: worth a live run
     assert "margin" in r.stdout and "95% CI" in r.stdout
     sc = load_scenario(out)
     chosen = tomllib.loads(out.read_text())["schedulers"]["april"]["ratio"]
@@ -105,3 +105,43 @@ def test_cli_lists_the_infeasible_setting_and_still_writes_the_tuned_file(tmp_pa
     assert r.exit_code == 0, r.output
     assert f"{BUDGET}=1: infeasible, april: trained no samples" in r.stderr
     assert "1 setting(s) infeasible" in r.stdout and out.exists()
+
+
+def test_tune_refuses_a_scheduler_that_reads_none_of_the_knobs(tmp_path):
+    """Issue 36 item 3: `tune -s sync --knob schedulers.april.ratio=1:3` "tuned" sync silently
+    (every setting the same run); so would a spec that sets the tuned knob itself."""
+    for spec, said in (("sync", "sync does not read schedulers.april.ratio"),
+                       ("april@ratio=2", "sets ratio itself")):
+        r = CliRunner().invoke(main, ["tune", "-s", spec, "--knob", f"{RATIO}=1:3", "--maximize",
+                                      "rollout_throughput_tok_s", "--out", str(tmp_path / "t.toml")])
+        assert r.exit_code == 2 and said in r.stderr and r.stderr.count("\n") == 1
+        assert not (tmp_path / "t.toml").exists()
+
+
+def test_tune_names_the_binding_constraint_and_an_answer_at_the_range_edge(tmp_path):
+    """An off-policy cap no over-provisioning meets: the answer is ratio 1 (APRIL off, the edge
+    of the range); the output names the constraint that put it there and suggests no live run
+    (it would check sync). A loose cap: an interior answer, the binding constraint named."""
+    (tmp_path / "tiny.toml").write_text(TINY_TOML)
+    args = ["tune", str(tmp_path / "tiny.toml"), "--knob", f"{RATIO}=1:3", "--maximize",
+            "rollout_throughput_tok_s", "--seeds", "3", "--rounds", "1", "--jobs", "1"]
+    r = CliRunner().invoke(main, [*args, "--subject-to", "offpolicy_token_fraction<=0.01",
+                                  "--out", str(tmp_path / "off.toml")])
+    assert r.exit_code == 0, r.output
+    assert f"{RATIO} = 1\n" in r.stdout
+    assert "note: offpolicy_token_fraction <= 0.01 binds: it rules out" in r.stdout
+    assert "over-provisions nothing: april then runs as sync does" in r.stdout
+    assert "aprilsim run" not in r.stdout and "no live run suggested" in r.stdout
+    res = tune(tiny(), [Knob((RATIO,), 1.0, 3.0)], "rollout_throughput_tok_s",
+               [Constraint("offpolicy_token_fraction", "<=", 0.6)], seeds=3, rounds=2, jobs=1)
+    assert 1.0 < res.setting[RATIO] < 3.0 and RATIO not in res.edges
+    (b,) = res.binding
+    assert b["constraint"] == "offpolicy_token_fraction <= 0.6" and b["rules_out"] >= 1
+    assert b["best_ruled_out_objective"] > res.mean * 0.9
+    res = tune(tiny(), [Knob((RATIO,), 1.0, 1.5)], "rollout_throughput_tok_s", [], seeds=3,
+               rounds=1, jobs=1)
+    assert res.edges == {RATIO: "high"} and res.binding == []  # unconstrained: more is better
+    from aprilsim.sweep.tune import tune_notes
+
+    notes, live = tune_notes(res, [Knob((RATIO,), 1.0, 1.5)])
+    assert live and any("the high end of the range searched (1:1.5)" in n for n in notes)

@@ -229,7 +229,7 @@ def tune_command(scenario, knobs, maximize, constraints, scheduler, seeds, round
     from aprilsim.config import ScenarioError
     from aprilsim.sim.runtime import SchedulerError
     from aprilsim.sweep.keys import apply, parse_knob, scenario_dict
-    from aprilsim.sweep.tune import Constraint, Knob, relocate_paths, tune
+    from aprilsim.sweep.tune import Constraint, Knob, relocate_paths, tune, tune_notes
 
     _need_pandas()
     from aprilsim.outputs import claim_files
@@ -279,5 +279,12 @@ def tune_command(scenario, knobs, maximize, constraints, scheduler, seeds, round
     except OSError as e:
         fail(f"cannot write {out}: {e.strerror}")
     click.echo(f"wrote {out}")
+    notes, worth_live = tune_notes(res, ks)
+    for line in notes:
+        click.echo(f"note: {line}")
+    if not worth_live:
+        click.echo("no live run suggested: it would check sync; relax the binding constraint or "
+                   "tune another scheduler")
+        return
     click.echo("check it on live engines:")
     click.echo(f"  aprilsim run {out} -s {res.scheduler} --local {sc.cluster.engines}")

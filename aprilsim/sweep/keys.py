@@ -33,8 +33,11 @@ def scenario_dict(sc: Scenario) -> dict[str, Any]:
 def scheduler_reads(scheduler: str, key: str) -> bool:
     """Whether a run of `scheduler` depends on dotted `key`: `schedulers.X.*` is read by X alone
     (sync's runs are the same at every `schedulers.april.ratio`); every other key by all."""
+    from aprilsim.scheduler_spec import SchedulerSpec
+
     parts = key.split(".")
-    return not (len(parts) >= 2 and parts[0] == "schedulers" and parts[1] != scheduler.split("@")[0])
+    name = SchedulerSpec.parse(scheduler).name
+    return not (len(parts) >= 2 and parts[0] == "schedulers" and parts[1] != name)
 
 
 def parse_value(text: str) -> Any:

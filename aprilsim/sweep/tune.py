@@ -148,6 +148,8 @@ class TuneResult:
     fresh_seeds: list[int]
     history: list[dict[str, Any]] = field(default_factory=list)
     infeasible: list[dict[str, Any]] = field(default_factory=list)  # {setting, reason}
+    binding: list[dict[str, Any]] = field(default_factory=list)  # constraints that cost objective
+    edges: dict[str, str] = field(default_factory=dict)  # knob -> "low"/"high": range's end
 
     def scenario_toml(self, header: str = "") -> str:
         from aprilsim.interop.toml_out import dumps
@@ -188,10 +190,10 @@ def tune(
     """Maximise mean `maximize` of `scheduler` over the knob box subject to `constraints`.
 
     Raises ValueError when no grid point satisfies the constraints (the message names the
-    closest one). See the module docstring for the method.
+    closest one), or when `scheduler` reads none of the knobs (every setting the same run).
+    The result names the constraints that bind and the knobs whose answer is the edge of the
+    range searched. See the module docstring for the method.
     """
-    from aprilsim.sweep.api import run_plan, to_frame
-
     constraints = list(constraints or [])
     if not knobs:
         raise ScenarioError("tune needs at least one --knob")
@@ -199,102 +201,12 @@ def tune(
         raise ScenarioError(f"--seeds {seeds}: tune needs at least {MIN_SEEDS} seeds (with 2, the "
                             "95 % t interval has 1 degree of freedom and its width decides alone)")
     name = scheduler or _default_scheduler(scenario, knobs)
-    n = grid or {1: 7, 2: 4}.get(len(knobs), 3)
-    tune_seeds = [scenario.seed + i for i in range(seeds)]
-    base = Plan.build(scenario, [], [name], tune_seeds)
-    cands: dict[str, Candidate] = {}
-    box = [(k.lo, k.hi) for k in knobs]
-    total_runs = 0
-    history: list[dict[str, Any]] = []
-    best: Candidate | None = None
-
-    wanted = [maximize, *(c.metric for c in constraints)]
-    paired = sorted({m.rsplit(PAIRED, 1)[1] for m in wanted if PAIRED in m} - {name})
-
-    def measure(points: list[Point], seed_list: list[int]):
-        nonlocal total_runs
-        plan = Plan(base.base, base.base_dir, [], [name, *paired], seed_list, points)
-        plan.check_points(points)
-        rows, stats = run_plan(plan, jobs=jobs, ray=ray, untrained_ok=True)
-        total_runs += stats["simulated"]
-        return with_paired(to_frame(rows, [], plan), name, paired)
-
-    def check_metric(df) -> None:
-        if UNTRAINED in df.columns:
-            df = df[df[UNTRAINED].isna()]
-        if df.empty:  # every run trained nothing: no metric to check yet
-            return
-        for m in [maximize, *(c.metric for c in constraints)]:
-            if m not in df.columns:
-                raise ScenarioError(f"{m}: not a metric; known: {', '.join(sorted(_metrics(df)))}")
-
-    for r in range(rounds):
-        axes = [grid_values(k, lo, hi, n, scenario.batch_size) for k, (lo, hi) in zip(knobs, box)]
-        new = []
-        for combo in itertools.product(*axes):
-            values = {k.name: v for k, v in zip(knobs, combo)}
-            point = Point(tuple((key, v) for k, v in zip(knobs, combo) for key in k.keys))
-            if point.id not in cands:
-                cands[point.id] = Candidate(values, point)
-                new.append(cands[point.id])
-        if new:
-            df = measure([c.point for c in new], tune_seeds)
-            check_metric(df)
-            for c in new:
-                c.rows = df[df["point_id"] == c.point.id]
-                if c.infeasible and log:
-                    log(f"{_fmt_setting(c.values)}: infeasible, {c.infeasible}")
-        feasible = [c for c in cands.values() if _feasible(c, constraints)]
-        if not feasible:
-            break
-        best = max(feasible, key=lambda c: c.objective(maximize))
-        history.append({"round": r, "grid": [list(a) for a in axes], "best": best.values,
-                        "objective": best.objective(maximize), "feasible": len(feasible),
-                        "evaluated": len(cands)})
-        if log:
-            log(f"round {r + 1}: {len(cands)} settings, {len(feasible)} feasible, best "
-                f"{_fmt_setting(best.values)} -> {maximize} {best.objective(maximize):,.4g}")
-        new_box = []
-        for k, (lo, hi) in zip(knobs, box):
-            step = (hi - lo) / max(1, n - 1)
-            if k.integer:
-                step = max(1.0, math.ceil(step))
-            centre = best.values[k.name]
-            new_box.append((max(k.lo, centre - step), min(k.hi, centre + step)))
-        box = new_box
+    check_reads(name, knobs)
+    search = _Search(scenario, knobs, maximize, constraints, name, seeds, jobs, ray, log)
+    best = search.refine(grid or {1: 7, 2: 4}.get(len(knobs), 3), rounds)
     if best is None:
-        ran = [c for c in cands.values() if not c.infeasible]
-        if not ran:
-            raise ValueError(f"no setting in the knob box trains any sample (e.g. "
-                             f"{_fmt_setting(next(iter(cands.values())).values)}: "
-                             f"{next(iter(cands.values())).infeasible})")
-        closest = max(ran, key=lambda c: min(
-            (con.margin(c.rows[con.metric].to_numpy(dtype=float), True)[0] for con in constraints),
-            default=0.0))
-        raise ValueError(f"no setting in the knob box satisfies {', '.join(map(str, constraints))} "
-                         f"(closest: {_fmt_setting(closest.values)})")
-    infeasible = [{"setting": c.values, "reason": c.infeasible}
-                  for c in cands.values() if c.infeasible]
-    ranked = sorted((c for c in cands.values() if _feasible(c, constraints)),
-                    key=lambda c: -c.objective(maximize))
-    fresh = [s + FRESH_SEED_OFFSET for s in tune_seeds]
-    chosen, fdf = None, None
-    for c in ranked[:3]:
-        fdf = measure([c.point], fresh)
-        if _untrained(fdf):
-            if log:
-                log(f"{_fmt_setting(c.values)} trains nothing on a fresh seed; trying the next")
-            infeasible.append({"setting": c.values, "reason": _untrained(fdf)})
-            continue
-        if all(con.margin(fdf[con.metric].to_numpy(dtype=float), False)[0] >= 0
-               for con in constraints):
-            chosen = c
-            break
-        if log:
-            log(f"{_fmt_setting(c.values)} misses a constraint on fresh seeds; trying the next")
-    if chosen is None:
-        raise ValueError("the best settings miss their constraints on fresh seeds: the constraints "
-                         "sit inside the seed noise; use more --seeds")
+        raise ValueError(search.nothing_feasible())
+    chosen, fdf = search.fresh_check()
     mean, _, lo, hi = t_interval(fdf[maximize].to_numpy(dtype=float))
     cons = []
     for con in constraints:
@@ -303,9 +215,213 @@ def tune(
                      "margin": con.bound - abs(cmean) if con.absolute else
                      (con.bound - cmean if con.op == "<=" else cmean - con.bound),
                      "margin_at_interval": margin})
-    tuned = apply(base.base, chosen.point.overrides)
-    return TuneResult(name, chosen.values, maximize, mean, lo, hi, cons, tuned, len(cands),
-                      total_runs, tune_seeds, fresh, history, infeasible)
+    tuned = apply(search.base.base, chosen.point.overrides)
+    return TuneResult(name, chosen.values, maximize, mean, lo, hi, cons, tuned,
+                      len(search.cands), search.total_runs, search.tune_seeds, search.fresh_seeds,
+                      search.history, search.infeasible, binding=search.binding(chosen),
+                      edges=search.edges(chosen))
+
+
+def check_reads(name: str, knobs: list[Knob]) -> None:
+    """ScenarioError when scheduler spec `name` reads none of `knobs` (sync and
+    `schedulers.april.ratio`), or sets one itself (`april@ratio=2` overrides the tuned value):
+    every setting would be the same run, and the "best" one an accident of the grid."""
+    from aprilsim.scheduler_spec import SchedulerSpec
+    from aprilsim.sweep.keys import scheduler_reads
+
+    spec = SchedulerSpec.parse(name)
+    keys = [key for k in knobs for key in k.keys]
+    fixed = [key for key in keys if key.split(".")[:2] == ["schedulers", spec.name]
+             and key.split(".")[-1] in spec.knobs]
+    if fixed:
+        raise ScenarioError(f"-s {name} sets {fixed[0].split('.')[-1]} itself, so --knob "
+                            f"{fixed[0]} changes nothing; tune -s {spec.name}")
+    if not any(scheduler_reads(spec.name, key) for key in keys):
+        raise ScenarioError(
+            f"{spec.name} does not read {', '.join(keys)}: every setting would be the same run; "
+            f"tune a knob it reads (`aprilsim schedulers {spec.name}`), or -s the scheduler "
+            "whose table the knob is in")
+
+
+class _Search:
+    """The rounds of grid refinement on the tuning seeds, and the check on fresh ones."""
+
+    def __init__(self, scenario: Scenario, knobs: list[Knob], maximize: str,
+                 constraints: list[Constraint], name: str, seeds: int, jobs, ray, log) -> None:
+        self.scenario, self.knobs, self.maximize = scenario, knobs, maximize
+        self.constraints, self.name, self.jobs, self.ray, self.log = (
+            constraints, name, jobs, ray, log)
+        self.tune_seeds = [scenario.seed + i for i in range(seeds)]
+        self.fresh_seeds = [s + FRESH_SEED_OFFSET for s in self.tune_seeds]
+        self.base = Plan.build(scenario, [], [name], self.tune_seeds)
+        self.cands: dict[str, Candidate] = {}
+        self.total_runs = 0
+        self.history: list[dict[str, Any]] = []
+        self.infeasible: list[dict[str, Any]] = []
+        wanted = [maximize, *(c.metric for c in constraints)]
+        self.paired = sorted({m.rsplit(PAIRED, 1)[1] for m in wanted if PAIRED in m} - {name})
+
+    def measure(self, points: list[Point], seed_list: list[int]):
+        """The runs of `points` on `seed_list` (with the paired baselines' columns)."""
+        from aprilsim.sweep.api import run_plan, to_frame
+
+        plan = Plan(self.base.base, self.base.base_dir, [], [self.name, *self.paired], seed_list,
+                    points)
+        plan.check_points(points)
+        rows, stats = run_plan(plan, jobs=self.jobs, ray=self.ray, untrained_ok=True)
+        self.total_runs += stats["simulated"]
+        return with_paired(to_frame(rows, [], plan), self.name, self.paired)
+
+    def check_metric(self, df) -> None:
+        if UNTRAINED in df.columns:
+            df = df[df[UNTRAINED].isna()]
+        if df.empty:  # every run trained nothing: no metric to check yet
+            return
+        for m in [self.maximize, *(c.metric for c in self.constraints)]:
+            if m not in df.columns:
+                raise ScenarioError(f"{m}: not a metric; known: {', '.join(sorted(_metrics(df)))}")
+
+    def _round(self, box: list[tuple[float, float]], n: int) -> list[list[Any]]:
+        """Grid `box`, simulate the settings not seen yet; the grid's axes."""
+        axes = [grid_values(k, lo, hi, n, self.scenario.batch_size)
+                for k, (lo, hi) in zip(self.knobs, box)]
+        new = []
+        for combo in itertools.product(*axes):
+            values = {k.name: v for k, v in zip(self.knobs, combo)}
+            point = Point(tuple((key, v) for k, v in zip(self.knobs, combo) for key in k.keys))
+            if point.id not in self.cands:
+                self.cands[point.id] = Candidate(values, point)
+                new.append(self.cands[point.id])
+        if new:
+            df = self.measure([c.point for c in new], self.tune_seeds)
+            self.check_metric(df)
+            for c in new:
+                c.rows = df[df["point_id"] == c.point.id]
+                if c.infeasible and self.log:
+                    self.log(f"{_fmt_setting(c.values)}: infeasible, {c.infeasible}")
+        return axes
+
+    def refine(self, n: int, rounds: int) -> Candidate | None:
+        """`rounds` of grid refinement around the best feasible setting (None: none feasible)."""
+        box = [(k.lo, k.hi) for k in self.knobs]
+        best: Candidate | None = None
+        for r in range(rounds):
+            axes = self._round(box, n)
+            feasible = [c for c in self.cands.values() if _feasible(c, self.constraints)]
+            if not feasible:
+                break
+            best = max(feasible, key=lambda c: c.objective(self.maximize))
+            obj = best.objective(self.maximize)
+            self.history.append({"round": r, "grid": [list(a) for a in axes], "best": best.values,
+                                 "objective": obj, "feasible": len(feasible),
+                                 "evaluated": len(self.cands)})
+            if self.log:
+                self.log(f"round {r + 1}: {len(self.cands)} settings, {len(feasible)} feasible, "
+                         f"best {_fmt_setting(best.values)} -> {self.maximize} {obj:,.4g}")
+            box = [_narrowed(k, lo, hi, n, best.values[k.name])
+                   for k, (lo, hi) in zip(self.knobs, box)]
+        return best
+
+    def nothing_feasible(self) -> str:
+        """Why no setting is a result: none trains, or the closest one to the constraints."""
+        ran = [c for c in self.cands.values() if not c.infeasible]
+        if not ran:
+            first = next(iter(self.cands.values()))
+            return (f"no setting in the knob box trains any sample (e.g. "
+                    f"{_fmt_setting(first.values)}: {first.infeasible})")
+        closest = max(ran, key=lambda c: min(
+            (con.margin(c.rows[con.metric].to_numpy(dtype=float), True)[0]
+             for con in self.constraints), default=0.0))
+        return (f"no setting in the knob box satisfies {', '.join(map(str, self.constraints))} "
+                f"(closest: {_fmt_setting(closest.values)})")
+
+    def fresh_check(self):
+        """(the chosen candidate, its runs on the fresh seeds): the best of the top three whose
+        constraints' means hold there."""
+        self.infeasible = [{"setting": c.values, "reason": c.infeasible}
+                           for c in self.cands.values() if c.infeasible]
+        ranked = sorted((c for c in self.cands.values() if _feasible(c, self.constraints)),
+                        key=lambda c: -c.objective(self.maximize))
+        for c in ranked[:3]:
+            fdf = self.measure([c.point], self.fresh_seeds)
+            if _untrained(fdf):
+                if self.log:
+                    self.log(f"{_fmt_setting(c.values)} trains nothing on a fresh seed; trying "
+                             "the next")
+                self.infeasible.append({"setting": c.values, "reason": _untrained(fdf)})
+                continue
+            if all(con.margin(fdf[con.metric].to_numpy(dtype=float), False)[0] >= 0
+                   for con in self.constraints):
+                return c, fdf
+            if self.log:
+                self.log(f"{_fmt_setting(c.values)} misses a constraint on fresh seeds; trying "
+                         "the next")
+        raise ValueError("the best settings miss their constraints on fresh seeds: the "
+                         "constraints sit inside the seed noise; use more --seeds")
+
+    def binding(self, chosen: Candidate) -> list[dict[str, Any]]:
+        """The constraints that rule out settings with a better objective than `chosen` (on the
+        tuning seeds): each with how many it rules out and the best of them."""
+        target = chosen.objective(self.maximize)
+        better = [c for c in self.cands.values() if not c.infeasible
+                  and c.objective(self.maximize) > target]
+        out = []
+        for con in self.constraints:
+            ruled = [c for c in better
+                     if con.margin(c.rows[con.metric].to_numpy(dtype=float), True)[0] < 0]
+            if ruled:
+                top = max(ruled, key=lambda c: c.objective(self.maximize))
+                out.append({"constraint": str(con), "rules_out": len(ruled),
+                            "best_ruled_out": top.values,
+                            "best_ruled_out_objective": top.objective(self.maximize)})
+        return out
+
+    def edges(self, chosen: Candidate) -> dict[str, str]:
+        """Knob name -> "low"/"high" where `chosen` is the end of the range searched."""
+        out = {}
+        for k in self.knobs:
+            tried = [c.values[k.name] for c in self.cands.values()]
+            v = chosen.values[k.name]
+            if len(set(tried)) > 1 and v <= min(tried):
+                out[k.name] = "low"
+            elif len(set(tried)) > 1 and v >= max(tried):
+                out[k.name] = "high"
+        return out
+
+
+def tune_notes(res: TuneResult, knobs: list[Knob]) -> tuple[list[str], bool]:
+    """(notes, worth a live run): the constraints that bind, the knobs whose answer is the end
+    of the range searched, and whether the answer turns the scheduler's mechanism off (APRIL at
+    ratio 1 over-provisions nothing and runs as sync: no live run checks anything new)."""
+    notes = []
+    for b in res.binding:
+        notes.append(f"{b['constraint']} binds: it rules out {b['rules_out']} setting(s) with a "
+                     f"higher {res.objective} (the best of them: "
+                     f"{_fmt_setting(b['best_ruled_out'])}, {_fmt_number(b['best_ruled_out_objective'])})")
+    off = False
+    for k in knobs:
+        end = res.edges.get(k.name)
+        v = res.setting[k.name]
+        if end is None:
+            continue
+        if end == "low" and set(k.keys) & GROUP_RATIOS and v <= 1:
+            off = True
+            notes.append(f"{k.name} = {v:g} over-provisions nothing: {res.scheduler} then runs as "
+                         "sync does (its mechanism off); the answer is the edge of the range, "
+                         "set there by " + (", ".join(b["constraint"] for b in res.binding)
+                                            or "the objective"))
+        else:
+            notes.append(f"{k.name} = {v:g} is the {end} end of the range searched "
+                         f"({k.lo:g}:{k.hi:g}): the best may lie beyond it; widen --knob")
+    return notes, not off
+
+
+def _narrowed(k: Knob, lo: float, hi: float, n: int, centre: float) -> tuple[float, float]:
+    """The next round's range of knob `k`: one grid step either side of `centre`."""
+    step = (hi - lo) / max(1, n - 1)
+    if k.integer:
+        step = max(1.0, math.ceil(step))
+    return max(k.lo, centre - step), min(k.hi, centre + step)
 
 
 def _untrained(rows) -> str | None:
@@ -327,6 +443,10 @@ def _metrics(df) -> list[str]:
     from aprilsim.sweep.stats import metric_columns
 
     return metric_columns(df, [])
+
+
+def _fmt_number(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.4g}"
 
 
 def _fmt_setting(values: dict[str, Any]) -> str:
