@@ -169,7 +169,7 @@ def with_overrides(sc, *, steps: int | None = None, warmup: int | None = None):
 @click.option("--from-verl", "from_verl", metavar="CONFIG", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A verl PPO/GRPO config (YAML, or a script of hydra overrides): print the scenario it maps to.")
 @click.option("--to-slime", "to_slime", metavar="SCENARIO.toml", type=click.Path(dir_okay=False, path_type=Path), help="Print the slime flags that launch this scenario.")
 @click.option("--scheduler", "-s", "target", help="With --to-slime: the scheduler to launch (default: the last non-sync one in `compare`).")
-@click.option("--lengths", "lengths", metavar="MODEL.toml", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="With --from-slime: the response-length model to use (one `aprilsim fit` wrote) instead of the per-dataset estimate.")
+@click.option("--lengths", "lengths", metavar="MODEL.toml", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="With --from-slime or --from-verl: the response-length model to use (one `aprilsim fit` wrote) instead of the per-dataset estimate.")
 def scenario(from_slime, from_verl, to_slime, target, lengths) -> None:
     """Print the embedded default scenario (a starting point for your own), or convert one.
 
@@ -193,8 +193,8 @@ def scenario(from_slime, from_verl, to_slime, target, lengths) -> None:
             argv, notes = interop.to_slime(load_scenario(to_slime), target)
             click.echo(interop.format_flags(argv, notes), nl=False)
             return
-        if lengths is not None and from_slime is None:
-            fail("--lengths goes with --from-slime")
+        if lengths is not None and from_slime is None and from_verl is None:
+            fail("--lengths goes with --from-slime or --from-verl")
             return
         if from_slime is not None:
             from aprilsim.interop.slime import read_source
@@ -202,7 +202,8 @@ def scenario(from_slime, from_verl, to_slime, target, lengths) -> None:
             text = read_source(from_slime)
             res, what, origin = interop.from_slime(text, lengths=lengths), "slime flags", from_slime
         else:
-            res, what, origin = interop.from_verl(from_verl.read_text()), "verl keys", str(from_verl)
+            res, what, origin = (interop.from_verl(from_verl.read_text(), lengths=lengths),
+                                 "verl keys", str(from_verl))
         from aprilsim.config import scenario_from_dict
 
         scenario_from_dict(res.data)  # validate before printing

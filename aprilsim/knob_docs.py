@@ -74,6 +74,10 @@ KNOB_DOCS["april_ds"] = {
                       "a finite number >= 0"),
     "refill": ("after dropped groups: a whole over-sampling batch once fewer than N remain "
                "(slime's loop), or one fresh group per dropped one", '"chunk", "one_for_one"'),
+    "keep_when_insufficient": ("a group the filter rejects is trained anyway while no more than "
+                               "N groups remain in flight or accepted, rather than start another "
+                               "over-sampling batch (slime's "
+                               "check_reward_nonzero_std_with_fallback)", "true, false"),
 }
 KNOB_DOCS["async_april"] = {
     "dynamic_filter": ("apply DAPO's filter and the chunked refill (april_ds) inside the async "

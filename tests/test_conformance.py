@@ -143,9 +143,12 @@ def test_promises(case, rewards):
                     assert all(seg.tokens <= budget for seg in s.segments)
             assert any(len(s.segments) > 1 for b in r.recorder.batches for g in b for s in g.samples)
     if name in ("dynamic_sampling", "april_ds"):
-        for batch in r.recorder.batches:
-            for g in batch:
-                assert g.reward_std() > 0, "a trained group without reward variance"
+        kept = sum(s.scheduler_stats.get("kept_insufficient", 0) for s in r.result.steps)
+        flat = sum(g.reward_std() <= 0 for batch in r.recorder.batches for g in batch)
+        if settings.get("keep_when_insufficient"):  # slime's fallback: kept ones may be flat
+            assert flat <= kept, "a trained flat group the fallback did not keep"
+        else:
+            assert flat == 0, "a trained group without reward variance"
         filtered = sum(s.scheduler_stats.get("filtered_groups", 0) for s in r.result.steps)
         if rewards == "u_shaped":
             assert filtered > 0 and summary["wasted_tokens"] > 0

@@ -181,3 +181,49 @@ python3 train.py --colocate --actor-num-gpus-per-node $NUM_GPUS \\
     assert res.data["schedulers"] == {"april": {"ratio": 3.0, "recycle": True}}
     assert res.unmapped == []
     assert res.mapped["--prompt-data"] == "${DATA_DIR}/x.jsonl"  # unknown variable: left as written
+
+
+FALLBACK = ("slime.rollout.filter_hub.dynamic_sampling_filters."
+            "check_reward_nonzero_std_with_fallback")
+
+
+def _dapo_args(extra: str = "") -> str:
+    return ("--hf-checkpoint /m/Qwen3-4B --prompt-data /d/dapo-math-17k.jsonl "
+            "--rollout-batch-size 8 --n-samples-per-prompt 4 --rollout-max-response-len 4096 "
+            f"--dynamic-sampling-filter-path {FALLBACK} {extra}")
+
+
+def test_the_fallback_filter_is_modelled_not_read_as_the_plain_one():
+    """Issue 36 item 4: `check_reward_nonzero_std_with_fallback` keeps a zero-std group rather
+    than start a new over-sampling batch while no more than N groups remain; at an
+    over-sampling batch of N, slime's baseline then never drops a group and is exactly sync."""
+    res = from_slime(_dapo_args())
+    assert res.data["compare"] == ["sync", "slime_dapo"]
+    assert res.data["schedulers"]["slime_dapo"]["keep_when_insufficient"] is True
+    assert any("runs as sync does" in n for n in res.notes)
+    d = dict(res.data, steps=4, warmup_steps=1,
+             workload={"rewards": {"alpha": 0.3, "beta": 0.3}})  # many zero-std groups
+    sc = scenario_from_dict(d)
+    from aprilsim.sim.run import simulate
+
+    sync, fb = (simulate(sc, s).summary() for s in ("sync", "slime_dapo"))
+    plain = simulate(sc, "slime_dapo", settings={"keep_when_insufficient": False}).summary()
+    assert fb["rollout_throughput_tok_s"] == sync["rollout_throughput_tok_s"]
+    assert fb["wasted_tokens"] == 0 < plain["wasted_tokens"]  # the plain filter drops groups
+    argv, _ = to_slime(sc, "slime_dapo")  # and the export names the fallback filter again
+    assert argv[argv.index("--dynamic-sampling-filter-path") + 1] == FALLBACK
+
+
+def test_the_fallback_still_drops_while_more_than_n_remain():
+    """Over-sampling 2N with the fallback: zero-std groups are dropped while more than N remain
+    (in flight or accepted), kept once no more than N do."""
+    from aprilsim.sim.run import simulate
+
+    res = from_slime(_dapo_args("--partial-rollout --over-sampling-batch-size 16"))
+    assert res.data["schedulers"]["april_ds"]["keep_when_insufficient"] is True
+    d = dict(res.data, steps=4, warmup_steps=1,
+             workload={"rewards": {"alpha": 0.3, "beta": 0.3}})
+    run = simulate(scenario_from_dict(d), "april_ds")
+    stats = [s.scheduler_stats for s in run.steps]
+    assert sum(s["filtered_groups"] for s in stats) > 0
+    assert sum(s.get("kept_insufficient", 0) for s in stats) > 0

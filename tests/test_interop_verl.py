@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -61,8 +62,14 @@ def test_verl_launch_script_with_shell_arithmetic_matches_its_yaml():
     """verl's own DAPO e2e script (variables, $((...)), hydra overrides) maps like its YAML."""
     script = from_verl((DATA / "verl-run_dapo.sh").read_text())
     yaml_form = from_verl((DATA / "verl-dapo-e2e.yaml").read_text())
-    assert script.mapped == yaml_form.mapped
+    setup = ("actor_rollout_ref.model.path", "data.train_files")  # ${HOME}/... vs ~/...
+    assert {k: v for k, v in script.mapped.items() if k not in setup} == \
+        {k: v for k, v in yaml_form.mapped.items() if k not in setup}
+    for key in setup:
+        assert script.mapped[key].split("/")[-2:] == yaml_form.mapped[key].split("/")[-2:]
     assert script.data == yaml_form.data
+    assert [w.split("/")[-1] for w in script.warnings] == \
+        [w.split("/")[-1] for w in yaml_form.warnings]  # the same model named, in both
     assert set(script.unmapped) == set(yaml_form.unmapped)  # paths under ${HOME} included
 
 
@@ -88,3 +95,39 @@ def test_verl_import_notes_every_assumed_value():
     assert any("TP-2 estimate kept for a TP-4 launch" in w for w in res.warnings)
     assert "name=vllm: simulated under the preset's SGLang scheduling rules" in notes
     assert res.data["cluster"]["engines"] == 2
+
+
+def test_a_model_with_no_preset_and_a_short_cap_are_said_and_fitted():
+    """Issue 36 item 4: verl's DAPO e2e config (Qwen2.5-0.5B, 2,048 cap) got the Qwen3-4B preset
+    and the default median of 5,000 tokens under its 2,048 cap (83 % truncated), silently."""
+    from aprilsim.interop.setups import truncated_share
+
+    res = from_verl((DATA / "verl-dapo-e2e.yaml").read_text())
+    (w,) = [w for w in res.warnings if w.startswith("model:")]
+    assert "Qwen2.5-0.5B-Instruct" in w and "matches no preset model" in w
+    assert "actor_rollout_ref.model.path" not in res.unmapped
+    share = truncated_share(res.data["lengths"], res.data["max_response_len"])
+    assert share == pytest.approx(0.10, abs=0.01)  # the default's share at its own 16k cap
+    assert any("scaled to the 2,048 cap" in n and "83% unscaled" in n for n in res.notes)
+    # a model with a preset gets it, and its lengths where the dataset is known
+    known = from_verl("actor_rollout_ref:\n  model:\n    path: /m/Qwen3-4B\n"
+                      "  rollout:\n    tensor_model_parallel_size: 2\n"
+                      "data:\n  train_files: /d/dapo-math-17k.parquet\n  max_response_length: 16384\n")
+    assert known.data["cluster"]["preset"] == "qwen3-4b-h100-tp2" and not known.warnings
+    assert round(math.exp(known.data["lengths"]["mu"])) == pytest.approx(5000, rel=0.01)
+    short = from_verl("actor_rollout_ref:\n  model:\n    path: /m/Qwen3-4B\n"
+                      "data:\n  train_files: /d/dapo-math-17k.parquet\n  max_response_length: 4096\n")
+    assert any("of responses reach the 4,096 cap under the estimate" in w for w in short.warnings)
+
+
+def test_from_verl_takes_a_fitted_length_model(tmp_path):
+    from click.testing import CliRunner
+
+    from aprilsim.cli import main
+
+    model = tmp_path / "m.toml"
+    model.write_text('[lengths]\nfamily = "lognormal"\nmu = 6.0\nsigma = 0.5\n')
+    r = CliRunner().invoke(main, ["scenario", "--from-verl", str(DATA / "verl-dapo-e2e.yaml"),
+                                  "--lengths", str(model)])
+    assert r.exit_code == 0, r.stderr
+    assert f'from = "{model.resolve()}"' in r.stdout

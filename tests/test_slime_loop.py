@@ -42,6 +42,7 @@ class SlimeLoop:
     sample_events: ClassVar[bool] = False
     over_sampling_batch_size: int = 12
     dynamic_filter: bool = True  # check_reward_nonzero_std
+    keep_when_insufficient: bool = False  # ..._with_fallback: DynamicFilterOutput's flag
     partial_rollout: bool = True
     buffer: list[Group] = field(default_factory=list)  # RolloutDataSource's buffer
     remaining_batch_size: int = 0
@@ -89,7 +90,10 @@ class SlimeLoop:
         while True:
             for group in done:  # `for task in done:`
                 del self.pendings[group.gid]
-                if not self.keep(group):
+                # should_drop_dynamic_filter_output: a rejected group with the fallback flag is
+                # kept while remaining_batch_size <= target_data_size
+                if not self.keep(group) and not (self.keep_when_insufficient and
+                                                 self.remaining_batch_size <= target_data_size):
                     self.remaining_batch_size -= 1
                     actions.append(Discard(tuple(group.samples)))
                     continue
@@ -120,6 +124,16 @@ CASES = {
     "slime_dapo": ({}, {"dynamic_filter": True, "partial_rollout": False, "osbs_ratio": 1.0}),
     "slime_dapo@1.5": ({"ratio": 1.5}, {"dynamic_filter": True, "partial_rollout": False,
                                          "osbs_ratio": 1.5}),
+    # check_reward_nonzero_std_with_fallback (issue 36 item 4)
+    "april_ds@fallback": ({"ratio": 2.0, "keep_when_insufficient": True},
+                          {"dynamic_filter": True, "partial_rollout": True,
+                           "keep_when_insufficient": True}),
+    "slime_dapo@fallback1.5": ({"ratio": 1.5, "keep_when_insufficient": True},
+                               {"dynamic_filter": True, "partial_rollout": False,
+                                "osbs_ratio": 1.5, "keep_when_insufficient": True}),
+    "slime_dapo@fallback": ({"keep_when_insufficient": True},
+                            {"dynamic_filter": True, "partial_rollout": False, "osbs_ratio": 1.0,
+                             "keep_when_insufficient": True}),
 }
 
 
@@ -143,6 +157,12 @@ def test_scheduler_replays_slimes_loop_group_by_group(case, seed):
         assert [g.gid for g in ours.sim.scheduler.inner.buffer] == [
             g.gid for g in mirror.sim.scheduler.inner.buffer]
     stats = [s.scheduler_stats for s in ours.result.steps]
+    if loop.get("keep_when_insufficient"):  # the fallback kept groups the filter rejected
+        assert sum(s.get("kept_insufficient", 0) for s in stats) > 0
+        if ratio == 1.0:  # remaining never exceeds N: nothing dropped, one chunk a step
+            assert sum(s["filtered_groups"] for s in stats) == 0
+            assert sum(s["chunks"] for s in stats) == len(stats)
+        return
     if loop["dynamic_filter"]:
         assert sum(s["filtered_groups"] for s in stats) > 0  # the filter was exercised
     if name == "slime_dapo":

@@ -92,3 +92,42 @@ def dataset_key(prompt_data: str | None) -> str | None:
 def preset_name(model: str, gpu: str, tp: int) -> str:
     """The preset naming scheme: MODEL-GPU-tpN (GPU: h100 for NVIDIA, mi300x for AMD)."""
     return f"{model}-{'mi300x' if gpu == 'amd' else 'h100'}-tp{tp}"
+
+
+DEFAULT_CAP = 16384  # the cap the default length model (and every LENGTHS median) is stated for
+HEAVY_TRUNCATION = 0.25  # a share of responses at the cap that says the model does not fit it
+
+
+def truncated_share(lengths: dict, cap: int) -> float | None:
+    """The share of a lognormal length model's responses that reach `cap` (None: not lognormal)."""
+    if lengths.get("family") != "lognormal":
+        return None
+    z = (math.log(cap) - float(lengths["mu"])) / float(lengths["sigma"])
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def fit_to_cap(data: dict, notes: list[str], warnings: list[str], estimated: bool) -> None:
+    """Say, or correct, what the length model does at the import's response cap.
+
+    The default model (`estimated` False: no length evidence for this model and dataset) is
+    stated for a 16k cap; under another cap its median scales with the cap, so the share of
+    truncated responses stays the default's (10 %) instead of, at a 2,048 cap, 83 %. A
+    per-dataset estimate is kept (it is evidence about the model) with a warning when most of
+    its responses would reach the cap."""
+    cap, lengths = int(data["max_response_len"]), data.get("lengths", {})
+    share = truncated_share(lengths, cap)
+    if share is None or cap == DEFAULT_CAP:
+        return
+    if not estimated:
+        before, median = share, math.exp(float(lengths["mu"]))
+        lengths["mu"] = round(float(lengths["mu"]) + math.log(cap / DEFAULT_CAP), 3)
+        notes.append(f"lengths: the default model (median {median:,.0f} tokens at a "
+                     f"{DEFAULT_CAP:,} cap) scaled to the {cap:,} cap: median "
+                     f"{math.exp(float(lengths['mu'])):,.0f}, {truncated_share(lengths, cap):.0%} "
+                     f"truncated ({before:.0%} unscaled); an assumption: fit your own "
+                     "(`aprilsim fit`) and pass it with --lengths")
+    elif share > HEAVY_TRUNCATION:
+        warnings.append(f"lengths: {share:.0%} of responses reach the {cap:,} cap under the "
+                        f"estimate (median {math.exp(float(lengths['mu'])):,.0f}, stated for a "
+                        f"{DEFAULT_CAP:,} cap): a model trained at this cap answers shorter; fit "
+                        "your own (`aprilsim fit`) and pass it with --lengths")

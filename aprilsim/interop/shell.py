@@ -21,7 +21,9 @@ _ARRAY_START = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)=\(\s*(.*)$")
 _EXPANSION = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\[@\]\}?$")
 _ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 _ARITH = re.compile(r"\$\(\((.*?)\)\)")
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+# `${N:-default}`: the default may hold `${M}` itself (`${MODEL_PATH:-${HOME}/models/${ID}}`)
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-((?:[^{}]|\$\{[^{}]*\})*))?\}"
+                  r"|\$([A-Za-z_][A-Za-z0-9_]*)")
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
         ast.Div: operator.floordiv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
 
@@ -91,7 +93,7 @@ def substitute(text: str, variables: dict[str, str]) -> str:
         name = m.group(1) or m.group(3)
         if name in variables:
             return variables[name]
-        return m.group(2) if m.group(2) is not None else m.group(0)
+        return _VAR.sub(var, m.group(2)) if m.group(2) is not None else m.group(0)
 
     def arith(m: re.Match[str]) -> str:
         expr = _VAR.sub(var, m.group(1))

@@ -41,6 +41,8 @@ from aprilsim.interop.shell import parse_command
 
 ENTRIES = ("train.py", "train_async.py")
 NONZERO_STD = "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std"
+WITH_FALLBACK = NONZERO_STD + "_with_fallback"  # keeps a rejected group when too few remain
+FILTERED = ("april_ds", "slime_dapo", "async_april")  # the schedulers with the dynamic filter
 SWITCHES = frozenset({"--colocate", "--partial-rollout", "--mask-offpolicy-in-partial-rollout"})
 
 # flag -> (scenario path, type); the scheduler and cluster flags are handled on their own.
@@ -216,6 +218,7 @@ def _setup(res: ImportResult, text: str, lengths: str | None) -> None:
         res.notes.append(f"lengths: --prompt-data {m.get('--prompt-data')!r} is none of "
                          "DAPO-Math-17k, DeepScaleR, DeepMath-103K; kept the default's model "
                          "(Qwen3-4B on DAPO-Math-17k); pass --lengths MODEL.toml for your own")
+        setups.fit_to_cap(data, res.notes, res.warnings, estimated=False)
     else:
         key = (model or "qwen3-4b", dataset)
         lm = setups.LENGTHS[key]
@@ -223,6 +226,7 @@ def _setup(res: ImportResult, text: str, lengths: str | None) -> None:
         res.notes.append(f"lengths: {key[0]} on {dataset}, median {lm.median:,.0f} tokens, sigma "
                          f"{lm.sigma} (an estimate: {lm.source}; docs/scenarios.md)"
                          + ("" if model else "; the model is unknown, Qwen3-4B's model used"))
+        setups.fit_to_cap(data, res.notes, res.warnings, estimated=True)
     data["name"] = "-".join(x for x in ("slime", model, dataset) if x)
 
 
@@ -244,6 +248,7 @@ def _scheduler(res: ImportResult, entry: str | None) -> None:
     if osbs is not None and osbs < batch:
         raise ValueError(f"--over-sampling-batch-size {osbs} < --rollout-batch-size {batch}: "
                          "slime asserts over_sampling_batch_size >= rollout_batch_size")
+    fallback = ds and m["--dynamic-sampling-filter-path"].endswith("_with_fallback")
     if ds and m["--dynamic-sampling-filter-path"].rsplit(".", 1)[-1] not in (
         "check_reward_nonzero_std", "check_reward_nonzero_std_with_fallback"
     ):
@@ -289,6 +294,28 @@ def _scheduler(res: ImportResult, entry: str | None) -> None:
         res.notes.append("compare: slime_dapo is the script's baseline (the APRIL repo's DAPO "
                          "script without --partial-rollout and --over-sampling-batch-size: "
                          "over-sample, abort, discard)")
+    if fallback:
+        _fallback(res, [s for s in data["compare"] if s in FILTERED])
+
+
+def _fallback(res: ImportResult, filtered: list[str]) -> None:
+    """slime's check_reward_nonzero_std_with_fallback: every filtered scheduler keeps a rejected
+    group while no more than N remain (`keep_when_insufficient`), and the note says what that
+    does to a baseline at --over-sampling-batch-size N (it never drops a group: sync)."""
+    from aprilsim.policies.registry import knobs, resolve
+
+    schedulers = res.data["schedulers"]
+    for s in filtered:
+        schedulers.setdefault(s, {})["keep_when_insufficient"] = True
+    ratio = {s: float(schedulers[s].get("ratio", next(k.default for k in knobs(resolve(s))
+                                                     if k.name == "ratio"))) for s in filtered}
+    at_n = [s for s in filtered if ratio[s] <= 1.0]
+    res.notes.append(
+        "--dynamic-sampling-filter-path ..._with_fallback: a zero-std group is trained anyway "
+        "rather than start another over-sampling batch while no more than N groups remain "
+        f"(slime's keep_when_insufficient): {', '.join(filtered)} keep_when_insufficient = true"
+        + (f"; at an over-sampling batch of N, {', '.join(at_n)} then never drops a group and "
+           "runs as sync does" if at_n else ""))
 
 
 # ---------------------------------------------------------------------------------- export
@@ -378,7 +405,8 @@ def _export_cluster(sc: Scenario, name: str, add: Any, notes: list[str]) -> None
 
 def _export_scheduler(sc: Scenario, name: str, add: Any, notes: list[str]) -> None:
     knobs = sc.knobs_of(name)
-    ds_filter = sc.launch.dynamic_sampling_filter or NONZERO_STD
+    ds_filter = sc.launch.dynamic_sampling_filter or (
+        WITH_FALLBACK if knobs.get("keep_when_insufficient") else NONZERO_STD)
     if name in ("april", "april_ds", "slime_dapo", "async_april"):
         if name == "async_april":
             notes.append("async_april: launch with slime's train_async.py (not train.py)")

@@ -19,6 +19,7 @@ as verl launch scripts pass them). Reading YAML needs PyYAML (`pip install 'apri
 | `algorithm.filter_groups.*`, `data.gen_batch_size` | `dynamic_sampling` knobs |
 | `async_training.partial_rollout` | `fully_async.interrupt` |
 | `actor_rollout_ref.rollout.temperature`, `.gpu_memory_utilization` | `[launch]` (not simulated) |
+| `actor_rollout_ref.model.path`, `data.train_files` | `cluster.preset`, `trainer.per_token_s`, `lengths` (by model and dataset, as for slime) |
 """
 
 from __future__ import annotations
@@ -44,10 +45,11 @@ _DIRECT: dict[str, tuple[tuple[str, ...], type]] = {
     _R + "tensor_model_parallel_size": (("launch", "gpus_per_engine"), int),
 }
 _CLUSTER = ("trainer.nnodes", "trainer.n_gpus_per_node", "rollout.nnodes", "rollout.n_gpus_per_node")
+_SETUP = ("actor_rollout_ref.model.path", "data.train_files")
 _SCHEDULER = ("algorithm.filter_groups.enable", "algorithm.filter_groups.max_num_gen_batches",
               "algorithm.filter_groups.metric", "data.gen_batch_size",
               "async_training.partial_rollout")
-MAPPED_KEYS: tuple[str, ...] = (*_DIRECT, *_CLUSTER, *_SCHEDULER)
+MAPPED_KEYS: tuple[str, ...] = (*_DIRECT, *_CLUSTER, *_SCHEDULER, *_SETUP)
 _OVERRIDE = re.compile(r"^[+~]{0,2}([A-Za-z_][\w.]*)=(.*)$", re.S)
 
 
@@ -94,8 +96,9 @@ def _is_set(v: Any) -> bool:
     return v is not None and not (isinstance(v, str) and (v == "???" or v.startswith("${")))
 
 
-def from_verl(text: str) -> ImportResult:
-    """Map a verl config (YAML text or hydra overrides) to a scenario dict (see the module table)."""
+def from_verl(text: str, lengths: str | None = None) -> ImportResult:
+    """Map a verl config (YAML text or hydra overrides) to a scenario dict (see the module table).
+    `lengths` names a length model (`aprilsim fit` wrote it) to use instead of the estimate."""
     settings = read_settings(text)
     if not settings:
         raise ValueError("no verl settings found (give a YAML config or key=value overrides)")
@@ -103,10 +106,11 @@ def from_verl(text: str) -> ImportResult:
     data["name"] = "verl-import"
     res = ImportResult(data=data)
     for key, value in settings.items():
-        if key not in _DIRECT and key not in _CLUSTER and key not in _SCHEDULER:
+        if key not in MAPPED_KEYS:
             res.unmapped.append(key)
             continue
-        if not _is_set(value):
+        if not _is_set(value) and not (key in _SETUP and isinstance(value, str) and value):
+            # a path under an unset ${HOME} still names its model and dataset by its last parts
             if value is not None:  # "???" or an unresolved ${...}: say so, never drop it
                 res.unmapped.append(f"{key} (value {value!r} not resolved)")
             continue
@@ -124,6 +128,7 @@ def from_verl(text: str) -> ImportResult:
         else:
             res.mapped[key] = value
     _cluster(res)
+    _setup(res, lengths)
     _assumptions(res, settings)
     _scheduler(res)
     fit_warmup(res)
@@ -151,6 +156,49 @@ def _cluster(res: ImportResult) -> None:
     if gpus % tp:
         res.notes.append(f"cluster.engines: {gpus} rollout GPUs are not a multiple of TP {tp}")
     res.data["cluster"]["engines"] = max(1, gpus // tp)
+
+
+def _setup(res: ImportResult, lengths: str | None) -> None:
+    """Engine preset, trainer and lengths from the model and the dataset (as slime's import):
+    a model with no preset keeps the default's costs, and says so; lengths with no evidence for
+    this model and dataset keep the default's shape, scaled to the response cap."""
+    from pathlib import Path
+
+    from aprilsim.engine.cost import PRESETS
+    from aprilsim.interop import setups
+
+    m, data = res.mapped, res.data
+    path = m.get("actor_rollout_ref.model.path")
+    model = setups.model_key(path)
+    tp = int(m.get(_R + "tensor_model_parallel_size", 2))
+    default = data["cluster"].get("preset", "qwen3-4b-h100-tp2")
+    if path is not None and model is None:
+        res.warnings.append(f"model: {path!r} matches no preset model; kept {default} (Qwen3-4B's "
+                            "costs on H100), another model's: calibrate (`aprilsim calibrate`) "
+                            "or pick one with `aprilsim presets`")
+    elif model is not None and setups.preset_name(model, "nvidia", tp) in PRESETS:
+        data["cluster"]["preset"] = setups.preset_name(model, "nvidia", tp)
+        res.notes.append(f"cluster.preset: {data['cluster']['preset']}, picked by model ({model}) "
+                         f"and TP {tp}, GPU: NVIDIA H100 assumed (verl's config names none)")
+    elif model is not None:
+        res.warnings.append(f"cluster.preset: no preset for {model} on H100 at TP {tp}; kept "
+                            f"{default}, another setup's costs")
+    if model in setups.TRAINER_PER_TOKEN_S:
+        data.setdefault("trainer", {})["per_token_s"] = setups.TRAINER_PER_TOKEN_S[model]
+    dataset = setups.dataset_key(str(m.get("data.train_files") or "")) or None
+    if lengths is not None:
+        data["lengths"] = {"from": str(Path(lengths).resolve())}
+        res.notes.append(f"lengths: from {lengths} (given with --lengths)")
+    elif model is not None and dataset is not None and (model, dataset) in setups.LENGTHS:
+        lm = setups.LENGTHS[(model, dataset)]
+        data["lengths"] = lm.as_dict()
+        res.notes.append(f"lengths: {model} on {dataset}, median {lm.median:,.0f} tokens (an "
+                         f"estimate: {lm.source}; docs/scenarios.md)")
+        setups.fit_to_cap(data, res.notes, res.warnings, estimated=True)
+    else:
+        res.notes.append("lengths: no length model for this model and dataset; the default's "
+                         "(Qwen3-4B on DAPO-Math-17k) is an assumption")
+        setups.fit_to_cap(data, res.notes, res.warnings, estimated=False)
 
 
 def _assumptions(res: ImportResult, settings: dict[str, Any]) -> None:

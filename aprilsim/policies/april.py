@@ -143,6 +143,10 @@ class AprilScheduler:
         """Whether a finished group may be trained (april_ds filters here)."""
         return True
 
+    def keep_anyway(self, ctx: Context) -> bool:
+        """Whether a group the filter rejects is trained all the same (april_ds's fallback)."""
+        return False
+
     # ------------------------------------------------------------------ events
     def handle(self, event: Event, ctx: Context) -> Sequence[Action]:
         if isinstance(event, RolloutStarted):
@@ -220,7 +224,7 @@ class AprilScheduler:
             self._stats["dropped_groups"] += 1
             return [Discard(tuple(group.samples))]
         del self._active[group.gid]
-        if not self.accept(group):
+        if not self.accept(group) and not self.keep_anyway(ctx):
             self._forced.discard(group.gid)
             self._stats["filtered_groups"] += 1
             self._in_flight_or_done -= 1
@@ -304,9 +308,13 @@ class AprilDSScheduler(AprilScheduler):
     variants: ClassVar[tuple[dict[str, object], ...]] = (
         {"token_budget": 800, "resume_order": "most_progress"},
         {"std_threshold": 0.05},
+        {"keep_when_insufficient": True, "ratio": 1.5},
     )
     std_threshold: float = 0.0
     refill: str = "chunk"  # slime: a whole over-sampling batch when fewer than N remain
+    # slime's check_reward_nonzero_std_with_fallback: a rejected group is trained anyway while no
+    # more than N groups remain (in flight or accepted), rather than start another batch
+    keep_when_insufficient: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -315,6 +323,14 @@ class AprilDSScheduler(AprilScheduler):
 
     def accept(self, group: Group) -> bool:
         return group.reward_std() > self.std_threshold
+
+    def keep_anyway(self, ctx: Context) -> bool:
+        """slime's `should_drop_dynamic_filter_output`: with keep_when_insufficient, a rejected
+        group is kept while `remaining_batch_size <= target_data_size` (counted as kept)."""
+        if self.keep_when_insufficient and self._in_flight_or_done <= ctx.batch_size:
+            self._stats["kept_insufficient"] = self._stats.get("kept_insufficient", 0.0) + 1
+            return True
+        return False
 
     def _refill(self, ctx: Context) -> list[Action]:
         if self.refill == "one_for_one":
