@@ -34,6 +34,7 @@ from aprilsim.workload.lengths import (
     FAMILIES,
     PARAMETRIC_PARAMS,
     LengthModel,
+    check_drawable,
     length_model_from_dict,
 )
 from aprilsim.workload.model_file import drift_from_dict, read_model_file
@@ -344,6 +345,7 @@ class Scenario(_Strict):
                 raise ScenarioError(str(e)) from None
             except ValueError as e:
                 raise ScenarioError(f"lengths.from: {e}") from None
+            check_drawable(mf.lengths)
             extra = {"prompt_share": mf.prompt_share, "drift": mf.drift}
             return mf.lengths, extra
         return _length_model(d, "lengths"), {}
@@ -369,7 +371,9 @@ class Scenario(_Strict):
             try:
                 drift = drift_from_dict(w.drift)
             except (ValueError, KeyError, TypeError) as e:
-                raise ScenarioError(f"workload.drift: {e}") from None
+                key, sep, _ = str(e).partition(": ")  # `kind: missing` -> workload.drift.kind
+                at = "workload.drift." if sep and key.isidentifier() else "workload.drift: "
+                raise ScenarioError(f"{at}{e}") from None
         share = w.prompt_share
         if extra.get("prompt_share") is not None and "prompt_share" not in w.model_fields_set:
             share = float(extra["prompt_share"])
@@ -452,7 +456,9 @@ def _length_model(d: dict[str, Any], where: str) -> LengthModel:
                             f"{did_you_mean(family, FAMILIES)}; known: "
                             f"{', '.join(FAMILIES)}")
     try:
-        return length_model_from_dict(d)
+        model = length_model_from_dict(d)
+        check_drawable(model)
+        return model
     except (ValueError, TypeError, KeyError) as e:
         raise ScenarioError(f"{where}: {e}") from None
 

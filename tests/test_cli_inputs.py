@@ -9,8 +9,11 @@ import json
 import math
 import time
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 from aprilsim.cli import main
 from aprilsim.config import ScenarioError, scenario_from_dict
@@ -258,3 +261,81 @@ def test_large_but_real_setups_pass_the_bounds():
     assert sc.batch_size * sc.group_size == 65_536
     with pytest.raises(ScenarioError, match="requests per step"):
         scenario_from_dict({**data, "schedulers": {"april": {"ratio": 8.0, "token_budget": 512}}})
+
+
+@pytest.mark.parametrize(("sets", "needle"), [
+    (["lengths.mu=4611686018427387904"], "its median is inf tokens"),  # issue 36 item 5
+    (["lengths.sigma=1e30"], "its draws overflow float64"),
+    (["lengths.mu=40"], "its median is 2.35e+17 tokens"),
+    (['lengths={family="lognormal_mixture", weights=[0.5, 0.5], mus=[8, 1e300], '
+      'sigmas=[1, 1]}'], "lengths: lognormal_mixture"),
+    (['lengths={family="gamma", shape=1e-300, scale=1e300}'], "its median is 0 tokens"),
+    (["prompts.sigma=1e30"], "prompts: lognormal"),
+])
+def test_absurd_length_parameters_are_one_line_not_overflow_warnings(sets, needle):
+    """`lengths.mu = 2^62` and `sigma = 1e30` ran under numpy's overflow warnings."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not one RuntimeWarning on the way to the refusal
+        r = CliRunner().invoke(main, ["simulate", "--steps", "2",
+                                      *[a for s in sets for a in ("--set", s)]])
+    assert r.exit_code == 2, r.output
+    assert r.stderr.count("\n") == 1 and needle in r.stderr
+
+
+@pytest.mark.parametrize(("table", "needle"), [
+    ("[workload.drift.a.b.c]\nd = 1", "workload.drift.a: a drift has no such table"),
+    ("[workload.drift]\nslope = 0.01", "workload.drift.kind: missing"),  # item 24: no kind
+    ('[workload.drift]\nkind = "linear"\nslope = 0.01\nsteps = [1]',
+     "workload.drift.steps: a linear drift has no such key"),
+    ('[workload.drift]\nkind = "linear"', "workload.drift.slope: missing"),
+    ('[workload.drift]\nkind = "table"\nsteps = [0, 5]\nmean_lengths = [1, "x"]',
+     "workload.drift.mean_lengths: expected finite numbers"),
+])
+def test_a_drift_table_is_typed(tmp_path, table, needle):
+    """`[workload.drift.a.b.c] d = 1` was accepted, and a drift table without `kind` meant no
+    drift, silently."""
+    from aprilsim.config import default_scenario_text
+
+    p = tmp_path / "s.toml"
+    p.write_text(default_scenario_text() + "\n" + table + "\n")
+    r = CliRunner().invoke(main, ["simulate", str(p), "--steps", "2"])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and needle in r.stderr, r.stderr
+    p.write_text(default_scenario_text() + '\n[workload.drift]\nkind = "linear"\nslope = 0.01\n')
+    assert CliRunner().invoke(main, ["simulate", str(p), "--steps", "2"]).exit_code == 0
+
+
+def test_any_length_model_either_runs_without_warnings_or_is_refused():
+    """Property: over wide parameters (log-scale mu up to 1e6, spreads from 1e-6 to 1e6), a
+    length model is refused in one line or its draws are computed without a floating-point
+    warning (what a run does with it); both outcomes are reached."""
+    import warnings
+
+    from aprilsim.workload.lengths import PARAMETRIC_PARAMS, check_drawable, length_model_from_dict
+
+    seen = {"refused": 0, "accepted": 0}
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.sampled_from(["lognormal", "gamma", "weibull", "loglogistic"]),
+           st.floats(-1e6, 1e6, allow_nan=False), st.floats(1e-6, 1e6, allow_nan=False))
+    def check(family, a, b):
+        keys = PARAMETRIC_PARAMS[family]
+        d = {"family": family, keys[0]: a if family == "lognormal" else abs(a) or 1.0,
+             keys[1]: b}
+        try:
+            model = length_model_from_dict(d)
+            check_drawable(model)
+        except ValueError:
+            event("refused")
+            seen["refused"] += 1
+            return
+        event("accepted")
+        seen["accepted"] += 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            x = model.ppf(np.linspace(1e-6, 1 - 1e-6, 64))
+        assert np.all(np.isfinite(x))
+
+    check()
+    assert seen["refused"] >= 10 and seen["accepted"] >= 10, seen

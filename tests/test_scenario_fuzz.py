@@ -59,6 +59,8 @@ PATHS = ["/etc", "/dev/zero", "/dev/null", "/nonexistent/model.toml", "/proc/sel
 CATEGORIES = ("wrong_type", "extreme_number", "unknown_key", "delete_key", "scheduler_knob",
               "deep_nesting", "bad_path", "toml_text", "compare_list", "valid_variation",
               "set_override")
+VALID_SETS = ["cluster.engines=3", "schedulers.april.ratio=1.5", "steps=3", "seed=7",
+              "lengths.sigma=0.8"]
 SET_VALUES = ["1e400", "-1e400", "NaN", "[1, 2]", "{}", '"x"', "true", "false", "0", "-1", "3",
               "0.5", "1e18", "9223372036854775807", "fifo", "", "[[[[1]]]]", "2.5"]
 
@@ -128,7 +130,10 @@ def _set_args(rng: random.Random) -> list[str]:
     keys += ["lengths.mus.1", "cluster.nope", "prompts", "schedulers.april", "compare.0"]
     args = []
     for _ in range(rng.randint(1, 2)):
-        args += ["--set", f"{rng.choice(keys)}={rng.choice(SET_VALUES)}"]
+        if rng.random() < 0.2:  # a valid override beside the hostile ones: exit 0 stays reached
+            args += ["--set", rng.choice(VALID_SETS)]  # (whatever the knob count drawn from)
+        else:
+            args += ["--set", f"{rng.choice(keys)}={rng.choice(SET_VALUES)}"]
     return args
 
 

@@ -9,6 +9,8 @@ correlated lengths through a Gaussian copula.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -377,6 +379,40 @@ def length_model_from_dict(d: dict[str, Any]) -> LengthModel:
             raise ValueError(f"empirical: unknown keys {sorted(unknown)}")
         return Empirical(tuple(d["values"]))
     return Parametric(family, {k: float(v) for k, v in d.items()})
+
+
+DRAW_QUANTILES = (1e-9, 0.5, 1 - 1e-9)  # how far into its tails a draw may reach
+MAX_MEDIAN_TOKENS = 1e12  # a median past this is no response length (and e^mu overflows soon after)
+
+
+def check_drawable(model: LengthModel) -> None:
+    """ValueError (one line) when draws from `model` are no token counts: its median overflows
+    or lies past 1e12 tokens (`mu = 2^62`), or its tails, from the 1e-9 quantile to the
+    1 - 1e-9 one, overflow float64 (`sigma = 1e30`). Checked before a run, so an absurd
+    parameter is refused instead of simulated under numpy's overflow warnings."""
+    import warnings
+
+    params = ", ".join(f"{k}={v:g}" for k, v in model.to_dict().items()
+                       if isinstance(v, (int, float)) and not isinstance(v, bool))
+    what = f"{model.family}({params})" if params else model.family
+    with warnings.catch_warnings(), np.errstate(over="raise", invalid="raise", divide="raise",
+                                                under="ignore"):
+        warnings.simplefilter("error", RuntimeWarning)
+        try:
+            median = float(model.ppf(np.array([0.5]))[0])
+        except (FloatingPointError, ArithmeticError, RuntimeWarning, ValueError):
+            median = math.inf
+        if not (0 < median <= MAX_MEDIAN_TOKENS):
+            raise ValueError(f"{what}: its median is {median:.3g} tokens; a response length "
+                             f"model needs one between 0 and {MAX_MEDIAN_TOKENS:.0e}")
+        try:
+            tails = np.asarray(model.ppf(np.array(DRAW_QUANTILES)), float)
+        except (FloatingPointError, ArithmeticError, RuntimeWarning, ValueError):
+            tails = np.array([math.inf])
+    if not np.all(np.isfinite(tails)):
+        raise ValueError(f"{what}: its draws overflow float64 (the {DRAW_QUANTILES[-1]:.9g} "
+                         "quantile is not finite); a response length model needs a finite "
+                         "spread (a lognormal's sigma: a few units)")
 
 
 def cap_lengths(x: np.ndarray, max_len: int) -> np.ndarray:

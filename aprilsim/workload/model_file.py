@@ -17,6 +17,7 @@ Format (TOML)::
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,16 +43,53 @@ class ModelFile:
     fit: dict[str, Any] | None = None
 
 
-def drift_from_dict(d: dict[str, Any]) -> Drift:
-    d = dict(d)
-    kind = d.pop("kind", "none")
-    if kind == "none":
-        return NoDrift()
+DRIFT_KEYS = {"none": (), "linear": ("slope",), "table": ("steps", "mean_lengths")}
+
+
+def _numbers(value: Any, key: str) -> tuple[float, ...]:
+    """`value` as finite numbers (a list, or one number); ValueError naming `key` otherwise."""
+    items = value if isinstance(value, list) else [value]
+    if not items or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                            and math.isfinite(v) for v in items):
+        raise ValueError(f"{key}: expected finite numbers, got {value!r}")
+    return tuple(float(v) for v in items)
+
+
+def drift_from_dict(d: Any) -> Drift:
+    """A drift from its table, strictly: `kind` (none, linear, table) is required, and each kind
+    takes its own keys only (`slope`; `steps` and `mean_lengths`), as finite numbers. A table
+    without `kind` or with a key of another kind no longer means "no drift" silently."""
+    if not isinstance(d, dict):
+        raise ValueError(f"expected a table with kind = \"linear\" or \"table\", got {d!r}")
+    if "kind" not in d:
+        known = {"kind", *(k for keys in DRIFT_KEYS.values() for k in keys)}
+        for key, value in d.items():
+            if key not in known:
+                shown = "table" if isinstance(value, dict) else "key"
+                raise ValueError(f"{key}: a drift has no such {shown}; its keys: kind (none, "
+                                 "linear, table), slope, steps, mean_lengths")
+        raise ValueError("kind: missing; one of none, linear (slope), table (steps, "
+                         "mean_lengths)")
+    kind = d["kind"]
+    if kind not in DRIFT_KEYS:
+        raise ValueError(f"kind: unknown drift kind {kind!r} (none, linear, table)")
+    takes = DRIFT_KEYS[kind]
+    for key, value in d.items():
+        if key != "kind" and key not in takes:
+            shown = "table" if isinstance(value, dict) else "key"
+            raise ValueError(f"{key}: a {kind} drift has no such {shown}; its keys: kind"
+                             + "".join(f", {k}" for k in takes))
+    missing = [k for k in takes if k not in d]
+    if missing:
+        raise ValueError(f"{missing[0]}: missing; a {kind} drift needs {', '.join(takes)}")
     if kind == "linear":
-        return LinearDrift(float(d["slope"]))
+        if isinstance(d["slope"], list):
+            raise ValueError(f"slope: expected one finite number, got {d['slope']!r}")
+        return LinearDrift(_numbers(d["slope"], "slope")[0])
     if kind == "table":
-        return TableDrift(tuple(d["steps"]), tuple(d["mean_lengths"]))
-    raise ValueError(f"unknown drift kind {kind!r} (none, linear, table)")
+        return TableDrift(_numbers(d["steps"], "steps"), _numbers(d["mean_lengths"],
+                                                                  "mean_lengths"))
+    return NoDrift()
 
 
 def drift_to_dict(drift: Drift) -> dict[str, Any]:
