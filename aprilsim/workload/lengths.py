@@ -10,7 +10,6 @@ correlated lengths through a Gaussian copula.
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
