@@ -23,14 +23,30 @@ READ_TIMEOUT_KEY = web.AppKey("read_timeout_s", float)
 MAX_JSON_DEPTH = 64  # deeper bodies get a 400 (no SGLang request nests past 5)
 MAX_BODY_BYTES = 64 * 1024 * 1024  # also the most a compressed body may inflate to
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+# U+D800..U+DFFF written as raw bytes (ED A0..BF xx): invalid UTF-8, which json.loads on bytes
+# still decodes (it uses "surrogatepass"), so a lone surrogate reaches the tokenizer
+_SURROGATE_BYTES = re.compile(rb"\xed[\xa0-\xbf]")
 
 
 class BodyError(Exception):
-    """A request body the server cannot read: ``status`` (400, 408, 413, 415) and a message."""
+    """A request body the server cannot read: ``status`` (400, 408, 413, 415) and a message;
+    ``gone``: the client disconnected while sending it (nobody reads the answer)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, gone: bool = False) -> None:
         super().__init__(message)
         self.status = status
+        self.gone = gone
+
+
+def strict_bool(body: dict, key: str, default: bool = False) -> bool:
+    """``body[key]`` as a JSON boolean: ParamError (400) for anything else (the string "yes" or
+    "false", 1), where ``bool()`` would have read "false" as true."""
+    value = body.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ParamError(key, f"{key}: expected true or false, got {value!r}"[:200])
+    return value
 
 
 def _finite(obj: object) -> object:
@@ -139,6 +155,8 @@ async def read_body(request: web.Request) -> bytes:
         raise BodyError(413, exc.text or "request body too large") from None
     except aiohttp.ClientPayloadError as exc:
         raise BodyError(400, f"request body could not be read: {exc}") from None
+    except ConnectionResetError:  # an ordinary client disconnect: no ERROR, no traceback
+        raise BodyError(400, "client disconnected while sending the body", gone=True) from None
     encoding = request.headers.get("Content-Encoding", "")
     return decode_body(raw, encoding) if encoding else raw
 
@@ -159,7 +177,8 @@ async def read_json(request: web.Request, required: bool = True) -> object:
         raise ParamError("body", "request body nests too deep") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise ParamError("body", f"request body is not valid JSON: {exc}") from None
-    if _SURROGATE_ESCAPE.search(raw):  # only then can a string be invalid Unicode
+    if _SURROGATE_ESCAPE.search(raw) or _SURROGATE_BYTES.search(raw):  # only then can a
+        # string be invalid Unicode
         bad = _lone_surrogate(body)
         if bad is not None:
             raise ParamError("body", f"request body has a string with a lone surrogate: "

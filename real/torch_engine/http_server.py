@@ -48,6 +48,7 @@ from .http_body import (
     dumps,
     json_response,
     read_json,
+    strict_bool,
 )
 from .runner import EngineRunner, RequestHandle, TokenEvent
 from .sampling import ParamError
@@ -95,6 +96,8 @@ async def _never_crash(request: web.Request, handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except BodyError as exc:  # the body may be half read: the connection cannot be reused
+        if exc.gone:
+            log.debug("%s %s: %s", request.method, request.path, exc)
         resp = error_response(exc.status, str(exc), "body")
         resp.force_close()
         return resp
@@ -347,7 +350,10 @@ class EngineHTTPServer:
         rid = body.get("rid") or ""
         if not isinstance(rid, str):
             return error_response(400, "rid: expected a string", "rid")
-        abort_all = bool(body.get("abort_all", False))
+        try:
+            abort_all = strict_bool(body, "abort_all")
+        except ParamError as exc:
+            return error_response(400, str(exc), exc.param)
         if not rid and not abort_all:
             return web.Response(status=200)  # SGLang: empty prefix without abort_all is a no-op
         await self.runner.abort(rid, abort_all)

@@ -25,7 +25,7 @@ from aiohttp import web
 
 from .engine import Finished
 from .generate_api import GenerateOptions, ResponseBuilder
-from .http_body import dumps, json_response, read_json
+from .http_body import dumps, json_response, read_json, strict_bool
 from .runner import EngineRunner, RequestHandle
 from .sampling import ParamError, _is_int
 from .tokenizer import TextCodec
@@ -181,7 +181,8 @@ class OpenAIRoutes:
         so = body.get("stream_options")
         if so is not None and not isinstance(so, dict):
             raise ParamError("stream_options", "stream_options: expected an object")
-        out: dict = {"sampling_params": sp, "stream": bool(body.get("stream", False))}
+        strict_bool(so or {}, "include_usage")  # the string "false" is no false
+        out: dict = {"sampling_params": sp, "stream": strict_bool(body, "stream")}
         if isinstance(prompt, str):
             out["text"] = prompt
         else:
@@ -234,7 +235,7 @@ class OpenAIRoutes:
         rid = handle.request.rid
         ident = ("chatcmpl-" if chat else "cmpl-") + rid
         created = int(time.time())
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))  # checked
         if not opts.stream:
             fin = await self.server.wait_finished(handle)
             code = fin.reason.get("status_code")

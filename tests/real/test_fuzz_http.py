@@ -214,6 +214,10 @@ def surrogate_body(draw) -> bytes:
         body = {"messages": [{"role": "user", "content": bad}], "max_tokens": 2}
     else:
         body = {"model": bad, "prompt": "hi", "max_tokens": 2}
+    if draw(st.booleans()):  # the surrogate as raw bytes (ED A0 80...): invalid UTF-8 on the wire
+        REACH["surrogate as raw bytes"] += 1  # (issue 36 item 10: a 500 from the tokenizer)
+        return json.dumps(body, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    REACH["surrogate as an escape"] += 1
     return json.dumps(body).encode()  # ensure_ascii: a lone surrogate becomes a \uDXXX escape
 
 
@@ -297,6 +301,7 @@ def test_hostile_shapes_reached_every_category():
     assert all(REACH[f"deep in {w}"] >= 2 for w in deep)
     assert sum(REACH[f"surrogate in {w}"] for w in places) >= 40
     assert all(REACH[f"surrogate in {w}"] >= 1 for w in places)
+    assert REACH["surrogate as raw bytes"] >= 15 and REACH["surrogate as an escape"] >= 15
     assert REACH["encoding: any"] >= 80
     assert sum(v for k, v in REACH.items() if k.startswith("encoding gzip: right")) >= 3
     assert sum(v for k, v in REACH.items() if k.startswith("encoding br")) >= 3
@@ -305,3 +310,38 @@ def test_hostile_shapes_reached_every_category():
     assert REACH["/generate: HTTP 2xx"] + REACH["/v1/completions: HTTP 2xx"] \
         + REACH["/v1/chat/completions: HTTP 2xx"] >= 10
     assert not any(k.startswith("HTTP 5") for k in REACH)
+
+
+@pytest.mark.parametrize(("path", "body", "param"), [
+    ("/abort_request", {"abort_all": "yes"}, "abort_all"),  # issue 36 item 10: read as true
+    ("/abort_request", {"abort_all": 1}, "abort_all"),
+    ("/abort_request", {"rid": "x", "abort_all": "false"}, "abort_all"),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "stream": "false"}, "stream"),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "stream": True,
+                         "stream_options": {"include_usage": "no"}}, "include_usage"),
+])
+def test_booleans_are_json_booleans(server, path, body, param):
+    """`bool("false")` is true: a string where SGLang takes a boolean gets a 400 naming it."""
+    status, payload = call(server.url, path, raw=json.dumps(body).encode())
+    assert status == 400 and payload["param"] == param and "expected true or false" in \
+        payload["message"]
+    assert call(server.url, "/abort_request", raw=b'{"abort_all": true}')[0] == 200
+
+
+def test_a_client_gone_mid_body_is_no_error_in_the_log(server):
+    """An ordinary disconnect while the body is read logged ERROR with two tracebacks."""
+    import socket
+    import time
+    from urllib.parse import urlparse
+
+    u = urlparse(server.url)
+    before = server.log.read_text(errors="replace")
+    for _ in range(3):
+        with socket.create_connection((u.hostname, u.port)) as s:
+            s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 1000\r\n\r\n{\"text\": \"ab")
+            time.sleep(0.3)
+    time.sleep(0.5)
+    added = server.log.read_text(errors="replace")[len(before):]
+    assert "ERROR" not in added and "Traceback" not in added, added[-2000:]
+    assert call(server.url, "/health")[0] == 200
