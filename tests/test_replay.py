@@ -95,12 +95,18 @@ def test_slime_reader_skips_eval_dumps_and_orders_by_step(tmp_path):
         shutil.copy(f, tmp_path / f.name)
     shutil.copy(SLIME / "0.pt", tmp_path / "eval_0.pt")
     run = read_run_log(tmp_path, ReplaySpec(replay=str(tmp_path), order="step"))
-    assert "1 evaluation dumps (eval_*.pt) skipped" in run.notes
+    assert "1 evaluation dumps (*eval_N*.pt, e.g. eval_0.pt) skipped" in run.notes
     assert [g.step for g in run.groups] == sorted(g.step for g in run.groups)
     assert run.n_samples == read_run_log(SLIME).n_samples
 
 
-def test_torch_pickle_refuses_code(tmp_path):
+def test_torch_pickle_never_runs_code(tmp_path, capsys):
+    """A class or function the pickle names is never called: it becomes an Opaque placeholder
+    (counted), so a dump's own objects are skipped and a hostile one does nothing."""
+    from collections import Counter
+
+    from aprilsim.workload.replay.torch_pickle import Opaque
+
     class Evil:
         def __reduce__(self):
             return (print, ("pwned",))
@@ -108,8 +114,12 @@ def test_torch_pickle_refuses_code(tmp_path):
     p = tmp_path / "evil.pt"
     with zipfile.ZipFile(p, "w") as z:
         z.writestr("evil/data.pkl", pickle.dumps({"rollout_id": 0, "samples": [Evil()]}, protocol=2))
-    with pytest.raises(ReplayLogError, match="builtins.print object, which replay does not read"):
-        load_torch_save(p)
+    seen: Counter = Counter()
+    data = load_torch_save(p, seen)
+    assert isinstance(data["samples"][0], Opaque) and data["samples"][0].origin == "builtins.print"
+    assert seen == {"builtins.print": 1} and "pwned" not in capsys.readouterr().out
+    with pytest.raises(ReplayLogError, match="sample 0 has no response_length"):
+        read_run_log(p)
     (tmp_path / "plain.pt").write_bytes(b"not a zip")
     with pytest.raises(ReplayLogError, match="not a torch.save zip file"):
         load_torch_save(tmp_path / "plain.pt")

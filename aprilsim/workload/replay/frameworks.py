@@ -6,8 +6,10 @@
   rollout_data_utils.py``). A sample dict has ``group_index``, ``index``, ``tokens`` (prompt and
   response), ``response_length``, ``reward`` (a number, or a dict read at ``reward_key``),
   ``status`` (``completed``, ``truncated``, ``aborted``, ...) and ``metadata``, where partial
-  rollout marks a response resumed from an earlier rollout with ``start_rollout_id``. Files
-  ``eval_{id}.pt`` (evaluation) are skipped.
+  rollout marks a response resumed from an earlier rollout with ``start_rollout_id``.
+  Evaluation dumps, the same template formatted with ``eval_{id}`` (``eval_3.pt``,
+  ``rollout_eval_3.pt``: their ``rollout_id`` is the training step's), are skipped, as are the
+  objects replay does not read (a vision-language run's PIL images, counted in a note).
 - verl, ``trainer.rollout_data_dir``: one ``{global_step}.jsonl`` per step written by the
   trainer's ``_dump_generations``, a line per response with ``input`` and ``output`` (decoded
   text), ``gts``, ``score``, ``step`` and the reward function's extra fields. It holds text, not
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,7 @@ from aprilsim.workload.replay.log import LoggedRow, ReplayLogError
 from aprilsim.workload.replay.torch_pickle import load_torch_save
 
 REWARD_KEYS = ("score", "reward", "acc", "accuracy")
+_EVAL = re.compile(r"(?<![A-Za-z0-9])eval_\d+(?!\d)")  # slime's template at rollout_id=eval_N
 LENGTH_FIELDS = ("response_length", "response_len", "output_length", "num_output_tokens",
                  "completion_tokens", "response_tokens")
 PROMPT_FIELDS = ("prompt_length", "prompt_len", "input_length", "num_prompt_tokens",
@@ -99,19 +103,23 @@ def slime_rows(path: str | Path, reward_key: str | None = None) -> tuple[list[Lo
     p = Path(path)
     rows: list[LoggedRow] = []
     notes: list[str] = []
-    skipped = sorted(q.name for q in p.iterdir() if q.name.startswith("eval_")) if p.is_dir() else []
+    if not p.is_dir() and _EVAL.search(p.name):
+        raise ReplayLogError(f"{p}: an evaluation dump (the template formatted with eval_ID), "
+                             "not a training rollout; give the training dumps")
+    skipped = sorted(q.name for q in p.iterdir() if _EVAL.search(q.name)) if p.is_dir() else []
     if skipped:
-        notes.append(f"{len(skipped)} evaluation dumps (eval_*.pt) skipped")
+        notes.append(f"{len(skipped)} evaluation dumps (*eval_N*.pt, e.g. {skipped[0]}) skipped")
     aborted = 0
+    objects: Counter[str] = Counter()
     if p.is_dir():  # any path template: every .pt but the evaluation dumps, step from the dict
         files = [(_digits(q.stem), q) for q in sorted(p.iterdir())
-                 if q.suffix == ".pt" and not q.name.startswith("eval_")]
+                 if q.suffix == ".pt" and not _EVAL.search(q.name)]
         if not files:
             raise ReplayLogError(f"{p}: no slime rollout dumps (*.pt) found")
     else:
         files = _step_files(p, ".pt")
     for file_step, f in files:
-        data = load_torch_save(f)
+        data = load_torch_save(f, objects)
         if not isinstance(data, dict) or not isinstance(data.get("samples"), list):
             raise ReplayLogError(f"{f}: not a slime debug rollout dump (a dict with 'samples')")
         step = int(data.get("rollout_id", file_step))
@@ -136,6 +144,9 @@ def slime_rows(path: str | Path, reward_key: str | None = None) -> tuple[list[Lo
                                   status=str(status) if status is not None else None))
     if aborted:
         notes.append(f"{aborted} responses logged as aborted are replayed with their logged length")
+    if objects:
+        notes.append("objects replay does not read, skipped: " + ", ".join(
+            f"{n:,} {name}" for name, n in objects.most_common()))
     return rows, notes
 
 
