@@ -63,7 +63,8 @@ def _base_scenario(scenario: Path | None, from_slime: str | None, from_verl: Pat
 @click.option("--from-verl", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="The run's verl config: cluster and scheduler from it.")
 @click.option("--scheduler", "-s", "spec", help="The scheduler the run used (NAME or NAME@knob=v,...); default: the one its config names.")
 @click.option("--compare", "-c", "others", multiple=True, help="Counterfactual: also simulate this scheduler on the same replay (repeatable; predictions only).")
-@click.option("--timing", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Per-step rollout times: slime's log (perf N: {...}), verl's metrics (timing_s/gen), or a CSV of step, rollout_s.")
+@click.option("--timing", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Per-step rollout times: slime's log (perf N: {...}), verl's console or metrics (timing_s/gen), a wandb export, or a CSV of step, rollout_s.")
+@click.option("--timing-key", metavar="KEY", help="The metric the times are read under (default: perf/rollout_time, timing_s/gen, or a table's rollout-time column), e.g. timing_s/generate_sequences or timing_s/agent_loop/generate_sequences/max: generation alone.")
 @click.option("--calibration", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A cost to simulate with: a preset file (`aprilsim calibrate --out`) or a TOML with a [cost] table.")
 @click.option("--preset", help="An engine preset (`aprilsim presets`) instead of the scenario's.")
 @click.option("--format", "fmt", type=click.Choice(["auto", "slime", "verl", "table"]), default="auto", show_default=True, help="The log's format.")
@@ -74,9 +75,9 @@ def _base_scenario(scenario: Path | None, from_slime: str | None, from_verl: Pat
 @click.option("--no-figures", is_flag=True, help="Write report.md and report.json only.")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for report.md, report.json and the figure (new or empty).")
 @click.option("--force", is_flag=True, help="Write into --out even if it holds files (those of the same name are replaced).")
-def replay_validate_command(run, scenario, from_slime, from_verl, spec, others, timing, calibration,
-                            preset, fmt, unlogged, tokenizer, eos_tokens, warmup, no_figures,
-                            out, force) -> None:
+def replay_validate_command(run, scenario, from_slime, from_verl, spec, others, timing,
+                            timing_key, calibration, preset, fmt, unlogged, tokenizer, eos_tokens,
+                            warmup, no_figures, out, force) -> None:
     """Replay RUN's logged groups (slime's --save-debug-rollout-data dumps, verl's
     trainer.rollout_data_dir, or a table with step and prompt columns) under the run's scheduler,
     simulated with a preset or calibration, and report predicted vs logged per-step rollout time
@@ -93,6 +94,11 @@ def replay_validate_command(run, scenario, from_slime, from_verl, spec, others, 
         fail("give at most one of --calibration, --preset")
     try:
         sc, named = _base_scenario(scenario, from_slime, from_verl)
+        if scenario is None and from_slime is None and from_verl is None:
+            cost = calibration or preset or f"preset {sc.cluster.preset}"
+            click.echo(f"aprilsim: note: no --scenario, --from-slime or --from-verl: the default "
+                       f"scenario's cluster is simulated ({sc.cluster.engines} engines, cost "
+                       f"{cost}, its trainer); give the run's own", err=True)
         spec = spec or named
         if spec is None:
             fail(f"say which scheduler the run used: -s NAME (the scenario compares "
@@ -107,6 +113,8 @@ def replay_validate_command(run, scenario, from_slime, from_verl, spec, others, 
         for key, val in (("timing", timing), ("tokenizer", tokenizer)):
             if val is not None:
                 log_spec[key] = str(val.resolve())
+        if timing_key is not None:
+            log_spec["timing_key"] = timing_key
         if fmt != "auto":
             log_spec["format"] = fmt
         if unlogged is not None:

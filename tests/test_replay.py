@@ -34,7 +34,7 @@ from aprilsim.workload.replay import (
     RunLog,
     read_run_log,
 )
-from aprilsim.workload.replay.tables import read_step_times
+from aprilsim.workload.replay.timing import read_step_times
 from aprilsim.workload.replay.torch_pickle import load_torch_save
 
 DATA = Path(__file__).resolve().parent / "data" / "replay"
@@ -435,7 +435,8 @@ def test_replay_validate_errors_are_one_line(tmp_path):
     r = runner.invoke(main, ["replay-validate", str(DATA / "table.csv"), "-s", "sync",
                              "--out", str(tmp_path)])
     assert r.exit_code == 2 and "no per-step rollout times" in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1 + r.stderr.count("aprilsim: replay")
+    assert len(r.stderr.strip().splitlines()) == 1 + r.stderr.count("aprilsim: replay") + \
+        r.stderr.count("aprilsim: note:")
 
 
 def test_unlogged_prompts_run_to_the_cap(tmp_path):

@@ -164,8 +164,8 @@ def _setup(res: ImportResult, lengths: str | None) -> None:
     this model and dataset keep the default's shape, scaled to the response cap."""
     from pathlib import Path
 
+    import aprilsim.interop.setups as setups
     from aprilsim.engine.cost import PRESETS
-    from aprilsim.interop import setups
 
     m, data = res.mapped, res.data
     path = m.get("actor_rollout_ref.model.path")

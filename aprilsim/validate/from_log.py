@@ -123,6 +123,11 @@ def compare_to_log(o: OfflineRun) -> SchedulerComparison:
     if not any(meas):
         raise ScenarioError(f"{run_log.source}: no per-step rollout times for the replayed steps "
                             "(give --timing FILE: slime's log, verl's metrics, or a step,rollout_s CSV)")
+    if not any(meas[warm:]):
+        timed = [s for s, t in zip(steps[:n], meas) if t]
+        raise ScenarioError(f"{run_log.source}: only warm-up step(s) {timed} are timed; nothing "
+                            f"is left to compare after the {warm} warm-up step(s) (time more "
+                            "steps, or --warmup 0)")
     pred = o.result.summary(warm)
     roll = pred["mean_rollout_time_s"] * pred["steps"]
     # a log holds what was trained, not all that was generated: throughput is trained tokens per

@@ -256,6 +256,14 @@ def figures_section(figures: Sequence[str]) -> list[str]:
     return out
 
 
+def replay_section(m: dict[str, Any]) -> list[str]:
+    """An offline report's `## Replay` section: what the log holds, the timing key and what it
+    spans, how much of the log each scheduler used (wrap, unlogged prompts)."""
+    notes = [*m.get("replay", ()), *(f"{lab}: {n}" for lab, ns in m.get("usage", {}).items()
+                                     for n in ns)]
+    return ["## Replay", "", *(f"- {n}" for n in notes), ""] if notes else []
+
+
 def markdown(rep: dict[str, Any], figures: Sequence[str] = ()) -> str:
     """The whole report."""
     m = rep["meta"]
@@ -264,7 +272,8 @@ def markdown(rep: dict[str, Any], figures: Sequence[str] = ()) -> str:
              f"{m.get('steps')} steps (warm-up left out), limits {m.get('limits')}.", ""]
     if rep.get("warnings"):
         lines += ["**Read first:**", ""] + [f"- {w}" for w in rep["warnings"]] + [""]
-    lines += targets_section(rep) + decisions_section(rep) + _scheduler_table(rep)
+    lines += targets_section(rep) + decisions_section(rep) + replay_section(m)
+    lines += _scheduler_table(rep)
     lines += rounds_section(rep) + machine_section(rep) + clocks_section(rep)
     lines += calibration_section(rep)
     if rep.get("explanations"):

@@ -23,6 +23,38 @@ from aprilsim.workload.fitting.errors import LengthDataError
 
 STDIN = "-"
 HEAD_BYTES = 4096
+BINARY_MAGIC = (b"PAR1", b"PK\x03\x04")  # Parquet, a zip (torch.save): binary by design
+
+
+def binary_reason(head: bytes) -> str | None:
+    """Why `head` (a file's first bytes, decompressed) is no text log, or None: NUL bytes and
+    control characters past 5 % of them (and more than 16), where UTF-8 text has next to none
+    (UTF-16, recognised by its NUL pattern, is text). Parquet and zip archives pass."""
+    if not head or head.startswith(BINARY_MAGIC) or detect_encoding(head).startswith("utf-16"):
+        return None
+    nul = head.count(0)
+    controls = sum(b < 32 and b not in (9, 10, 11, 12, 13, 27) for b in head)
+    if controls > max(16, len(head) // 20):  # a stray NUL in a messy log spoils one cell only
+        return (f"binary data ({nul:,} NUL bytes and {controls - nul:,} other control bytes in "
+                f"its first {len(head):,}), not a text log")
+    return None
+
+
+def refuse_binary(path: str | Path, what: str, error: type[ValueError] = LengthDataError) -> None:
+    """`error` (one line) when the file at `path` starts with binary data (see binary_reason):
+    refused from its first 4 KiB, before a reader spends minutes and gigabytes on it."""
+    p = Path(path)
+    with open(p, "rb") as f:
+        head = f.read(HEAD_BYTES)
+    if head[:2] == b"\x1f\x8b":
+        try:
+            with gzip.open(p, "rb") as g:
+                head = g.read(HEAD_BYTES)
+        except (OSError, EOFError):
+            return  # a broken gzip: the reader says so
+    reason = binary_reason(head)
+    if reason is not None:
+        raise error(f"{what}: {p} is {reason}")
 
 
 class Source:
@@ -45,18 +77,29 @@ class Source:
                 self.path = path
             else:  # a pipe or a character device: readable once, so copy it first
                 with open(path, "rb") as f:
-                    self.path = self._spool(f)
+                    self.path = self._spool(f)  # (its first bytes checked: /dev/zero ends)
         if self.path.stat().st_size == 0:
             self.close()
             raise LengthDataError(f"{self.name}: file is empty")
         with open(self.path, "rb") as f:
             self.gzip = f.read(2) == b"\x1f\x8b"
         self.encoding = detect_encoding(self.head())
+        reason = binary_reason(self.head())
+        if reason is not None:
+            self.close()
+            raise LengthDataError(f"{self.name} is {reason}")
 
     def _spool(self, stream: IO[bytes]) -> Path:
+        """Copy a read-once stream to a temporary file; its first bytes are checked first, so
+        binary data (`/dev/zero`, `/dev/urandom`, never ending) is refused at once."""
+        head = stream.read(HEAD_BYTES)
+        reason = binary_reason(head) if head[:2] != b"\x1f\x8b" else None
+        if reason is not None:
+            raise LengthDataError(f"{self.name} is {reason}")
         fd, name = tempfile.mkstemp(prefix="aprilsim-fit-", suffix=".spool")
         self._tmp = Path(name)
         with os.fdopen(fd, "wb") as out:
+            out.write(head)
             shutil.copyfileobj(stream, out)
         return self._tmp
 

@@ -29,6 +29,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +172,19 @@ class _Tokenizer:
     def count(self, text: str) -> int:
         return len(self._tok.encode(text, add_special_tokens=False).ids)
 
+    def template_specials(self, prompt: str) -> tuple[str, int] | None:
+        """(template, special tokens) the chat template put around `prompt`, which the dump's
+        decoding skipped: ChatML (Qwen: `<|im_start|>` and `<|im_end|>` around each turn, then
+        `<|im_start|>` before the answer; 3 for one user turn, 5 with a system turn) or Llama 3
+        (`<|begin_of_text|>`, a header pair per turn, `<|eot_id|>`: 6, or 9). None: unknown."""
+        system = prompt.lstrip().startswith("system")  # the role name survives the decoding
+        turns = 2 if system else 1
+        if self._tok.token_to_id("<|im_start|>") is not None:
+            return "ChatML", 2 * turns + 1
+        if self._tok.token_to_id("<|start_header_id|>") is not None:
+            return "Llama 3", 1 + 3 * turns + 2
+        return None
+
 
 def _field(rec: dict[str, Any], names: tuple[str, ...]) -> int | None:
     for n in names:
@@ -181,36 +195,94 @@ def _field(rec: dict[str, Any], names: tuple[str, ...]) -> int | None:
 
 
 def verl_rows(path: str | Path, tokenizer: str | Path | None = None,
-              reward_key: str | None = None, eos_tokens: int = 0) -> tuple[list[LoggedRow], list[str]]:
+              reward_key: str | None = None, eos_tokens: int = 0,
+              prompt_special_tokens: int | None = None) -> tuple[list[LoggedRow], list[str]]:
     """Rows of verl rollout dumps: a ``rollout_data_dir`` or one ``{step}.jsonl``; `eos_tokens`
     is added to every re-tokenised response (the EOS the dump's decoding skipped; a truncated
-    response, which has none, is capped back to max_response_len by the replay)."""
+    response, which has none, is capped back to max_response_len by the replay), and to every
+    re-tokenised prompt the special tokens of its chat template (`prompt_special_tokens`, else
+    those of a template the tokenizer names: ChatML, Llama 3; else none, and a note says so).
+    Without a `uid`, the responses of identical prompts in one step are told apart by count."""
     tok = _Tokenizer(tokenizer) if tokenizer else None
     rows: list[LoggedRow] = []
-    counted = False
+    counted = templates = 0
     for file_step, f in _step_files(Path(path), ".jsonl"):
         for n, rec in enumerate(_jsonl(f), 1):
             if "output" not in rec and _field(rec, LENGTH_FIELDS) is None:
                 raise ReplayLogError(f"{f}:{n}: not a verl rollout dump line (no 'output')")
-            step = int(rec.get("step", file_step))
-            length = _field(rec, LENGTH_FIELDS)
-            prompt = _field(rec, PROMPT_FIELDS)
+            length, prompt = _field(rec, LENGTH_FIELDS), _field(rec, PROMPT_FIELDS)
             if length is None:
                 if tok is None:
                     raise ReplayLogError(
                         f"{f}: verl dumps hold decoded text, not token counts: give the run's "
                         "tokenizer (lengths.tokenizer = \"path/to/tokenizer.json\") or log a "
                         "response_length field from the reward function")
-                length, counted = tok.count(str(rec.get("output", ""))) + eos_tokens, True
+                length, counted = tok.count(str(rec.get("output", ""))) + eos_tokens, counted + 1
             if prompt is None and tok is not None and "input" in rec:
-                prompt = tok.count(str(rec["input"]))
+                prompt, t = _prompt_tokens(tok, str(rec["input"]), prompt_special_tokens)
+                templates = templates or t
             key = ("uid", rec["uid"]) if rec.get("uid") is not None else ("input", rec.get("input"))
-            rows.append(LoggedRow(step=step, key=key, length=length, prompt_len=prompt or None,
+            rows.append(LoggedRow(step=int(rec.get("step", file_step)), key=key, length=length,
+                                  prompt_len=prompt or None,
                                   reward=reward_of(rec.get("score") if reward_key is None
                                                    else rec.get(reward_key), None)))
     notes = [f"response lengths re-tokenised from verl's decoded text (special tokens skipped; "
              f"{eos_tokens} added for the EOS)"] if counted else []
-    return rows, notes
+    if tok is not None:
+        notes.append(_template_note(templates, prompt_special_tokens))
+    return _split_repeats(rows, notes), notes
+
+
+def _prompt_tokens(tok: _Tokenizer, text: str, given: int | None) -> tuple[int, str]:
+    """A decoded prompt's token count with its chat template's special tokens added back, and
+    the template used ("" when none is known: nothing added)."""
+    if given is not None:
+        return tok.count(text) + given, "given"
+    found = tok.template_specials(text)
+    return (tok.count(text) + found[1], found[0]) if found else (tok.count(text), "")
+
+
+def _template_note(template: str, given: int | None) -> str:
+    if given is not None:
+        return (f"prompt lengths re-tokenised from the decoded text, {given} special tokens of "
+                "the chat template added (prompt_special_tokens)")
+    if template:
+        return (f"prompt lengths re-tokenised from the decoded text, the {template} chat "
+                "template's special tokens added back (its decoding skipped them)")
+    return ("prompt lengths re-tokenised from the decoded text: the tokenizer names no known "
+            "chat template, so its special tokens (3 for a ChatML user turn) are not counted; "
+            "set prompt_special_tokens")
+
+
+def _split_repeats(rows: list[LoggedRow], notes: list[str]) -> list[LoggedRow]:
+    """Without verl's `uid`, identical prompts in one step share a key: a key with k times the
+    usual group size n of responses is split into k groups of n (in the dump's order), and a
+    count that is no multiple of n is kept whole, with a note either way."""
+    sizes = Counter((r.step, r.key) for r in rows)
+    n = Counter(sizes.values()).most_common(1)[0][0] if sizes else 0
+    big = {k: c for k, c in sizes.items() if k[1][0] == "input" and c > n}
+    if not big:
+        return rows
+    split = {k: c for k, c in big.items() if c % n == 0}
+    seen: Counter = Counter()
+    out = []
+    for r in rows:
+        k = (r.step, r.key)
+        if k in split:
+            out.append(replace(r, key=("input", r.key[1], seen[k] // n)))
+            seen[k] += 1
+        else:
+            out.append(r)
+    if split:
+        counts = ", ".join(str(c) for c in sorted(set(split.values())))
+        notes.append(f"{len(split)} prompt(s) logged with {counts} responses in one step and no "
+                     f"uid to tell their groups apart: split into groups of {n} "
+                     f"({sum(c // n for c in split.values())} groups)")
+    if len(split) < len(big):
+        bad = [c for k, c in big.items() if k not in split]
+        notes.append(f"{len(bad)} prompt(s) logged more often than {n} times in one step with no "
+                     f"uid and not a multiple of {n} ({bad[:3]}): each kept as one group")
+    return out
 
 
 def _jsonl(f: Path) -> Iterator[dict[str, Any]]:

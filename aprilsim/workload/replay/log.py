@@ -56,6 +56,7 @@ class RunLog:
     rollout_s: dict[int, float] = field(default_factory=dict)  # step -> logged rollout seconds
     notes: list[str] = field(default_factory=list)
     config: dict[str, object] = field(default_factory=dict)  # what the log says of the run
+    timing: str = ""  # the timing key the rollout times were read under, and what it spans
 
     @classmethod
     def from_rows(cls, rows: Iterable[LoggedRow], source: str = "<rows>", fmt: str = "rows",

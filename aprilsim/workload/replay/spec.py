@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from aprilsim.workload.replay.frameworks import looks_like_verl, slime_rows, verl_rows
 from aprilsim.workload.replay.log import ReplayLogError, RunLog
 from aprilsim.workload.replay.source import CAVEAT, ReplayWorkload
-from aprilsim.workload.replay.tables import read_step_times, table_rows
+from aprilsim.workload.replay.tables import table_rows
+from aprilsim.workload.replay.timing import TimingError, read_timing
 
 FORMATS = ("auto", "slime", "verl", "table")
 
@@ -37,8 +38,14 @@ class ReplaySpec(BaseModel):
     # prompt order only: prompts the run drew but never trained (gaps in the prompt indices)
     unlogged: Literal["skip", "cap", "draw"] = "skip"
     timing: str | None = None  # per-step rollout times (validate --from-log)
+    # the metric the times are read under (default: slime's perf/rollout_time, verl's
+    # timing_s/gen, a table's rollout-time column): e.g. timing_s/generate_sequences
+    timing_key: str | None = None
     tokenizer: str | None = None  # verl: the run's tokenizer.json, to count tokens of the text
     eos_tokens: int = Field(default=0, ge=0)  # verl: added to each re-tokenised response (its EOS)
+    # verl: the chat template's special tokens around each re-tokenised prompt (default: those of
+    # a template the tokenizer names, ChatML 3 or Llama 3 6, else 0 with a note)
+    prompt_special_tokens: int | None = Field(default=None, ge=0)
     reward_key: str | None = None  # slime: the key of a dict reward; verl: the field to read
     length_column: str | None = None  # tables: columns, when not detected by name
     group_column: str | None = None
@@ -85,18 +92,21 @@ def read_run_log(path: str | Path, spec: ReplaySpec | None = None) -> RunLog:
     timing = None
     if spec.timing:
         tp = Path(spec.timing).resolve()
-        timing = (str(tp), tp.stat().st_mtime if tp.exists() else 0.0)
-    return _read_cached(str(p), mtime, spec.model_copy(update={"replay": str(p), "timing": None}), timing)
+        timing = (str(tp), tp.stat().st_mtime if tp.exists() else 0.0, spec.timing_key)
+    return _read_cached(str(p), mtime, spec.model_copy(update={"replay": str(p), "timing": None,
+                                                               "timing_key": None}), timing)
 
 
 @lru_cache(maxsize=16)
-def _read_cached(path: str, mtime: float, spec: ReplaySpec, timing: tuple[str, float] | None) -> RunLog:
+def _read_cached(path: str, mtime: float, spec: ReplaySpec,
+                 timing: tuple[str, float, str | None] | None) -> RunLog:
     p = Path(path)
     fmt = detect_log_format(p) if spec.format == "auto" else spec.format
     if fmt == "slime":
         rows, notes = slime_rows(p, spec.reward_key)
     elif fmt == "verl":
-        rows, notes = verl_rows(p, spec.tokenizer, spec.reward_key, spec.eos_tokens)
+        rows, notes = verl_rows(p, spec.tokenizer, spec.reward_key, spec.eos_tokens,
+                                spec.prompt_special_tokens)
     else:
         if p.is_dir():
             raise ReplayLogError(f"{p}: a table log must be one file")
@@ -114,7 +124,9 @@ def _read_cached(path: str, mtime: float, spec: ReplaySpec, timing: tuple[str, f
         run.groups = run.groups[: spec.max_groups]
         run.notes.append(f"only the log's first {spec.max_groups} groups replayed (max_groups)")
     if timing is not None:
-        run.rollout_s = read_step_times(timing[0])
+        t = read_timing(timing[0], key=timing[2])
+        run.rollout_s = t.times
+        run.timing = f"{t.key} ({t.kind} {t.source}): {t.span}"
     return run
 
 
@@ -148,6 +160,8 @@ def notes_for(workload: Any) -> list[str]:
     if workload.n_capped:
         out.append(f"replay: {workload.n_capped} logged responses are longer than "
                    f"max_response_len {workload.max_len} and are capped there")
+    if run.timing:
+        out.append(f"replay: logged times: {run.timing}")
     out.append(f"replay: more groups than logged: {workload.exhausted} "
                f"({'repeat the log from its first group' if workload.exhausted == 'wrap' else 'stop with an error'})")
     out.append(CAVEAT)
@@ -172,6 +186,8 @@ def scenario_workload(scenario: Any, seed: int | None = None) -> ReplayWorkload:
     try:
         wl = replay_workload(spec, scenario.base_dir, max_len=scenario.max_response_len,
                              fallback=fallback)
+    except TimingError as e:  # the timing file's fault, not the log's
+        raise ValueError(f"lengths.timing: {e}") from None
     except (ValueError, OSError) as e:
         raise ValueError(f"lengths.replay: {e}") from None
     kv = scenario.engine_spec().kv_capacity
