@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from aprilsim.engine.cost import PRESETS, CostModel, EngineSpec, TabulatedCost
 from aprilsim.engine.router import ROUTERS
 from aprilsim.engine.speculative import SpeculativeSpec
-from aprilsim.metrics.warmup import clamp_warmup
+from aprilsim.metrics.warmup import scaled_warmup
 from aprilsim.scenario_limits import (
     DEFAULT_MAX_PROMPT_LEN,
     LimitError,
@@ -531,7 +531,7 @@ def with_overrides(sc: Scenario, *, steps: int | None = None, warmup: int | None
     if warmup is not None:
         update["warmup_steps"] = warmup
     elif steps is not None:
-        update["warmup_steps"] = clamp_warmup(sc.warmup_steps, steps)
+        update["warmup_steps"] = scaled_warmup(sc.warmup_steps, sc.steps, steps)
     if not update:
         return sc
     out = sc.model_copy(update=update)

@@ -87,7 +87,7 @@ def _edit(text: str, old: str, new: str) -> str:
 
 BASE = default_scenario_text()
 BAD = {
-    "unknown key": (_edit(BASE, "steps = 10", "steps = 10\nstepz = 3"), "stepz: unknown key"),
+    "unknown key": (_edit(BASE, "steps = 40", "steps = 40\nstepz = 3"), "stepz: unknown key"),
     "negative length": (
         _edit(BASE, "max_response_len = 16384", "max_response_len = -5"),
         "max_response_len",

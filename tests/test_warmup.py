@@ -52,16 +52,22 @@ def test_no_command_keeps_its_own_copy_of_the_clamp():
     assert not found, found
 
 
-@pytest.mark.parametrize(("warmup", "steps"), [(3, 1), (3, 2), (3, 4), (0, 1)])
-def test_steps_overrides_and_imports_clamp_as_the_runs_do(warmup, steps):
-    """`--steps` alone (config.with_overrides) and an importer (interop.common.fit_warmup) leave
-    out what `clamp_warmup` says, and an importer notes a change only when there was one."""
+@pytest.mark.parametrize(("warmup", "steps"), [(3, 1), (3, 2), (3, 4), (0, 1), (8, 10), (8, 60)])
+def test_steps_overrides_and_imports_scale_the_warmup_as_the_runs_do(warmup, steps):
+    """`--steps` alone (config.with_overrides), an importer (interop.common.fit_warmup) and a
+    run given `steps` (sim.run.simulate) leave out what `scaled_warmup` says: the scenario's
+    share of a shorter run (the default's 8 of 40 become 2 of 10), at least one step kept, and
+    an importer notes a change only when there was one."""
     from aprilsim.config import default_scenario, with_overrides
     from aprilsim.interop.common import ImportResult, fit_warmup
+    from aprilsim.metrics.warmup import scaled_warmup
 
-    sc = default_scenario().model_copy(update={"warmup_steps": warmup, "steps": 10})
-    assert with_overrides(sc, steps=steps).warmup_steps == clamp_warmup(warmup, steps)
+    sc = default_scenario().model_copy(update={"warmup_steps": warmup, "steps": 40})
+    want = scaled_warmup(warmup, 40, steps)
+    assert want <= clamp_warmup(warmup, steps) and (want >= 1 or warmup == 0 or steps == 1)
+    assert with_overrides(sc, steps=steps).warmup_steps == want
     res = ImportResult({"steps": steps, "warmup_steps": warmup})
     fit_warmup(res)
-    assert res.data["warmup_steps"] == clamp_warmup(warmup, steps)
-    assert bool(res.notes) == (clamp_warmup(warmup, steps) < warmup)
+    assert res.data["warmup_steps"] == want
+    assert bool(res.notes) == (want < warmup)
+    assert scaled_warmup(8, 40, 10) == 2 and scaled_warmup(8, 40, 3) == 1

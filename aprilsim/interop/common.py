@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aprilsim.config import Scenario, default_scenario_text, scenario_from_dict
-from aprilsim.metrics.warmup import clamp_warmup
+from aprilsim.metrics.warmup import scaled_warmup
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -53,18 +53,19 @@ class ImportResult:
 
 
 def fit_warmup(res: ImportResult) -> None:
-    """Keep at least one summarised step when an import sets fewer steps than the warm-up."""
+    """The warm-up of an import that sets its own number of steps: the default's share of its
+    steps when they are fewer (`scaled_warmup`, as `--steps` does), at least one step kept."""
     data = res.data
     field = Scenario.model_fields.get("warmup_steps")
     default = field.default if field is not None else 0
     steps, warmup = int(data.get("steps", 1)), int(data.get("warmup_steps", default))
     if field is None:
         return
-    fitted = clamp_warmup(warmup, steps)
+    fitted = scaled_warmup(warmup, int(base_scenario().get("steps", steps)), steps)
     if fitted < warmup:
         data["warmup_steps"] = fitted
-        res.notes.append(f"warmup_steps: {warmup} -> {data['warmup_steps']} so that one of the "
-                         f"{steps} steps is summarised")
+        res.notes.append(f"warmup_steps: {warmup} -> {data['warmup_steps']} for a run of "
+                         f"{steps} steps (the same share left out as the default's)")
 
 
 def base_scenario() -> dict[str, Any]:

@@ -233,9 +233,10 @@ def _setup(res: ImportResult, text: str, lengths: str | None) -> None:
 def _horizon(res: ImportResult) -> None:
     """Steps: slime's --num-rollout is a training length; the simulation needs a steady state."""
     if "--num-rollout" not in res.mapped:
-        res.notes.append(f"steps: no --num-rollout; kept {res.data.get('steps')} steps, which is "
-                         "not a steady state for APRIL (simulate with --steps 60 --warmup 10; the "
-                         "summary's `settled` says whether a run settled)")
+        res.notes.append(f"steps: no --num-rollout; kept the default's {res.data.get('steps')} "
+                         f"steps ({res.data.get('warmup_steps')} left out as warm-up), long enough "
+                         "for APRIL's buffer to settle on the default (the summary's `settled` "
+                         "says whether a run did)")
 
 
 def _scheduler(res: ImportResult, entry: str | None) -> None:

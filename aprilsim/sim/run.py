@@ -9,7 +9,7 @@ from aprilsim.config import Scenario
 from aprilsim.engine.fast import FastEngine
 from aprilsim.metrics.records import RunResult
 from aprilsim.metrics.trace import Trace
-from aprilsim.metrics.warmup import clamp_warmup
+from aprilsim.metrics.warmup import scaled_warmup
 from aprilsim.policies.base import Scheduler, SchedulerError
 from aprilsim.scheduler_spec import run_name
 from aprilsim.sim.build import build_simulation
@@ -48,7 +48,7 @@ def simulate(
         run = sim.run()
         del sim
     run.scheduler = run_name(scheduler, run.scheduler)
-    run.warmup_steps = clamp_warmup(scenario.warmup_steps, len(run.steps))
+    run.warmup_steps = scaled_warmup(scenario.warmup_steps, scenario.steps, len(run.steps))
     check_trained(run)
     return run
 

@@ -380,38 +380,63 @@ def length_model_from_dict(d: dict[str, Any]) -> LengthModel:
     return Parametric(family, {k: float(v) for k, v in d.items()})
 
 
-DRAW_QUANTILES = (1e-9, 0.5, 1 - 1e-9)  # how far into its tails a draw may reach
+DRAW_QUANTILES = (1e-9, 0.5, 1 - 2.0**-52)  # how far into its tails a uniform draw reaches
+DRAW_Z = 8.3  # the standard normal quantile past the largest uniform draw (1 - 2^-53)
 MAX_MEDIAN_TOKENS = 1e12  # a median past this is no response length (and e^mu overflows soon after)
+_LOG_MAX = math.log(np.finfo(float).max)
 
 
 def check_drawable(model: LengthModel) -> None:
     """ValueError (one line) when draws from `model` are no token counts: its median overflows
-    or lies past 1e12 tokens (`mu = 2^62`), or its tails, from the 1e-9 quantile to the
-    1 - 1e-9 one, overflow float64 (`sigma = 1e30`). Checked before a run, so an absurd
-    parameter is refused instead of simulated under numpy's overflow warnings."""
-    import warnings
-
+    or lies past 1e12 tokens (`mu = 2^62`), or its largest draws overflow float64
+    (`sigma = 1e30`). Checked before a run, so an absurd parameter is refused instead of
+    simulated under numpy's overflow warnings; lognormals are checked in closed form (no scipy
+    at start-up), other families through their quantiles."""
     params = ", ".join(f"{k}={v:g}" for k, v in model.to_dict().items()
                        if isinstance(v, (int, float)) and not isinstance(v, bool))
     what = f"{model.family}({params})" if params else model.family
+    parts = _lognormal_parts(model)
+    if parts is not None:
+        for mu, sigma in parts:
+            _check_median(what, math.exp(mu) if mu < _LOG_MAX else math.inf)
+            if mu + DRAW_Z * sigma >= _LOG_MAX:
+                raise ValueError(f"{what}: its largest draws overflow float64 (mu + 8.3 sigma = "
+                                 f"{mu + DRAW_Z * sigma:.3g} > {_LOG_MAX:.0f}); a response length "
+                                 "model needs a finite spread (a lognormal's sigma: a few units)")
+        return
+    if isinstance(model, Empirical):
+        return  # its values were checked when it was built
+    _check_quantiles(model, what)
+
+
+def _lognormal_parts(model: LengthModel) -> list[tuple[float, float]] | None:
+    if isinstance(model, Parametric) and model.family == "lognormal":
+        return [(model.params["mu"], model.params["sigma"])]
+    if isinstance(model, LognormalMixture):
+        return list(zip(model.mus, model.sigmas))
+    return None
+
+
+def _check_median(what: str, median: float) -> None:
+    if not (0 < median <= MAX_MEDIAN_TOKENS):
+        raise ValueError(f"{what}: its median is {median:.3g} tokens; a response length model "
+                         f"needs one between 0 and {MAX_MEDIAN_TOKENS:.0e}")
+
+
+def _check_quantiles(model: LengthModel, what: str) -> None:
+    import warnings
+
     with warnings.catch_warnings(), np.errstate(over="raise", invalid="raise", divide="raise",
                                                 under="ignore"):
         warnings.simplefilter("error", RuntimeWarning)
         try:
-            median = float(model.ppf(np.array([0.5]))[0])
+            q = np.asarray(model.ppf(np.array(DRAW_QUANTILES)), float)
         except (FloatingPointError, ArithmeticError, RuntimeWarning, ValueError):
-            median = math.inf
-        if not (0 < median <= MAX_MEDIAN_TOKENS):
-            raise ValueError(f"{what}: its median is {median:.3g} tokens; a response length "
-                             f"model needs one between 0 and {MAX_MEDIAN_TOKENS:.0e}")
-        try:
-            tails = np.asarray(model.ppf(np.array(DRAW_QUANTILES)), float)
-        except (FloatingPointError, ArithmeticError, RuntimeWarning, ValueError):
-            tails = np.array([math.inf])
-    if not np.all(np.isfinite(tails)):
-        raise ValueError(f"{what}: its draws overflow float64 (the {DRAW_QUANTILES[-1]:.9g} "
-                         "quantile is not finite); a response length model needs a finite "
-                         "spread (a lognormal's sigma: a few units)")
+            q = np.array([math.nan, math.inf, math.inf])
+    _check_median(what, float(q[1]) if np.isfinite(q[1]) else math.inf)
+    if not np.all(np.isfinite(q)):
+        raise ValueError(f"{what}: its largest draws overflow float64; a response length model "
+                         "needs a finite spread")
 
 
 def cap_lengths(x: np.ndarray, max_len: int) -> np.ndarray:

@@ -38,7 +38,7 @@ from aprilsim.engine.request import Completion, Request
 from aprilsim.engine.router import make_router
 from aprilsim.metrics.records import RunResult
 from aprilsim.metrics.trace import Trace
-from aprilsim.metrics.warmup import clamp_warmup
+from aprilsim.metrics.warmup import scaled_warmup
 from aprilsim.policies.base import Scheduler
 from aprilsim.scheduler_spec import build_scheduler
 from aprilsim.sim.runtime import EngineFactory, SimMeter
@@ -365,7 +365,7 @@ async def _run(loop: VirtualLoop, scenario: Scenario, policy: Scheduler, seed: i
         clock=loop.time, meter=VirtualMeter(engines),
     )
     result = await rt.run()
-    result.warmup_steps = clamp_warmup(scenario.warmup_steps, len(result.steps))
+    result.warmup_steps = scaled_warmup(scenario.warmup_steps, scenario.steps, len(result.steps))
     return VirtualRun(result, rt)
 
 
