@@ -145,16 +145,17 @@ def main() -> None:
 @click.option("--steps-out", type=click.Path(dir_okay=False, path_type=Path), help="Also write per-step records as JSON lines to this file (warm-up steps included, marked).")
 @click.option("--trace", "trace_out", type=click.Path(dir_okay=False, path_type=Path), help="Write each scheduler's per-request trace (JSON lines; NAME inserted before the suffix when several schedulers run; with --seeds, the first seed's).")
 @click.option("--timeline", type=click.Path(dir_okay=False, path_type=Path), help="Draw each scheduler's timeline: .png/.pdf/.svg, or .html (interactive; needs the `interactive` extra); with --seeds, the first seed's.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Write one folder per run here: scenario.toml (resolved), summary.json, table.txt, and per scheduler (and seed) summary.json, steps.jsonl, trace.jsonl, timeline.png. The folder must be new or empty.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Write one folder per run here: scenario.toml (resolved), summary.json, table.txt, and per scheduler (and seed) summary.json, steps.jsonl, trace.jsonl (folders named like april_ratio-1.5). The folder must be new or empty.")
+@click.option("--out-timelines", is_flag=True, help="With --out: also draw each run's timeline.png (slow on long runs; `aprilsim plot timeline DIR/RUN/trace.jsonl` draws one later).")
 @click.option("--force", is_flag=True, help="Write into --out even if it holds files (those of the same name are replaced).")
-def simulate(scenario, schedulers, sets, steps, seed, n_seeds, warmup, as_json, steps_out, trace_out, timeline, out_dir, force) -> None:
+def simulate(scenario, schedulers, sets, steps, seed, n_seeds, warmup, as_json, steps_out, trace_out, timeline, out_dir, out_timelines, force) -> None:
     """Simulate SCENARIO (a TOML file; default: the embedded APRIL-paper setup) and compare schedulers."""
     from aprilsim.simulate_cli import run_simulate
 
     run_simulate(scenario=scenario, schedulers=schedulers, sets=sets, steps=steps, seed=seed,
                  n_seeds=n_seeds, warmup=warmup, as_json=as_json, steps_out=steps_out,
                  trace_out=trace_out, timeline=timeline, out_dir=out_dir, command=command_line(),
-                 force=force)
+                 force=force, out_timelines=out_timelines)
 
 
 def with_overrides(sc, *, steps: int | None = None, warmup: int | None = None):

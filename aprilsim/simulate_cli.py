@@ -78,7 +78,7 @@ def run_simulate(*, scenario: Path | None, schedulers: tuple[str, ...], sets: tu
                  steps: int | None, seed: int | None, n_seeds: int, warmup: int | None,
                  as_json: bool, steps_out: Path | None, trace_out: Path | None,
                  timeline: Path | None, out_dir: Path | None, command: str,
-                 force: bool = False) -> None:
+                 force: bool = False, out_timelines: bool = False) -> None:
     """Run `aprilsim simulate` (see its --help); bad input: one line, exit 2."""
     from aprilsim.config import ScenarioError, load_scenario, with_overrides
     from aprilsim.metrics.end_state import end_state_lines, with_end_state
@@ -144,7 +144,8 @@ def run_simulate(*, scenario: Path | None, schedulers: tuple[str, ...], sets: tu
                 runs.setdefault(label, []).append(row)
                 json_rows.append({**row, "run": meta})
                 if out_dir is not None:
-                    _write_run(ro.run_folder(out_dir, label, s, n_seeds), row, meta, steps_rows, trace)
+                    _write_run(ro.run_folder(out_dir, label, s, n_seeds), row, meta, steps_rows,
+                               trace, out_timelines)
     except (ScenarioError, SchedulerError, ValueError) as e:
         if steps_out is not None and records:
             steps_out.write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -205,8 +206,10 @@ def _table(runs: dict[str, list[dict[str, Any]]], n_seeds: int) -> str:
 
 
 def _write_run(folder: Path, row: dict[str, Any], meta: dict[str, Any],
-               steps_rows: list[dict[str, Any]], trace: Any) -> None:
-    """One run's folder: summary.json, steps.jsonl, trace.jsonl, timeline.png (with matplotlib)."""
+               steps_rows: list[dict[str, Any]], trace: Any, timeline: bool) -> None:
+    """One run's folder: summary.json, steps.jsonl, trace.jsonl, and with `timeline`
+    (`--out-timelines`) timeline.png (with matplotlib): drawing it costs far more than the run
+    (`aprilsim plot timeline DIR/RUN/trace.jsonl` draws it later)."""
     from aprilsim.report.run_output import write_json
 
     write_json(folder / "summary.json", {**row, "run": meta})
@@ -214,6 +217,8 @@ def _write_run(folder: Path, row: dict[str, Any], meta: dict[str, Any],
     if trace is None:
         return
     trace.write(folder / "trace.jsonl")
+    if not timeline:
+        return
     try:
         import matplotlib  # noqa: F401
     except ImportError:

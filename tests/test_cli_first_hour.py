@@ -137,7 +137,8 @@ def test_out_dir_holds_one_folder_per_run(tmp_path):
                                                "sync", "april"}
     for name in ("sync", "april"):
         files = {p.name for p in (out / name).iterdir()}
-        assert {"summary.json", "steps.jsonl", "trace.jsonl", "timeline.png"} <= files
+        assert {"summary.json", "steps.jsonl", "trace.jsonl"} <= files
+        assert "timeline.png" not in files  # opt-in: --out-timelines (it cost most of a run)
         steps = (out / name / "steps.jsonl").read_text().splitlines()
         assert len(steps) == 3 and json.loads(steps[0])["scheduler"] == name
     summary = json.loads((out / "summary.json").read_text())

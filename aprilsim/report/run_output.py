@@ -102,8 +102,10 @@ def _latency_cell(rows: list[dict[str, Any]]) -> str:
 
 
 def safe_name(label: str) -> str:
-    """A scheduler label as a file or folder name (`april@ratio=1.5` -> `april@ratio=1.5`)."""
-    return "".join(c if c.isalnum() or c in "._-@=" else "_" for c in label)
+    """A scheduler label as a file or folder name that every shell and file system takes
+    unquoted: `april@ratio=1.5,recycle=false` -> `april_ratio-1.5_recycle-false`,
+    `pkg.mod:Cls` -> `pkg.mod_Cls`."""
+    return "".join(c if c.isalnum() or c in "._-" else "-" if c == "=" else "_" for c in label)
 
 
 def prepare_out_dir(path: Path, force: bool = False) -> Path:
@@ -159,7 +161,7 @@ def per_scheduler_paths(names: list[str], **paths: Path | None) -> dict[str, dic
         if not path.parent.exists() or not path.parent.is_dir():
             raise ValueError(f"--{kind} {path}: folder {path.parent} does not exist")
         for name in names:
-            safe = name.replace(":", "_").replace("/", "_")
+            safe = safe_name(name)
             p = path if len(names) == 1 else path.with_name(f"{path.stem}_{safe}{path.suffix}")
             out.setdefault(name, {})[kind] = p
     return out

@@ -102,6 +102,7 @@ def ignored_key_warnings(schedulers: list[str], axes) -> list[str]:
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--grid", "grids", multiple=True, metavar="KEY=V1,V2,...", help="Values of a dotted scenario key (repeatable; K1+K2=... links keys to one value).")
 @click.option("--range", "ranges", multiple=True, metavar="KEY=LO:HI:N", help="N evenly spaced values of a key (repeatable).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Set a dotted scenario key for every point, as `simulate --set` does (repeatable).")
 @click.option("--scheduler", "-s", "schedulers", multiple=True, help="Scheduler (repeatable). Default: the scenario's `compare` list.")
 @click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True, help="Seeds per point: the scenario's seed and the ones after it.")
 @click.option("--steps", type=click.IntRange(min=1), help="Training steps per run (overrides the scenario).")
@@ -111,7 +112,7 @@ def ignored_key_warnings(schedulers: list[str], axes) -> list[str]:
 @click.option("--baseline", help="Scheduler the paired differences are taken against (default: sync when it runs).")
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Results .parquet (CSV, aggregate and journal beside it). A sweep's own is resumed (the same keys at more values are added to it); anything else there is refused.")
 @click.option("--force", is_flag=True, help="Start over: replace the tables and journal at --out.")
-def sweep_command(scenario, grids, ranges, schedulers, seeds, steps, warmup, jobs, ray_address, baseline, out, force) -> None:
+def sweep_command(scenario, grids, ranges, sets, schedulers, seeds, steps, warmup, jobs, ray_address, baseline, out, force) -> None:
     """Simulate every combination of the swept keys for each scheduler and seed.
 
     KEY is a dotted scenario key, e.g. schedulers.april.ratio, cluster.engines,
@@ -127,7 +128,9 @@ def sweep_command(scenario, grids, ranges, schedulers, seeds, steps, warmup, job
     from aprilsim.sweep.api import as_scenario, run_sweep, swept_keys
 
     try:
-        sc = as_scenario(scenario)
+        from aprilsim.simulate_cli import apply_sets
+
+        sc = apply_sets(as_scenario(scenario), sets)
         if "replay" in sc.lengths:  # trace replay: what the log holds, and the caveat
             from aprilsim.workload.replay.spec import scenario_notes
 

@@ -114,6 +114,20 @@ def _series(agg, x: str, others: list[str]):
 def plot_sweep(results: Path, out: Path, *, x: str | None = None,
                y: str = "rollout_throughput_tok_s", baseline: str | None = None) -> Path:
     """Write the six-panel figure of a sweep to `out` (format from its suffix)."""
+    import matplotlib.pyplot as plt
+
+    fig = sweep_figure(results, x=x, y=y, baseline=baseline)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=130)
+    plt.close(fig)
+    return out
+
+
+def sweep_figure(results: Path, *, x: str | None = None, y: str = "rollout_throughput_tok_s",
+                 baseline: str | None = None):  # noqa: ANN201 - a matplotlib Figure
+    """The six panels of a sweep: x ticks at the swept values, thousands separated, the Pareto
+    points of a scheduler that does not read x labelled with its name (not a value it ignores)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -146,41 +160,10 @@ def plot_sweep(results: Path, out: Path, *, x: str | None = None,
     for letter, ax, panel in zip("abcdef", axes.flat, panels):
         if panel == "pareto":
             _pareto(ax, agg, series_colors, x, others)
-            continue
-        metric = "rollout_throughput_tok_s" if panel == "gain" else panel
-        sub = agg[agg["metric"] == metric]
-        for name, g, style in _series(sub, x, others):
-            if g.empty or panel == "gain" and (base is None or g["scheduler"].iloc[0] == base):
-                continue
-            sched = g["scheduler"].iloc[0]
-            c = series_colors.setdefault(sched, colors[len(series_colors) % len(colors)])
-            xs = g[x].to_numpy(dtype=float)
-            if panel == "gain":
-                m, lo, hi, scale = (g["ratio_mean"], g["ratio_lo"], g["ratio_hi"], 1.0)
-            elif panel == "length_bias" and base is not None:
-                scale = 100.0  # paired: the batch's sampling noise, shared with sync, cancels
-                m, lo, hi = g["diff_mean"], g["diff_lo"], g["diff_hi"]
-            else:
-                scale = label(metric)[2]
-                m, lo, hi = g["mean"], g["ci_lo"], g["ci_hi"]
-            ax.plot(xs, m * scale, marker=MARKERS[style % len(MARKERS)], ms=4, color=c,
-                    ls=LINESTYLES[style % len(LINESTYLES)], label=name)
-            if np.isfinite(lo.to_numpy(dtype=float)).any():
-                ax.fill_between(xs, lo * scale, hi * scale, color=c, alpha=0.18, lw=0)
-        if panel == "gain":
-            ax.axhline(1.0, color="0.4", lw=1, ls="--")
-            ax.set_ylabel(f"rollout throughput / {base} (x)" if base else "no baseline")
-            ax.set_title(f"({letter}) gain over {base}, paired by seed" if base else f"({letter}) gain: no baseline")
-        elif panel == "length_bias" and base is not None:
-            ax.set_ylabel(f"length bias minus {base}'s, same seeds (% points)")
-            ax.set_title(f"({letter}) length bias, minus {base}'s")
         else:
-            ax.set_ylabel(_axis_label(metric))
-            ax.set_title(f"({letter}) {label(metric)[0]}")
-        if panel == "length_bias":
-            ax.axhline(0.0, color="0.4", lw=1, ls="--")
-        ax.set_xlabel(x)
-        ax.grid(alpha=0.3)
+            _panel(ax, letter, panel, agg, x, others, base, series_colors, colors)
+            _swept_ticks(ax, df[x])
+        _thousands(ax)
     handles, labels_ = axes.flat[0].get_legend_handles_labels()
     linked = [k for k in keys if k != x and k not in others
               and (df[k].astype(str) == df[x].astype(str)).all()]
@@ -188,11 +171,71 @@ def plot_sweep(results: Path, out: Path, *, x: str | None = None,
     n_seeds = int(df.groupby(["point_id", "scheduler"])["seed"].nunique().min())
     fig.legend(handles, labels_, loc="outside lower center", ncol=min(6, max(1, len(labels_))),
                title=f"scheduler (bands: 95 % interval over {n_seeds} seeds)" + linked_note)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=130)
-    plt.close(fig)
-    return out
+    return fig
+
+
+def _panel(ax, letter: str, panel: str, agg, x: str, others: list[str], base: str | None,
+           series_colors: dict[str, str], colors: list[str]) -> None:
+    """One of the five panels against x: a line and its 95 % band per scheduler."""
+    metric = "rollout_throughput_tok_s" if panel == "gain" else panel
+    sub = agg[agg["metric"] == metric]
+    for name, g, style in _series(sub, x, others):
+        if g.empty or panel == "gain" and (base is None or g["scheduler"].iloc[0] == base):
+            continue
+        sched = g["scheduler"].iloc[0]
+        c = series_colors.setdefault(sched, colors[len(series_colors) % len(colors)])
+        xs = g[x].to_numpy(dtype=float)
+        if panel == "gain":
+            m, lo, hi, scale = (g["ratio_mean"], g["ratio_lo"], g["ratio_hi"], 1.0)
+        elif panel == "length_bias" and base is not None:
+            scale = 100.0  # paired: the batch's sampling noise, shared with sync, cancels
+            m, lo, hi = g["diff_mean"], g["diff_lo"], g["diff_hi"]
+        else:
+            scale = label(metric)[2]
+            m, lo, hi = g["mean"], g["ci_lo"], g["ci_hi"]
+        ax.plot(xs, m * scale, marker=MARKERS[style % len(MARKERS)], ms=4, color=c,
+                ls=LINESTYLES[style % len(LINESTYLES)], label=name)
+        if np.isfinite(lo.to_numpy(dtype=float)).any():
+            ax.fill_between(xs, lo * scale, hi * scale, color=c, alpha=0.18, lw=0)
+    if panel == "gain":
+        ax.axhline(1.0, color="0.4", lw=1, ls="--")
+        ax.set_ylabel(f"rollout throughput / {base} (x)" if base else "no baseline")
+        ax.set_title(f"({letter}) gain over {base}, paired by seed" if base
+                     else f"({letter}) gain: no baseline")
+    elif panel == "length_bias" and base is not None:
+        ax.set_ylabel(f"length bias minus {base}'s, same seeds (% points)")
+        ax.set_title(f"({letter}) length bias, minus {base}'s")
+    else:
+        ax.set_ylabel(_axis_label(metric))
+        ax.set_title(f"({letter}) {label(metric)[0]}")
+    if panel == "length_bias":
+        ax.axhline(0.0, color="0.4", lw=1, ls="--")
+    ax.set_xlabel(x)
+    ax.grid(alpha=0.3)
+
+
+MAX_TICKS = 12  # more swept values than this: the axis keeps its own ticks
+
+
+def _swept_ticks(ax, values) -> None:
+    """Ticks at the swept values themselves (when numeric and at most MAX_TICKS of them)."""
+    try:
+        xs = sorted({float(v) for v in values})
+    except (TypeError, ValueError):
+        return
+    if 1 < len(xs) <= MAX_TICKS:
+        ax.set_xticks(xs)
+        ax.set_xticklabels([f"{v:,g}" for v in xs])
+
+
+def _thousands(ax) -> None:
+    """Axis numbers of 1,000 and more with thousands separators (10,000 not 10000)."""
+    from matplotlib.ticker import FuncFormatter
+
+    def fmt(v: float, _pos: int) -> str:
+        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:g}"
+
+    ax.yaxis.set_major_formatter(FuncFormatter(fmt))
 
 
 def _pareto(ax, agg, series_colors: dict[str, str], x: str, others: list[str]) -> None:
@@ -213,9 +256,15 @@ def _pareto(ax, agg, series_colors: dict[str, str], x: str, others: list[str]) -
             front.append(i)
             best = ys[i]
     ax.step(xs[front], ys[front], where="post", color="k", lw=1.2, label="Pareto front")
-    for i in front:
-        ax.annotate(f"{pts[x].iloc[i]:g}" if isinstance(pts[x].iloc[i], float | int) else str(pts[x].iloc[i]),
-                    (xs[i], ys[i]), textcoords="offset points", xytext=(4, -10), fontsize=7)
+    from aprilsim.sweep.keys import scheduler_reads
+
+    scheds = pts.index.get_level_values("scheduler")
+    for i in front:  # the swept value, or the scheduler's name where it does not read x
+        v = pts[x].iloc[i]
+        text = (scheds[i] if not scheduler_reads(scheds[i], x)
+                else f"{v:g}" if isinstance(v, float | int) else str(v))
+        ax.annotate(text, (xs[i], ys[i]), textcoords="offset points", xytext=(4, -10),
+                    fontsize=7)
     ax.set_xlabel("off-policy token share (% of trained tokens)")
     ax.set_ylabel(_axis_label("rollout_throughput_tok_s"))
     ax.set_title(f"(f) Pareto front (labels: {x.split('.')[-1]})")
