@@ -205,6 +205,7 @@ class Group:
         return sum(s.generated for s in self.samples)
 
     def reward_std(self) -> float:
+        """The standard deviation of the group's rewards (0: all equal, what DAPO filters)."""
         r = self.rewards
         m = sum(r) / len(r)
         return (sum((x - m) ** 2 for x in r) / len(r)) ** 0.5

@@ -110,3 +110,20 @@ def test_mkdocs_build_strict(tmp_path):
     api = (tmp_path / "site" / "api" / "index.html").read_text()
     assert "from_slime" in api and "write_timeline" in api
     assert (tmp_path / "site" / "img" / "steps_default.png").exists()
+
+
+def test_the_api_page_has_what_a_scheduler_author_needs():
+    """Issue 36 item 21: api.md lacked Submit's priority/route/keep_kv, MOST_ROOM, SampleCapped
+    and the scheduler classes a user writing a length-aware scheduler needs."""
+    listed = set(_api_objects())
+    need = {f"aprilsim.policies.base.{n}" for n in (
+        "Scheduler", "Context", "Submit", "MOST_ROOM", "SampleCapped", "RolloutStarted",
+        "GroupFinished", "SamplesReturned", "CloseBatch", "AbortAll", "Discard")}
+    need |= {"aprilsim.policies.seer.SeerScheduler", "aprilsim.policies.registry.register",
+             "aprilsim.types.Sample", "aprilsim.types.Group"}
+    assert need <= listed, sorted(need - listed)
+    from aprilsim.policies.base import Submit
+
+    assert all(w in Submit.__doc__ for w in ("priority", "route", "MOST_ROOM", "keep_kv"))
+    src = (ROOT / "aprilsim" / "policies" / "base.py").read_text()
+    assert re.search(r'^MOST_ROOM = .*\n"""', src, re.M)  # its attribute docstring, rendered

@@ -149,6 +149,7 @@ class AprilScheduler:
 
     # ------------------------------------------------------------------ events
     def handle(self, event: Event, ctx: Context) -> Sequence[Action]:
+        """Over-provision at the rollout's start, close at N complete groups, buffer the rest."""
         if isinstance(event, RolloutStarted):
             return self._start(ctx)
         if isinstance(event, GroupFinished):
@@ -293,6 +294,7 @@ class AprilScheduler:
         return [Discard(samples_of(left))]
 
     def step_stats(self) -> dict[str, float]:
+        """This step's figures (filtered, resumed, buffered groups...); reset at its start."""
         out = dict(self._stats)
         out["buffered_groups"] = float(len(self.buffer))
         out["parked_groups"] = float(len(self._parked))

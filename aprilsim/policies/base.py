@@ -128,6 +128,8 @@ class Submit:
 
 
 MOST_ROOM = "most_room"  # Submit.route: the engine with the most free KV room (per request)
+"""`Submit(..., route=MOST_ROOM)`: each request goes to the engine with the most free KV room at
+the moment it is sent (what Seer's divided rollout does), instead of the runtime's router."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +233,9 @@ class Scheduler(Protocol):
     name: ClassVar[str]
     mode: Mode
 
-    def handle(self, event: Event, ctx: Context) -> Sequence[Action]: ...
+    def handle(self, event: Event, ctx: Context) -> Sequence[Action]:
+        """The actions for `event`, carried out in order before the next event comes."""
+        ...
 
     def step_stats(self) -> dict[str, float]:
         """Scheduler-specific per-step figures (e.g. dynamic-sampling rounds); reset on read."""

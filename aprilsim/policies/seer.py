@@ -76,6 +76,7 @@ class SeerScheduler:
             raise ValueError(f"{self.name}: route must be one of {ROUTES}, not {self.route!r}")
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Action]:
+        """Probe each new group, then send its pieces longest-first to the engine with room."""
         if isinstance(event, RolloutStarted):
             return self._start(ctx)
         if isinstance(event, SampleCapped):  # a piece came back: its progress, then the next piece
@@ -149,6 +150,7 @@ class SeerScheduler:
         self._stats[key] = self._stats.get(key, 0.0) + 1.0
 
     def step_stats(self) -> dict[str, float]:
+        """This step's counts (pieces resent, groups estimated from history); reset on read."""
         out, self._stats = self._stats, {}
         return out
 

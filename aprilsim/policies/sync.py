@@ -29,6 +29,7 @@ class SyncScheduler:
     _done: list[Group] = field(default_factory=list, repr=False)
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Action]:
+        """Submit N groups at the rollout's start; close the batch when all are complete."""
         if isinstance(event, RolloutStarted):
             self._done = []
             groups = ctx.new_groups(ctx.batch_size)
@@ -40,4 +41,5 @@ class SyncScheduler:
         return ()
 
     def step_stats(self) -> dict[str, float]:
+        """None: sync has no figures of its own."""
         return {}
