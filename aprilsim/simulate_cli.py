@@ -84,6 +84,7 @@ def run_simulate(*, scenario: Path | None, schedulers: tuple[str, ...], sets: tu
     from aprilsim.metrics.end_state import end_state_lines, with_end_state
     from aprilsim.metrics.gain import gain_vs_sync
     from aprilsim.metrics.trace import Trace
+    from aprilsim.progress import PeriodicLines
     from aprilsim.report import run_output as ro
     from aprilsim.report.run_output import per_scheduler_paths
     from aprilsim.sim.run import simulate as run_sim
@@ -121,8 +122,9 @@ def run_simulate(*, scenario: Path | None, schedulers: tuple[str, ...], sets: tu
                         click.echo(f"\r\033[Ksimulating {label} (seed {s}): step {done}/{total}",
                                    err=True, nl=False)
                 elif not as_json:
-                    click.echo(f"simulating {label}" + (f" (seed {s})" if n_seeds > 1 else "")
-                               + " ...", err=True)
+                    what = f"simulating {label}" + (f" (seed {s})" if n_seeds > 1 else "")
+                    click.echo(what + " ...", err=True)
+                    progress = PeriodicLines(what).steps  # a log: a line every 10 s
                 paths = outputs.get(label, {}) if s == first else {}
                 trace = Trace(label, sc.cluster.engines) if paths or out_dir is not None else None
                 run = run_sim(sc, label, seed=s, progress=progress, trace=trace)

@@ -21,9 +21,13 @@ EXIT_INTERRUPTED = 130
 
 
 def progress_bar(label: str):
-    """A one-line progress bar on stderr when it is a terminal, else None."""
+    """A one-line progress bar on stderr when it is a terminal, else a line now and then for a
+    log (`aprilsim.progress.PeriodicLines`)."""
     if not sys.stderr.isatty():
-        return None
+        from aprilsim.progress import PeriodicLines
+
+        lines = PeriodicLines(f"aprilsim: {label}")
+        return lambda done, total: lines(f"{done}/{total} runs")
     t0 = time.perf_counter()
 
     def show(done: int, total: int) -> None:

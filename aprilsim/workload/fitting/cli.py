@@ -45,6 +45,13 @@ def _jsonable(x):
     return x
 
 
+def _log_lines():
+    """Progress lines for a log (stderr no terminal): `aprilsim.progress.PeriodicLines`."""
+    from aprilsim.progress import PeriodicLines
+
+    return PeriodicLines("aprilsim: fit")
+
+
 def _status_line():
     """A one-line status on the terminal, rewritten in place (progress of long fits)."""
 
@@ -153,7 +160,7 @@ def fit_command(
             n_bootstrap=n_bootstrap,
             drift_from=drift_from,
             random_state=seed,
-            progress=_status_line() if sys.stderr.isatty() else None,
+            progress=_status_line() if sys.stderr.isatty() else _log_lines(),
             max_skipped=max_skipped,
         )
         if sys.stderr.isatty():
