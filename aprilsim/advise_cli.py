@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
-from aprilsim.cli_errors import fail
+from aprilsim.cli_errors import FiniteFloatRange, fail
 
 
 @click.command("advise", short_help="From a launch config and a length log to a ranked recommendation.")
@@ -17,9 +16,9 @@ from aprilsim.cli_errors import fail
 @click.option("--log", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A generation log `aprilsim fit` reads: the response lengths are fitted from it.")
 @click.option("--column", help="The log's length column (default: detected).")
 @click.option("--calibration", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A cost calibration (`aprilsim calibrate --out`): used as the engine preset.")
-@click.option("--max-offpolicy", type=click.FloatRange(0, 1), help="Limit on the off-policy share of trained tokens (e.g. 0.5).")
+@click.option("--max-offpolicy", type=FiniteFloatRange(0, 1), help="Limit on the off-policy share of trained tokens (e.g. 0.5).")
 @click.option("--max-staleness", type=click.IntRange(min=0), help="Limit on the staleness of any trained token (policy versions).")
-@click.option("--max-length-bias", type=click.FloatRange(min=0), help="Limit on |length bias - sync's| (e.g. 0.05).")
+@click.option("--max-length-bias", type=FiniteFloatRange(min=0), help="Limit on |length bias - sync's| (e.g. 0.05).")
 @click.option("--candidates", help=f"Comma-separated schedulers to consider (default: all of {', '.join(['april', 'async_one_step', 'fully_async', 'tail_batching'])}).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Set a scenario key after the import (repeatable).")
 @click.option("--steps", type=click.IntRange(min=2), help="Training steps per simulation (default: the scenario's).")
@@ -50,6 +49,7 @@ def advise_command(scenario, slime, verl, log, column, calibration, max_offpolic
     from aprilsim import advise as adv
     from aprilsim.interop.toml_out import dumps
     from aprilsim.outputs import claim_dir
+    from aprilsim.report.run_output import strict_json
 
     try:
         claim_dir(out_dir, "--out", force)
@@ -70,9 +70,10 @@ def advise_command(scenario, slime, verl, log, column, calibration, max_offpolic
     header = (f"advised by `aprilsim advise`: {win.label if win else 'no option met the limits'}; "
               f"limits: {', '.join(limits.constraints()) or 'none'}")
     scenario_file.write_text(dumps(advice.scenario, header))
-    (out_dir / "advice.json").write_text(json.dumps(advice.to_dict(), indent=2, default=str) + "\n")
+    text = strict_json(advice.to_dict())  # no bare NaN: a figure not known is null
+    (out_dir / "advice.json").write_text(text + "\n")
     if as_json:
-        click.echo(json.dumps(advice.to_dict(), indent=2, default=str))
+        click.echo(text)
         return
     click.echo(f"advice for {sc.name}: {sc.cluster.engines} engines, {sc.batch_size} groups x "
                f"{sc.group_size} samples, max {sc.max_response_len} tokens")

@@ -36,6 +36,21 @@ def command_line() -> str:
     return shlex.join(["aprilsim", *getattr(root, "argv", sys.argv[1:])])
 
 
+class FiniteFloatRange(click.FloatRange):
+    """click's FloatRange that also refuses nan and inf (nan passes every comparison, so
+    FloatRange(0, 1) took `--max-offpolicy nan` and every run met the limit)."""
+
+    name = "finite float range"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        import math
+
+        rv = super().convert(value, param, ctx)
+        if isinstance(rv, float) and not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return rv
+
+
 class OneLineError(click.ClickException):
     """A click error shown as `<command path>: error: <message>` on one line."""
 

@@ -339,3 +339,25 @@ def test_any_length_model_either_runs_without_warnings_or_is_refused():
 
     check()
     assert seen["refused"] >= 10 and seen["accepted"] >= 10, seen
+
+
+@pytest.mark.parametrize("args", [
+    ["advise", "--max-offpolicy", "nan"], ["advise", "--max-length-bias", "inf"],
+    ["run", "--local", "1", "--scale", "nan"], ["run", "--local", "1", "--progress-deadline", "inf"],
+])
+def test_nan_and_inf_options_are_refused(tmp_path, args):
+    """Issue 36 item 24: `advise --max-offpolicy nan` was accepted (nan passes every range
+    check, so every run met the limit)."""
+    r = CliRunner().invoke(main, [*args, *(["--out", str(tmp_path / "o")] if args[0] == "advise"
+                                           else [])])
+    assert r.exit_code == 2 and "is not a finite number" in r.stderr, r.output
+    assert r.stderr.count("\n") == 1
+
+
+def test_json_outputs_are_strict():
+    """`advise --json` wrote bare NaN; every JSON an output writes is strict (null instead)."""
+    from aprilsim.report.run_output import strict_json
+
+    text = strict_json({"gain": math.nan, "interval": [1.0, math.inf], "label": "x"})
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(f"bare {c}")) == \
+        {"gain": None, "interval": [1.0, None], "label": "x"}

@@ -143,8 +143,24 @@ def write_scenario(out: Path, sc: Any) -> Path:
     return p
 
 
+def strict_json(data: Any) -> str:
+    """Strict JSON (indented): a non-finite number is `null`, never a bare `NaN` a JSON parser
+    refuses; values JSON does not know are written as their text."""
+    def finite(x: Any) -> Any:
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {k: finite(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [finite(v) for v in x]
+        return x
+
+    return json.dumps(finite(data), indent=2, allow_nan=False, default=str)
+
+
 def write_json(path: Path, data: Any) -> Path:
-    path.write_text(json.dumps(data, indent=2) + "\n")
+    """`data` as strict JSON at `path` (`strict_json`)."""
+    path.write_text(strict_json(data) + "\n")
     return path
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import click
 
-from aprilsim.cli_errors import OneLineCommand, fail
+from aprilsim.cli_errors import FiniteFloatRange, OneLineCommand, fail
 from aprilsim.metrics.end_state import end_state_lines
 
 from .options import EXIT_INTERRUPTED, EngineTarget, FreeMode, RunOptions, local_scale
@@ -43,7 +43,7 @@ from .options import EXIT_INTERRUPTED, EngineTarget, FreeMode, RunOptions, local
 @click.option("--local", type=click.IntRange(min=1), help="Start N bundled engines in this process (CPU) and stop them at the end.")
 @click.option("--engines", help="Comma-separated engine URLs (SGLang or `python -m real.serve`; vllm+http://... for vLLM).")
 @click.option("--router", help="URL of an sglang-router in front of the engines.")
-@click.option("--scale", type=click.FloatRange(min=0, max=1, min_open=True), help="Multiply every length and the trainer's fixed times by this (default: 1; with --local, max_response_len -> 64).")
+@click.option("--scale", type=FiniteFloatRange(min=0, max=1, min_open=True), help="Multiply every length and the trainer's fixed times by this (default: 1; with --local, max_response_len -> 64).")
 @click.option("--vocab-size", type=click.IntRange(min=17), help="Vocabulary of the engines (default: what the server states, else probed: the smallest token id it refuses).")
 @click.option("--temperature", type=float, default=1.0, show_default=True)
 @click.option("--prompts", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Free mode: prompts JSONL (`input_ids` or `prompt`, optional `answer`); lengths from EOS.")
@@ -52,7 +52,7 @@ from .options import EXIT_INTERRUPTED, EngineTarget, FreeMode, RunOptions, local
 @click.option("--lengths-out", type=click.Path(dir_okay=False, path_type=Path), help="Free mode: log observed lengths as JSONL for `aprilsim fit`.")
 @click.option("--trainer", help="Training callable module:function(groups, step) instead of the modelled sleep.")
 @click.option("--checkpoint", help="Weights to load on every update (/update_weights_from_disk).")
-@click.option("--progress-deadline", type=click.FloatRange(min=0), default=60.0, show_default=True, help="Seconds an engine holding requests may stream no token before it is health-checked and, if it does not answer, treated as dead (0: never).")
+@click.option("--progress-deadline", type=FiniteFloatRange(min=0), default=60.0, show_default=True, help="Seconds an engine holding requests may stream no token before it is health-checked and, if it does not answer, treated as dead (0: never).")
 @click.option("--stalled-after", type=click.IntRange(min=0), default=3, show_default=True, help="Progress deadlines in a row an engine may answer /health healthy yet stream no token before it is treated as dead anyway (0: never).")
 @click.option("--local-step-s", type=float, default=0.0, hidden=True, help="Pad each step of the --local engines (tests).")
 def run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trace, timeline, local, engines,
