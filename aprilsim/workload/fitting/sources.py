@@ -40,10 +40,30 @@ def binary_reason(head: bytes) -> str | None:
     return None
 
 
+MAX_LINE_CHARS = 64 * 2**20  # one log line: a verl dump line with a 100k-token answer is ~1 MB
+
+
+def bounded_lines(f: IO[str], where: str, error: type[ValueError] = LengthDataError):
+    """The lines of text file `f`, each read with a bound (a 1 GB file without a newline is
+    refused after 64 MiB, not read into memory whole)."""
+    n = 0
+    while True:
+        line = f.readline(MAX_LINE_CHARS + 1)
+        if not line:
+            return
+        n += 1
+        if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
+            raise error(f"{where}:{n}: a line longer than {MAX_LINE_CHARS // 2**20} MiB: not a log "
+                        "of lines")
+        yield line
+
+
 def refuse_binary(path: str | Path, what: str, error: type[ValueError] = LengthDataError) -> None:
     """`error` (one line) when the file at `path` starts with binary data (see binary_reason):
     refused from its first 4 KiB, before a reader spends minutes and gigabytes on it."""
     p = Path(path)
+    if p.exists() and not p.is_file():
+        raise error(f"{what}: {p} is not a regular file")
     with open(p, "rb") as f:
         head = f.read(HEAD_BYTES)
     if head[:2] == b"\x1f\x8b":

@@ -286,8 +286,12 @@ def _split_repeats(rows: list[LoggedRow], notes: list[str]) -> list[LoggedRow]:
 
 
 def _jsonl(f: Path) -> Iterator[dict[str, Any]]:
-    with open(f, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
+    """The records of a JSONL dump, line by line (binary data and endless lines refused)."""
+    from aprilsim.workload.fitting.sources import bounded_lines, refuse_binary
+
+    refuse_binary(f, "verl dump", ReplayLogError)
+    with open(f, encoding="utf-8", errors="replace") as fh:
+        for n, line in enumerate(bounded_lines(fh, str(f), ReplayLogError), 1):
             if not line.strip():
                 continue
             try:

@@ -71,7 +71,11 @@ def detect_log_format(path: Path) -> str:
     if path.is_dir():
         if any(p.suffix == ".pt" for p in path.iterdir()):
             return "slime"
-        if any(p.suffix == ".jsonl" for p in path.iterdir()):
+        jsonl = sorted(p for p in path.iterdir() if p.suffix == ".jsonl")
+        if jsonl:
+            from aprilsim.workload.fitting.sources import refuse_binary
+
+            refuse_binary(jsonl[0], "verl dump", ReplayLogError)  # before reading its first line
             return "verl" if looks_like_verl(path) else "table"
         raise ReplayLogError(f"{path}: a directory without slime (.pt) or verl (.jsonl) dumps")
     if path.suffix == ".pt":

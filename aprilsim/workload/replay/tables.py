@@ -9,6 +9,7 @@ present, a prompt-length and a reward column. Per-step rollout times: `aprilsim.
 from __future__ import annotations
 
 import csv
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from aprilsim.workload.fitting.columns import (
 from aprilsim.workload.fitting.errors import LengthDataError
 from aprilsim.workload.fitting.json_records import column_paths, iter_records, lookup
 from aprilsim.workload.fitting.readers import detect_format, sniff_delimiter
-from aprilsim.workload.fitting.sources import Source
+from aprilsim.workload.fitting.sources import Source, bounded_lines
 from aprilsim.workload.replay.frameworks import PROMPT_FIELDS, REWARD_KEYS, _number
 from aprilsim.workload.replay.log import LoggedRow, ReplayLogError
 
@@ -31,7 +32,8 @@ REPLAY_GROUP_NAMES = (*GROUP_NAMES, "group_index", "uid", "prompt_index")
 
 
 def table_records(path: str | Path) -> tuple[list[str], Iterator[dict[str, Any]]]:
-    """Column names and rows (dicts, nested JSON fields by dotted name) of a table file."""
+    """Column names and rows (dicts, nested JSON fields by dotted name) of a table file, the
+    rows read as they are consumed (a large file in bounded memory; binary data refused)."""
     src = Source(path)
     try:
         fmt = detect_format(src)
@@ -39,32 +41,64 @@ def table_records(path: str | Path) -> tuple[list[str], Iterator[dict[str, Any]]
         src.close()
         raise ReplayLogError(str(e)) from None
     if fmt == "parquet":
-        try:
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise ReplayLogError(f"{path}: reading Parquet needs pyarrow") from None
-        table = pq.read_table(src.path)
-        src.close()
-        return list(table.column_names), iter(table.to_pylist())
+        return _parquet_records(src, path)
     if fmt in ("jsonl", "json"):
-        recs = [r for r in iter_records(src, fmt) if r is not None]
-        src.close()
-        if not recs:
+        recs = (r for r in iter_records(src, fmt) if r is not None)
+        first = next(recs, None)
+        if first is None:
+            src.close()
             raise ReplayLogError(f"{path}: no JSON records")
-        paths = column_paths(recs[0])
-        return list(paths), ({k: lookup(r, p) for k, p in paths.items()} for r in recs)
+        paths = column_paths(first)
+        return list(paths), _closing(src, ({k: lookup(r, p) for k, p in paths.items()}
+                                           for r in itertools.chain([first], recs)))
     if fmt in ("csv", "tsv"):
-        with src.open_text() as f:
-            lines = [ln for ln in f if ln.strip()]
-        src.close()
-        if not lines:
-            raise ReplayLogError(f"{path}: file is empty")
-        delim = "\t" if fmt == "tsv" else sniff_delimiter(lines[0])
-        reader = csv.DictReader(lines, delimiter=delim)
-        return [c.strip() for c in (reader.fieldnames or [])], (
-            {k.strip(): v for k, v in row.items() if k is not None} for row in reader)
+        return _csv_records(src, path, fmt)
     src.close()
     raise ReplayLogError(f"{path}: a replay table must be CSV, TSV, JSONL, JSON or Parquet")
+
+
+def _closing(src: Source, rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """`rows`, then the source closed (a spooled copy removed)."""
+    try:
+        yield from rows
+    finally:
+        src.close()
+
+
+def _csv_records(src: Source, path: str | Path, fmt: str
+                 ) -> tuple[list[str], Iterator[dict[str, Any]]]:
+    f = src.open_text()
+    lines = (ln for ln in bounded_lines(f, str(path), ReplayLogError) if ln.strip())
+    head = next(lines, None)
+    if head is None:
+        f.close()
+        src.close()
+        raise ReplayLogError(f"{path}: file is empty")
+    delim = "\t" if fmt == "tsv" else sniff_delimiter(head)
+    reader = csv.DictReader(itertools.chain([head], lines), delimiter=delim)
+    columns = [c.strip() for c in (reader.fieldnames or [])]
+
+    def rows() -> Iterator[dict[str, Any]]:
+        try:
+            for row in reader:
+                yield {k.strip(): v for k, v in row.items() if k is not None}
+        finally:
+            f.close()
+            src.close()
+
+    return columns, rows()
+
+
+def _parquet_records(src: Source, path: str | Path) -> tuple[list[str], Iterator[dict[str, Any]]]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        src.close()
+        raise ReplayLogError(f"{path}: reading Parquet needs pyarrow") from None
+    pf = pq.ParquetFile(src.path)
+    columns = list(pf.schema_arrow.names)
+    batches = (row for batch in pf.iter_batches(batch_size=65_536) for row in batch.to_pylist())
+    return columns, _closing(src, batches)
 
 
 def num(v: Any) -> float | None:

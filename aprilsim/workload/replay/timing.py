@@ -110,8 +110,10 @@ def _from_lines(path: Path, key: str | None) -> StepTimes | None:
     seen_keys: set[str] = set()
     pats = {k: (_value_re(k, "slime"), _value_re(k, "verl")) for k in
             ((key,) if key else DEFAULT_KEYS)}
+    from aprilsim.workload.fitting.sources import bounded_lines
+
     with open(path, encoding="utf-8", errors="replace") as f:
-        for n, line in enumerate(f, 1):
+        for n, line in enumerate(bounded_lines(f, str(path), TimingError), 1):
             got = _line_time(line, pats, f"{path}:{n}")
             if got is None:
                 continue
@@ -197,7 +199,7 @@ def read_timing(path: str | Path, *, key: str | None = None,
     from aprilsim.workload.fitting.sources import refuse_binary
 
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise TimingError(f"{p}: no such file")
     refuse_binary(p, "timing", TimingError)
     if p.suffix.lower() not in (".parquet", ".pq"):
