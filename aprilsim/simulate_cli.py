@@ -16,62 +16,14 @@ import click
 from aprilsim.cli_errors import fail
 
 
-def parse_set_value(key: str, raw: str) -> Any:
-    """The VALUE of `--set KEY=VALUE` as a TOML value: numbers, booleans, quoted strings, arrays,
-    inline tables (`{family="lognormal", mu=7}`); JSON too (`{"a": 1}`, `NaN`); a bare word that
-    is neither (`fifo`, a preset name) is a string. Bracketed or quoted text that parses as
-    neither is a ScenarioError of one line, never a string that fails later for another reason."""
-    import datetime
-    import json
-    import re
+def __getattr__(name: str) -> Any:
+    """`apply_sets` and `parse_set_value` live in `aprilsim.sweep.keys` (imported on use: the
+    command starts without numpy); their old home still names them."""
+    if name in ("apply_sets", "parse_set_value"):
+        from aprilsim.sweep import keys
 
-    from aprilsim.config import ScenarioError
-    from aprilsim.scenario_limits import LimitError, parse_toml
-
-    t = raw.strip()
-    shown = t.replace("\n", "\\n")  # one line, whatever the value holds
-    try:
-        doc = parse_toml(f"v = {t}", f"--set {key}")
-        if list(doc) == ["v"]:
-            value = doc["v"]
-            if isinstance(value, (datetime.date, datetime.time)):
-                raise ScenarioError(f"--set {key}={shown}: a date is no scenario value; quote it for "
-                                    "a string")
-            return value
-        why = "a second key followed the value"
-    except LimitError as e:
-        if "nested" in str(e):
-            raise ScenarioError(str(e)) from None
-        why = re.sub(r"^.*not valid TOML \((.*?)(?: \(at [^()]*\))?\)$", r"\1", str(e)).lower()
-    try:
-        return json.loads(t)
-    except ValueError:
-        pass
-    if t.lower() in ("true", "false"):
-        return t.lower() == "true"
-    if t[:1] in "[{\"'" and t or "\n" in t:
-        raise ScenarioError(f"--set {key}={shown}: not a TOML value ({why}); e.g. 1.5, true, "
-                            '"text", [1, 2] or {family = "lognormal", mu = 7.0, sigma = 1.0}')
-    return t
-
-
-def apply_sets(sc: Any, sets: tuple[str, ...] | list[str]) -> Any:
-    """The scenario with each `KEY=VALUE` applied and the whole validated again (ScenarioError).
-
-    A table value (`lengths={family="lognormal", mu=7, sigma=1}`) replaces the whole table, as
-    the same line in a scenario file would."""
-    if not sets:
-        return sc
-    from aprilsim.config import ScenarioError, scenario_from_dict
-    from aprilsim.sweep.keys import apply, scenario_dict
-
-    pairs = []
-    for item in sets:
-        key, eq, raw = item.partition("=")
-        if not eq or not key.strip():
-            raise ScenarioError(f"--set {item!r}: expected KEY=VALUE (a dotted scenario key)")
-        pairs.append((key.strip(), parse_set_value(key.strip(), raw)))
-    return scenario_from_dict(apply(scenario_dict(sc), pairs), sc.base_dir)
+        return getattr(keys, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def run_simulate(*, scenario: Path | None, schedulers: tuple[str, ...], sets: tuple[str, ...],
@@ -89,6 +41,7 @@ def run_simulate(*, scenario: Path | None, schedulers: tuple[str, ...], sets: tu
     from aprilsim.report.run_output import per_scheduler_paths
     from aprilsim.sim.run import simulate as run_sim
     from aprilsim.sim.runtime import SchedulerError
+    from aprilsim.sweep.keys import apply_sets
 
     records: list[dict[str, Any]] = []
     try:

@@ -61,12 +61,9 @@ def probe_need(sc: Scenario, specs: list[str], n_engines: int) -> int:
     """How many requests the runs may hold on one engine at once: the largest over-provisioning
     ratio of the schedulers (APRIL's ``ratio``; 2 for the others, which may hold a step ahead)
     times a batch's samples, spread over the engines; at most PROBE_CAP."""
-    from aprilsim.scheduler_spec import parse_scheduler_spec
-
     ratio = 2.0
     for s in specs:
-        name, knobs = parse_scheduler_spec(s)
-        r = {**sc.settings_for(name), **knobs}.get("ratio")
+        r = sc.knobs_of(s).get("ratio")  # the knob as it runs: defaults, table, spec
         if isinstance(r, (int, float)):
             ratio = max(ratio, float(r))
     return min(PROBE_CAP, math.ceil(ratio * sc.batch_size * sc.group_size / max(1, n_engines)))

@@ -113,11 +113,11 @@ def test_a_sweep_of_a_spec_reads_the_schedulers_table():
     from aprilsim.sweep.plan import Plan
 
     sc = load_scenario(None)
-    d = scenario_dict(sc)
+    d = {**scenario_dict(sc), "warmup_steps": 1}
     d["schedulers"] = {"april": {"recycle": False}}
     base = scenario_from_dict(d, sc.base_dir)
     plan = Plan.build(base, [(("steps",), [2])], schedulers=["april@ratio=3"], seeds=1)
-    d2 = scenario_dict(sc)
+    d2 = {**scenario_dict(sc), "warmup_steps": 1}
     d2["schedulers"] = {"april": {"recycle": True}}
     other = Plan.build(scenario_from_dict(d2, sc.base_dir), [(("steps",), [2])],
                        schedulers=["april@ratio=3"], seeds=1)

@@ -170,7 +170,7 @@ def test_scaled_workload_scales_as_replay_does():
 def small_scenario():
     sc = load_scenario(None)
     return scenario_from_dict({**sc.model_dump(exclude={"base_dir"}), "batch_size": 4,
-                               "group_size": 2, "steps": 3})
+                               "group_size": 2, "steps": 3, "warmup_steps": 1})
 
 
 def test_simulations_pair_with_themselves_and_reports_are_written(tmp_path):

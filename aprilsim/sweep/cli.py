@@ -132,7 +132,7 @@ def sweep_command(scenario, grids, ranges, sets, schedulers, seeds, steps, warmu
     from aprilsim.sweep.api import as_scenario, run_sweep, swept_keys
 
     try:
-        from aprilsim.simulate_cli import apply_sets
+        from aprilsim.sweep.keys import apply_sets
 
         sc = apply_sets(as_scenario(scenario), sets)
         if "replay" in sc.lengths:  # trace replay: what the log holds, and the caveat

@@ -230,3 +230,57 @@ def apply(base: dict[str, Any], overrides: Sequence[tuple[str, Any]]) -> dict[st
 def validated(base: dict[str, Any], overrides: Sequence[tuple[str, Any]], base_dir: str) -> Scenario:
     """Apply overrides and validate like a scenario file (ScenarioError naming the key)."""
     return scenario_from_dict(apply(base, overrides), base_dir)
+
+
+def parse_set_value(key: str, raw: str) -> Any:
+    """The VALUE of `--set KEY=VALUE` as a TOML value: numbers, booleans, quoted strings, arrays,
+    inline tables (`{family="lognormal", mu=7}`); JSON too (`{"a": 1}`, `NaN`); a bare word that
+    is neither (`fifo`, a preset name) is a string. Bracketed or quoted text that parses as
+    neither is a ScenarioError of one line, never a string that fails later for another reason."""
+    import datetime
+    import json
+    import re
+
+    from aprilsim.scenario_limits import LimitError, parse_toml
+
+    t = raw.strip()
+    shown = t.replace("\n", "\\n")  # one line, whatever the value holds
+    try:
+        doc = parse_toml(f"v = {t}", f"--set {key}")
+        if list(doc) == ["v"]:
+            value = doc["v"]
+            if isinstance(value, (datetime.date, datetime.time)):
+                raise ScenarioError(f"--set {key}={shown}: a date is no scenario value; quote it for "
+                                    "a string")
+            return value
+        why = "a second key followed the value"
+    except LimitError as e:
+        if "nested" in str(e):
+            raise ScenarioError(str(e)) from None
+        why = re.sub(r"^.*not valid TOML \((.*?)(?: \(at [^()]*\))?\)$", r"\1", str(e)).lower()
+    try:
+        return json.loads(t)
+    except ValueError:
+        pass
+    if t.lower() in ("true", "false"):
+        return t.lower() == "true"
+    if t[:1] in "[{\"'" and t or "\n" in t:
+        raise ScenarioError(f"--set {key}={shown}: not a TOML value ({why}); e.g. 1.5, true, "
+                            '"text", [1, 2] or {family = "lognormal", mu = 7.0, sigma = 1.0}')
+    return t
+
+
+def apply_sets(sc: Any, sets: tuple[str, ...] | list[str]) -> Any:
+    """The scenario with each `KEY=VALUE` applied and the whole validated again (ScenarioError).
+
+    A table value (`lengths={family="lognormal", mu=7, sigma=1}`) replaces the whole table, as
+    the same line in a scenario file would."""
+    if not sets:
+        return sc
+    pairs = []
+    for item in sets:
+        key, eq, raw = item.partition("=")
+        if not eq or not key.strip():
+            raise ScenarioError(f"--set {item!r}: expected KEY=VALUE (a dotted scenario key)")
+        pairs.append((key.strip(), parse_set_value(key.strip(), raw)))
+    return scenario_from_dict(apply(scenario_dict(sc), pairs), sc.base_dir)

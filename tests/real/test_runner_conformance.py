@@ -64,7 +64,9 @@ def test_promises(case):
             for s in g.samples:
                 assert all(seg.tokens <= settings["token_budget"] for seg in s.segments)
     if name in ("dynamic_sampling", "april_ds"):
-        assert all(g.reward_std() > 0 for b in c.spy.batches for g in b)
+        flat = sum(g.reward_std() <= 0 for b in c.spy.batches for g in b)
+        kept = sum(s.scheduler_stats.get("kept_insufficient", 0) for s in r.steps)
+        assert flat <= kept if settings.get("keep_when_insufficient") else flat == 0
     # the same JSON keys as the simulator's summary
     from aprilsim.sim.run import simulate
 
