@@ -74,8 +74,8 @@ def parse_scheduler_spec(spec: str) -> tuple[str, dict[str, Any]]:
     return s.name, dict(s.knobs)
 
 
-def scheduler_settings(scenario: Scenario, spec: str,
-                       settings: dict[str, Any] | None = None) -> tuple[SchedulerSpec, dict[str, Any]]:
+def scheduler_settings(scenario: Scenario, spec: str, settings: dict[str, Any] | None = None,
+                       ) -> tuple[SchedulerSpec, dict[str, Any]]:
     """The parsed spec and the knob values its scheduler runs with: the scenario's
     `[schedulers.NAME]`, then the spec's `@knob=v`, then `settings` (each over the last)."""
     s = SchedulerSpec.parse(spec)

@@ -223,7 +223,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--url", help="use running servers (comma-separated vllm+http://...)")
     ap.add_argument("--work", type=Path, default=Path("aprilsim_vllm"),
-                    help="the work folder: model, logs, calibration, report (default ./aprilsim_vllm)")
+                    help="the work folder: model, logs, calibration, report "
+                         "(default ./aprilsim_vllm)")
     ap.add_argument("--doc", type=Path, help="also rewrite the vLLM section of this file "
                                             "(docs/validation.md); default: no docs written")
     ap.add_argument("--keep", action="store_true", help="leave the servers running")

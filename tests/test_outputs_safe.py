@@ -73,7 +73,8 @@ def test_folder_outputs_refuse_a_folder_that_holds_files(tmp_path, command):
     before = _user_file(out / names[command])
     args = {"simulate": ["simulate", "--steps", "2"],
             "replay-validate": ["replay-validate", DATA / "table.csv", "--scenario",
-                                DATA / "run.toml", "-s", "sync", "--timing", DATA / "table_times.csv", "--no-figures"],
+                                DATA / "run.toml", "-s", "sync", "--timing",
+                                DATA / "table_times.csv", "--no-figures"],
             "advise": ["advise", "--steps", "2", "--seeds", "3"]}[command]
     r = aprilsim(*args, "--out", out)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
@@ -86,7 +87,8 @@ def test_force_writes_into_a_folder_and_keeps_other_files(tmp_path):
     out.mkdir()
     keep = _user_file(out / "notes.md")
     r = aprilsim("replay-validate", DATA / "table.csv", "--scenario", DATA / "run.toml", "-s",
-                 "sync", "--timing", DATA / "table_times.csv", "--no-figures", "--out", out, "--force")
+                 "sync", "--timing", DATA / "table_times.csv", "--no-figures", "--out", out,
+                 "--force")
     assert r.returncode == 0, r.stderr
     assert (out / "report.md").exists() and (out / "notes.md").read_bytes() == keep
 
@@ -111,7 +113,8 @@ def test_no_output_state_loses_a_users_bytes(tmp_path, state, command):
             user[out / "summary.json"] = _user_file(out / "summary.json")
     args = {"simulate": ["simulate", "--steps", "2", "--out", out],
             "replay-validate": ["replay-validate", DATA / "table.csv", "--scenario",
-                                DATA / "run.toml", "-s", "sync", "--timing", DATA / "table_times.csv", "--no-figures", "--out", out],
+                                DATA / "run.toml", "-s", "sync", "--timing",
+                                DATA / "table_times.csv", "--no-figures", "--out", out],
             "tune": ["tune", "--knob", "schedulers.april.ratio=1:3", "--maximize",
                      "rollout_throughput_tok_s", "--steps", "2", "--seeds", "3", "--rounds", "1",
                      "--jobs", "1"],

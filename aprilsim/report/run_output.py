@@ -172,7 +172,8 @@ def per_scheduler_paths(names: list[str], **paths: Path | None) -> dict[str, dic
         if path is None:
             continue
         kind = "trace" if kind == "trace_out" else kind
-        if kind == "timeline" and path.suffix.lower() not in (".png", ".pdf", ".svg", ".html", ".htm"):
+        if kind == "timeline" and path.suffix.lower() not in (".png", ".pdf", ".svg", ".html",
+                                                              ".htm"):
             raise ValueError(f"--timeline {path}: the file must end in .png, .pdf, .svg or .html")
         if not path.parent.exists() or not path.parent.is_dir():
             raise ValueError(f"--{kind} {path}: folder {path.parent} does not exist")

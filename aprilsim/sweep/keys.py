@@ -250,8 +250,8 @@ def parse_set_value(key: str, raw: str) -> Any:
         if list(doc) == ["v"]:
             value = doc["v"]
             if isinstance(value, (datetime.date, datetime.time)):
-                raise ScenarioError(f"--set {key}={shown}: a date is no scenario value; quote it for "
-                                    "a string")
+                raise ScenarioError(f"--set {key}={shown}: a date is no scenario value; quote "
+                                    "it for a string")
             return value
         why = "a second key followed the value"
     except LimitError as e:

@@ -397,7 +397,8 @@ def tune_notes(res: TuneResult, knobs: list[Knob]) -> tuple[list[str], bool]:
     for b in res.binding:
         notes.append(f"{b['constraint']} binds: it rules out {b['rules_out']} setting(s) with a "
                      f"higher {res.objective} (the best of them: "
-                     f"{_fmt_setting(b['best_ruled_out'])}, {_fmt_number(b['best_ruled_out_objective'])})")
+                     f"{_fmt_setting(b['best_ruled_out'])}, "
+                     f"{_fmt_number(b['best_ruled_out_objective'])})")
     off = False
     for k in knobs:
         end = res.edges.get(k.name)

@@ -3,7 +3,8 @@
 A table replays when every row is one response with a step and a prompt (group) column, the
 formats and column names `aprilsim fit` reads (``aprilsim.workload.fitting``: the length column
 by its known names, ``prompt_id``/``group_id``/... and ``step``/``global_step``/...), plus, where
-present, a prompt-length and a reward column. Per-step rollout times: `aprilsim.workload.replay.timing`.
+present, a prompt-length and a reward column. Per-step rollout times:
+`aprilsim.workload.replay.timing`.
 """
 
 from __future__ import annotations
