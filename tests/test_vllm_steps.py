@@ -218,7 +218,9 @@ def workloads(draw):
     return cfg, prompts, reqs, dict(aborts)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomized: the reach asserted below must not depend on the run's random seed
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(workloads())
 def _invariants_hold(case) -> None:
     cfg, prompts, reqs, aborts = case
