@@ -16,6 +16,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from aprilsim.engine.cost import PRESETS, CostModel, EngineSpec, TabulatedCost
+from aprilsim.engine.families import FAMILIES as ENGINE_FAMILIES
+from aprilsim.engine.families import family_params, make_family
 from aprilsim.engine.router import ROUTERS
 from aprilsim.engine.speculative import SpeculativeSpec
 from aprilsim.metrics.warmup import scaled_warmup
@@ -108,6 +110,9 @@ class ClusterSection(_Strict):
     engines: int = Field(default=4, ge=1)
     preset: str = "qwen3-4b-h100-tp2"
     router: str = "round_robin"
+    # the engine family whose rules the engines run (`aprilsim.engine.families`); its rules'
+    # parameters below (retract_to, abort_steps, prefix_cache_block) default to the family's own
+    family: str = "sglang"
     kv_capacity: int | None = Field(default=None, ge=1)
     max_running: int | None = Field(default=None, ge=1)
     new_token_ratio: float | None = Field(default=None, ge=0, le=1)
@@ -117,8 +122,8 @@ class ClusterSection(_Strict):
     min_new_token_ratio_factor: float | None = Field(default=None, ge=0, le=1)
     retract_decode_steps: int | None = Field(default=None, ge=0)
     clip_max_new_tokens: int | None = Field(default=None, ge=0)
-    retract_to: Literal["head", "tail"] | None = None
-    # -1: the abort lands at once, as EngineSpec's -1; None here, as for every key: not set
+    retract_to: Literal["head", "tail"] | None = None  # the family's rule (sglang: "tail")
+    # -1: the abort lands at once (families.ABORT_AT_ONCE); None here, as for every key: not set
     abort_steps: int | None = Field(default=None, ge=-1)
     chunked_prefill_size: int | None = Field(default=None, ge=-1)  # 0 or -1: off
     prefix_sharing: bool | None = None  # a group's prompt held once per engine (radix cache)
@@ -161,6 +166,14 @@ class ClusterSection(_Strict):
                              f"{', '.join(sorted(ROUTERS))}")
         return v
 
+    @field_validator("family")
+    @classmethod
+    def _known_family(cls, v: str) -> str:
+        if v not in ENGINE_FAMILIES:
+            raise ValueError(f"unknown engine family {v!r}{did_you_mean(v, ENGINE_FAMILIES)}; "
+                             f"known: {', '.join(sorted(ENGINE_FAMILIES))}")
+        return v
+
 
 class PresetFile(_Strict):
     """A preset file (`aprilsim calibrate --out`): a `[cost]` table and optional engine limits;
@@ -198,13 +211,15 @@ def load_preset_file(path: str | Path) -> EngineSpec:
         raise ScenarioError(f"cluster.preset: {p}: cost: {e}") from None
     over: dict[str, Any] = {k: getattr(pf, k) for k in
                             ("kv_capacity", "max_running", "new_token_ratio", "max_prefill_tokens", "tp",
-                             "client_overhead_s", "prefix_cache", "prefix_cache_flush",
-                             "prefix_cache_block")
+                             "client_overhead_s", "prefix_cache", "prefix_cache_flush")
                             if getattr(pf, k) is not None}
     if pf.speculative is not None:
         over["speculative"] = pf.speculative.spec(f"cluster.preset: {p}: speculative")
-    return replace(PRESETS[ClusterSection().preset], cost=cost, label=pf.label,
-                   source=pf.source or f"preset file {p}", **over)
+    base = PRESETS[ClusterSection().preset]
+    if pf.prefix_cache_block is not None:  # the family's rule: the cache's grain
+        over["family"] = replace(base.family, cache_block=pf.prefix_cache_block)
+    return replace(base, cost=cost, label=pf.label, source=pf.source or f"preset file {p}",
+                   **over)
 
 
 class TrainerSection(_Strict):
@@ -301,9 +316,9 @@ class Scenario(_Strict):
             for k in (
                 "kv_capacity", "max_running", "new_token_ratio", "max_prefill_tokens",
                 "new_token_ratio_decay_steps", "min_new_token_ratio_factor",
-                "retract_decode_steps", "clip_max_new_tokens", "retract_to", "abort_steps",
+                "retract_decode_steps", "clip_max_new_tokens",
                 "chunked_prefill_size", "prefix_sharing", "prefix_cache", "prefix_cache_flush",
-                "prefix_cache_block", "client_overhead_s",
+                "client_overhead_s",
             )
             if getattr(c, k) is not None
         }
@@ -311,6 +326,11 @@ class Scenario(_Strict):
             raise ScenarioError("cluster: prefix_sharing = true and prefix_cache = \"none\" "
                                 "contradict each other (prefix_cache = \"group\" is the same "
                                 "as prefix_sharing = true)")
+        block = c.prefix_cache_block
+        if block is not None and block > 1 and (c.prefix_sharing or c.prefix_cache == "group"):
+            raise ScenarioError(f"cluster: prefix_cache_block {block} needs prefix_cache = "
+                                "\"lru\" (the within-group cache \"group\" is token-level only)")
+        over["family"] = self._family(spec)
         if c.speculative is not None:
             over["speculative"] = c.speculative.spec("cluster.speculative")
         if c.cost is not None:
@@ -321,6 +341,26 @@ class Scenario(_Strict):
             over["label"] = "custom"
         try:
             return replace(spec, **over) if over else spec
+        except ValueError as e:
+            raise ScenarioError(f"cluster: {e}") from None
+
+    def _family(self, spec: EngineSpec) -> Any:
+        """The engines' family: `[cluster] family` with the rules' parameters the scenario sets,
+        the others the preset's (same family) or the family's own defaults."""
+        c = self.cluster
+        given = {"retract_to": c.retract_to, "abort_steps": c.abort_steps,
+                 "cache_block": c.prefix_cache_block}
+        takes = family_params(c.family)
+        for key, value in given.items():
+            if value is not None and key not in takes:
+                name = "prefix_cache_block" if key == "cache_block" else key
+                raise ScenarioError(f"cluster.{name}: the {c.family} engine family has no such "
+                                    f"rule (its rules: {', '.join(takes) or 'none'})")
+        params = {k: v for k, v in given.items() if v is not None}
+        if spec.family.name == c.family:  # the preset's own values for what the scenario leaves
+            params = {f: getattr(spec.family, f) for f in takes} | params
+        try:
+            return make_family(c.family, **params)
         except ValueError as e:
             raise ScenarioError(f"cluster: {e}") from None
 

@@ -17,15 +17,18 @@ from importlib.machinery import ModuleSpec
 
 # the per-sample path: the engine, the runtime loop, the rollout core and ledger, the nouns
 MODULES = (
-    "aprilsim.engine.admission",
     "aprilsim.engine.clipped_reserve",
     "aprilsim.engine.cost",
+    "aprilsim.engine.families.protocol",
+    "aprilsim.engine.families.sglang",
     "aprilsim.engine.fast",
     "aprilsim.engine.key_heap",
     "aprilsim.engine.parts",
     "aprilsim.engine.request",
+    "aprilsim.engine.retraction",
     "aprilsim.engine.router",
     "aprilsim.engine.speculative",
+    "aprilsim.engine.waiting",
     "aprilsim.rollout.core",
     "aprilsim.rollout.ledger",
     "aprilsim.sim.engine_clock",

@@ -2,8 +2,8 @@
 
 The family comes from the engine validate connected to (:func:`real.clients.connect.engine_family`:
 the client's kind, the server's version); its rules (abort landing, where a retracted request
-re-queues, the prefix cache) are the family's (:func:`engine_rules`, the one place that reads
-``ENGINE_FAMILY_RULES``). The numbers, best first:
+re-queues, the prefix cache) are the family object's (:func:`engine_rules`: the one place that
+reads them, from ``aprilsim.engine.families``). The numbers, best first:
 
 - ``max_running``: what the server reports (SGLang and bundled ``/server_info``, vLLM's
   ``max_num_seqs`` in dev mode), else ``--max-running``, else **probed**: as many short requests
@@ -28,15 +28,24 @@ PROBE_CAP = 512  # at most this many requests in the concurrency probe
 
 
 def engine_rules(engine: Any, version: str | None, kv_block: int | None = None) -> dict[str, Any]:
-    """When a simulated abort lands, where a retracted request re-enters the queue and how its
-    prefix cache keeps prompts, as the engine's family does (``ENGINE_FAMILY_RULES``: SGLang's
-    are its preset rules); the server's own cache grain (`kv_block`: vLLM's KV block size,
-    SGLang's page size) replaces the family's default one."""
-    from aprilsim.engine.cost import ENGINE_FAMILY_RULES
+    """The engine family a live engine runs (`real.clients.connect.engine_family`) with its
+    rules' parameters (when an abort lands, where a retracted request re-enters the queue, the
+    prefix cache's grain) and the prefix cache its servers keep by default: what the matched
+    simulation takes (`aprilsim.validate.scaled.matched_engine`), read from the family object
+    (`aprilsim.engine.families`). The server's own cache grain (`kv_block`: vLLM's KV block
+    size, SGLang's page size) replaces the family's default one."""
+    from aprilsim.engine.families import family_params, make_family
     from real.clients.connect import engine_family
 
-    rules = dict(ENGINE_FAMILY_RULES[engine_family(engine, version)])
-    if kv_block and "prefix_cache_block" in rules:
+    name = engine_family(engine, version)
+    fam = make_family(name)
+    rules: dict[str, Any] = {"family": name}
+    for key in family_params(name):
+        rules["prefix_cache_block" if key == "cache_block" else key] = getattr(fam, key)
+    rules["prefix_cache"] = fam.live_prefix_cache
+    if fam.live_prefix_cache == "none":
+        rules.pop("prefix_cache_block", None)  # no cache: no grain to speak of
+    elif kv_block:
         rules["prefix_cache_block"] = int(kv_block)
     return rules
 

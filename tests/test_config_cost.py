@@ -55,24 +55,27 @@ def test_abort_steps_reaches_the_engine_and_bad_values_are_one_line_errors():
 
 
 def test_abort_steps_means_the_same_on_both_layers():
-    """-1 is "the abort lands at once" for the scenario key and for EngineSpec alike; an unset
-    scenario key (None) means "the preset's", never "at once" (it used to mean both, one per layer)."""
+    """-1 is "the abort lands at once" for the scenario key and for the engine family alike; an
+    unset scenario key (None) means "the preset's", never "at once" (it used to mean both, one
+    per layer)."""
     from dataclasses import replace
 
-    from aprilsim.engine.cost import ABORT_AT_ONCE, PRESETS, SGLANG_RULES, EngineSpec
+    from aprilsim.engine.cost import PRESETS, SGLANG_RULES, EngineSpec
+    from aprilsim.engine.families import ABORT_AT_ONCE, SGLangFamily
 
     d = default_scenario().model_dump(mode="json", exclude_none=True)
     d["cluster"].pop("abort_steps", None)
     preset = PRESETS[d["cluster"]["preset"]]
-    assert scenario_from_dict(d).engine_spec().abort_steps == preset.abort_steps == SGLANG_RULES["abort_steps"]
+    assert scenario_from_dict(d).engine_spec().abort_steps == preset.abort_steps == 1
+    assert SGLANG_RULES["family"] == preset.family == SGLangFamily()  # SGLang 0.5.23's own
     for k in (-1, 0, 1, 3):
         d["cluster"]["abort_steps"] = k
         spec = scenario_from_dict(d).engine_spec()
         assert spec.abort_steps == k and spec.aborts_at_once == (k == -1)
-        assert replace(preset, abort_steps=k) == spec
+        assert replace(preset, family=replace(preset.family, abort_steps=k)) == spec
     bare = EngineSpec(cost=preset.cost, kv_capacity=100, max_running=4)
     assert bare.abort_steps == ABORT_AT_ONCE == -1 and bare.aborts_at_once
     for bad in (None, -2, 1.5):
         with pytest.raises(ValueError, match="abort_steps"):
-            replace(bare, abort_steps=bad)
+            replace(bare.family, abort_steps=bad)
 

@@ -1,7 +1,9 @@
-"""`AdmissionRules` (the fast engine's copy of a spec's numbers) gives the spec's answers.
+"""SGLang's rules object (`families.SGLangRules`, each engine's copy of its spec's numbers) keeps
+the spec's numbers, and its two admission questions agree.
 
-The fast engine passes `AdmissionRules(spec)` to the admission functions, the reference engine
-its `EngineSpec`: the same rules must come out of both, refusals and batches alike.
+Both engines ask the same rules; the fast engine asks `admits_head` first at every plan with a
+queue and builds a batch (`select_batch`) only when it says yes, so an empty batch must be
+exactly a refused head, whatever the queue, the reserve, the ratio's state and the prefixes held.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
 from test_engine_equivalence import _no_mined_constants
 
-from aprilsim.engine.admission import AdmissionRules, can_admit_head, ratio_at, select_prefill_batch
 from aprilsim.engine.cost import SGLANG_RULES, CostModel, EngineSpec
+from aprilsim.engine.families import SGLangRules
 from aprilsim.engine.request import Request
 
 COST = CostModel(a=0.005, b=1e-4, c=2e-7, p0=0.01, p1=1e-5, p2=1e-8)
@@ -25,21 +27,37 @@ EXAMPLES = 300
 REACHED: Counter[str] = Counter()
 
 
-def _attributes(cls: type) -> tuple[str, ...]:
-    """The attributes a slotted class declares: its `__slots__`, or where a compiled (mypyc)
-    class drops them, the list mypyc keeps in their place."""
-    return getattr(cls, "__slots__", None) or cls.__mypyc_attrs__  # type: ignore[attr-defined]
+def _attributes(obj: object) -> set[str]:
+    """The attributes an object holds: its `__dict__`, or where a compiled (mypyc) class has
+    none, the lists mypyc keeps in its place (the class's and its bases')."""
+    if hasattr(obj, "__dict__"):
+        return set(vars(obj))
+    return {a for c in type(obj).__mro__ for a in getattr(c, "__mypyc_attrs__", ())
+            if not a.startswith("__")}
+
+
+# the rules' attributes read from the spec, by the spec's name for them
+FROM_SPEC = {"kv_capacity": "kv_capacity", "max_running": "max_running",
+             "max_prefill_tokens": "max_prefill_tokens", "clip": "clip_max_new_tokens",
+             "sglang_ratio": "sglang_ratio", "new_token_ratio": "new_token_ratio",
+             "decay": "new_token_ratio_decay", "min_ratio": "min_new_token_ratio",
+             "retract_decode_steps": "retract_decode_steps", "base": "new_token_ratio"}
+FROM_FAMILY = {"abort_steps": 1, "cache_block": 1, "to_head": False, "family": "sglang",
+               "mixed_steps": False, "fewest_first": True, "it0": 0}
 
 
 def test_rules_copy_every_number_the_spec_gives():
     spec = replace(EngineSpec(COST, kv_capacity=50_000), **SGLANG_RULES)
-    rules = AdmissionRules(spec)
-    names = _attributes(AdmissionRules)
-    assert "kv_capacity" in names, names
-    for name in names:
-        assert getattr(rules, name) == getattr(spec, name), name
-    assert rules.sglang_ratio and rules.clip_max_new_tokens == 4096
-    assert ratio_at(rules, 0.7, 250) == ratio_at(spec, 0.7, 250) < 0.7
+    rules = spec.family.rules(spec)
+    assert isinstance(rules, SGLangRules)
+    names = _attributes(rules)
+    assert names == set(FROM_SPEC) | set(FROM_FAMILY), names ^ (set(FROM_SPEC) | set(FROM_FAMILY))
+    for name, field_name in FROM_SPEC.items():
+        assert getattr(rules, name) == getattr(spec, field_name), name
+    for name, value in FROM_FAMILY.items():
+        assert getattr(rules, name) == value, name
+    assert rules.sglang_ratio and rules.clip == 4096
+    assert rules.ratio(250) == rules.ratio_at(0.7, 250) < 0.7
 
 
 specs = st.builds(
@@ -99,18 +117,22 @@ def _same_answers(data, spec):
     n_running = data.draw(st.integers(0, spec.max_running))
     kv = data.draw(st.integers(0, spec.kv_capacity))
     reserve = data.draw(st.integers(0, 4 * spec.kv_capacity))
-    ratio = data.draw(st.floats(0.0, 1.0))
     resident = data.draw(st.sets(st.integers(0, 2)))
-    rules = AdmissionRules(spec)
+    it = data.draw(st.integers(0, 2_000))
+    rules = spec.family.rules(spec)
+    if data.draw(st.booleans()):  # the ratio's state after a retraction (its re-estimate)
+        rules.retracted(data.draw(st.integers(0, it)), data.draw(st.integers(0, 50_000)),
+                        data.draw(st.integers(0, 80_000)), data.draw(st.integers(0, 12)))
+    ratio = rules.ratio(it)
     REACHED["examples"] += 1
-    a = can_admit_head(spec, deque(reqs), n_running, kv, reserve, ratio, 0, resident)
-    assert a == can_admit_head(rules, deque(reqs), n_running, kv, reserve, ratio, 0, resident)
-    wa, wb = deque(copy.deepcopy(reqs)), deque(copy.deepcopy(reqs))
-    ba = select_prefill_batch(spec, wa, n_running, kv, reserve, ratio, resident)
-    bb = select_prefill_batch(rules, wb, n_running, kv, reserve, ratio, resident)
-    assert [r.rid for r in ba[0]] == [r.rid for r in bb[0]] and ba[1:] == bb[1:]
-    assert [r.rid for r in wa] == [r.rid for r in wb]
+    a = rules.admits_head(deque(reqs), n_running, kv, reserve, it, 0, resident)
+    assert a == rules.admits(deque(reqs), n_running, kv, reserve, ratio, 0, resident)
+    wa = deque(copy.deepcopy(reqs))
+    ba = rules.select_batch(wa, n_running, kv, reserve, it, resident)
+    assert [r.rid for r in ba[0]] + [r.rid for r in wa] == [r.rid for r in reqs]  # popped in order
     assert bool(ba[0]) == a  # an empty batch is exactly a refused head (the fast engine's test)
+    if len(ba[0]) > 1:  # the budget holds: the batch's tokens stay within max_prefill_tokens
+        assert ba[1] <= spec.max_prefill_tokens
     case = "admitted" if a else "refused"
     event(case)
     REACHED[case] += 1
@@ -123,7 +145,7 @@ def _same_answers(data, spec):
         REACHED["sglang rules with a clip"] += 1
 
 
-def test_admission_answers_alike_from_the_spec_and_its_rules():
+def test_admission_answers_alike_head_first_and_batch():
     REACHED.clear()
     with _no_mined_constants(), _requests_copied_by_fields():
         _same_answers()

@@ -1,4 +1,4 @@
-"""ClippedReserve and NewTokenRatio alone, against brute force (hypothesis stateful test).
+"""ClippedReserve and SGLang's new-token ratio (`SGLangRules`) alone, against brute force (hypothesis stateful test).
 
 A model keeps each request's remaining max_new as a plain number and recounts
 sum(min(remaining, clip)) at every query; the structure must give the same sum now and m
@@ -28,7 +28,6 @@ from reserve_by_rid import ClippedReserve  # the reserve by request id (its engi
 from test_engine_equivalence import _no_mined_constants
 
 from aprilsim.engine.cost import CostModel, EngineSpec
-from aprilsim.engine.parts import NewTokenRatio
 
 REACHED: Counter[str] = Counter()
 COST = CostModel(a=0.005, b=1e-4, c=2e-7, p0=0.01, p1=1e-5)
@@ -49,7 +48,7 @@ class ReserveMachine(RuleBasedStateMachine):
         self.next_rid = 0
         self.spec = EngineSpec(COST, new_token_ratio=0.7, new_token_ratio_decay_steps=decay_steps,
                                min_new_token_ratio_factor=factor)
-        self.ratio = NewTokenRatio(self.spec)
+        self.ratio = self.spec.family.rules(self.spec)  # SGLang's: the ratio's state
         self.model_ratio = self.spec.new_token_ratio  # decremented step by step, as SGLang does
         self.skip_decay = False  # the step after a retraction does not decay it
         self.ratio_it = 0  # decode iterations passed
@@ -127,7 +126,8 @@ class ReserveMachine(RuleBasedStateMachine):
           n=st.integers(0, 64))
     def retract(self, gen_sum, max_new_sum, n):
         it = self.ratio_it
-        self.ratio.re_estimate(it, gen_sum, max_new_sum, n)
+        held = self.ratio.retracted(it, gen_sum, max_new_sum, n)
+        assert not held
         self.model_ratio = min(1.0, (gen_sum + self.spec.retract_decode_steps * n)
                                / (max_new_sum + 1))
         self.skip_decay = True
@@ -147,7 +147,7 @@ class ReserveMachine(RuleBasedStateMachine):
     @invariant()
     def ratio_agrees(self):
         it = self.ratio_it
-        assert self.ratio.at(it) == pytest.approx(self.model_ratio, abs=1e-9)
+        assert self.ratio.ratio(it) == pytest.approx(self.model_ratio, abs=1e-9)
 
 
 def test_clipped_reserve_and_ratio_match_brute_force():

@@ -20,13 +20,14 @@ import math
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from engine_agreement import assert_engines_agree
 from hypothesis import event, example, given, settings, target
 from hypothesis import strategies as st
 
 from aprilsim.engine.cost import CostModel, EngineSpec, TabulatedCost
+from aprilsim.engine.families import SIMPLE
 from aprilsim.engine.fast import PREFILL, FastEngine
 from aprilsim.engine.reference import ReferenceEngine
 from aprilsim.engine.request import Request
@@ -144,7 +145,7 @@ def cases(draw, chunked: bool = False, shared: bool = False, prioritized: bool =
         min_new_token_ratio_factor=draw(st.sampled_from([0.14, 0.0, 0.6])),
         retract_decode_steps=draw(st.sampled_from([20, 0, 200])),
         clip_max_new_tokens=(400, 60, 0)[kv // 5 % 3],
-        retract_to=("head", "tail")[kv // 15 % 2],
+        family=replace(SIMPLE, retract_to=("head", "tail")[kv // 15 % 2]),
         chunked_prefill_size=(draw(st.sampled_from([16, 40, 150, 400])) if chunked
                               else draw(st.sampled_from([0, 0, 24, 150])) if shared or prioritized
                               else 0),
@@ -330,7 +331,7 @@ def _fast_matches_reference(case: Case) -> None:
         "ratio re-estimated after a retraction": case.spec.sglang_ratio and retractions > 0,
         "span cut where the decaying ratio may admit": sum(e.stats.ratio_cuts for e in fd.engines) > 0,
         "clipped estimate": 0 < case.spec.clip_max_new_tokens < max(r[3] for r in case.reqs),
-        "requeued at the tail": case.spec.retract_to == "tail" and retractions > 0,
+        "requeued at the tail": case.spec.family.retract_to == "tail" and retractions > 0,
         "abort landed after a step in flight": fd.hits["abort landed after a step in flight"] > 0,
         "finished while an abort landed": fd.hits["finished while an abort landed"] > 0,
     }
@@ -345,7 +346,7 @@ def _fast_matches_reference(case: Case) -> None:
     target(float(sum(e.stats.ratio_cuts for e in fd.engines)), label="ratio cuts")
     # the retraction target favours head requeues (a request retracted to the head is readmitted
     # and retracted again): without this one, tail requeues can vanish from the examples
-    target(float(retractions if case.spec.retract_to == "tail" else 0), label="tail retractions")
+    target(float(retractions if case.spec.family.retract_to == "tail" else 0), label="tail retractions")
     target(float(sum(e.stats.abort_finishes for e in fd.engines)), label="finishes while aborts land")
 
 
@@ -543,7 +544,7 @@ def _fast_matches_reference_prioritized(case: Case) -> None:
     reached |= {
         "priority reordered admission": rd_jumps > 0,
         "retracted among mixed priorities": mixed and retractions > 0,
-        "requeued at the tail": case.spec.retract_to == "tail" and retractions > 0,
+        "requeued at the tail": case.spec.family.retract_to == "tail" and retractions > 0,
         "prefilled over migrated KV": moved > 0,
         "retracted with migrated KV": moved > 0 and retractions > 0,
         "migrated KV in a chunked prefill": moved > 0 and case.spec.prefill_chunk > 0,

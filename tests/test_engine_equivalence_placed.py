@@ -29,7 +29,6 @@ from hypothesis import strategies as st
 from test_engine_equivalence import _no_mined_constants
 
 from aprilsim.config import default_scenario
-from aprilsim.engine.admission import can_admit_head, ratio_at
 from aprilsim.engine.cost import SGLANG_RULES, EngineSpec
 from aprilsim.engine.fast import FastEngine
 from aprilsim.engine.parts import PREFILL
@@ -125,11 +124,11 @@ class ProbedReference(ReferenceEngine):
         return done
 
     def _plan(self) -> None:
-        spec, w = self.spec, self.waiting
-        if w and not self.hold and len(self.running) < spec.max_running:
-            ratio = ratio_at(spec, self.ratio_base, self.ratio_steps)
-            args = (spec, w, len(self.running), self.kv)
-            if not can_admit_head(*args, self.reserve, ratio) and can_admit_head(*args, 0, ratio):
+        rules, w = self.rules, self.waiting
+        if w and not self.hold and len(self.running) < rules.max_running:
+            args = (w, len(self.running), self.kv)
+            if not rules.admits_head(*args, self.reserve, self.it) \
+                    and rules.admits_head(*args, 0, self.it):
                 self.probe["reserve refused the head"] += 1
         super()._plan()
 

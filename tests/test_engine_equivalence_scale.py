@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 from test_engine_equivalence import Case, Driver, _no_mined_constants
 
 from aprilsim.config import default_scenario
-from aprilsim.engine.admission import can_admit_head, ratio_at
 from aprilsim.engine.cost import SGLANG_RULES, EngineSpec
 from aprilsim.engine.fast import FastEngine
 from aprilsim.engine.reference import ReferenceEngine
@@ -51,11 +50,11 @@ class ProbedReference(ReferenceEngine):
         return done
 
     def _plan(self) -> None:
-        spec, w = self.spec, self.waiting
-        if w and not self.hold and len(self.running) < spec.max_running:
-            ratio = ratio_at(spec, self.ratio_base, self.ratio_steps)
-            args = (spec, w, len(self.running), self.kv)
-            if not can_admit_head(*args, self.reserve, ratio) and can_admit_head(*args, 0, ratio):
+        rules, w = self.rules, self.waiting
+        if w and not self.hold and len(self.running) < rules.max_running:
+            args = (w, len(self.running), self.kv)
+            if not rules.admits_head(*args, self.reserve, self.it) \
+                    and rules.admits_head(*args, 0, self.it):
                 self.probe["reserve refused the head"] += 1
         super()._plan()
         self.probe["retracted request re-admitted"] += sum(r.retractions > 0 for r in self.batch)
@@ -83,7 +82,7 @@ def scale_cases(draw) -> Case:
     kv = draw(st.one_of(st.integers(100_000, 160_000), st.integers(100_000, 400_000)))
     cost = draw(st.sampled_from([PRESET.cost, replace(PRESET.cost, pr=2e-3)]))  # pr: per request
     spec = EngineSpec(cost, kv_capacity=kv, max_running=256, max_prefill_tokens=16_384,
-                      **{k: v for k, v in SGLANG_RULES.items() if k != "abort_steps"})
+                      **{**SGLANG_RULES, "family": replace(SGLANG_RULES["family"], abort_steps=-1)})
     reqs = []
     for rid in range(draw(st.integers(kv // 3_500, kv // 2_500))):  # more than the cache admits
         inp = draw(st.integers(100, 4_000))

@@ -1,9 +1,9 @@
 """The fast engine's retraction bookkeeping (issue 23) stays exact, and fast == reference with it.
 
 From its first retraction on, `FastEngine` keeps a heap of its running requests by (base, -rid)
-(`_victims`, stale entries skipped), running sums of `base` and `max_new` for SGLang's
-re-estimate, and leaves the finish-heap entries of retracted requests in place (`_stale` counts
-them). A checked engine recounts all of it over the running batch after every event: the sums,
+(`retraction.victims`, stale entries skipped), running sums of `base` and `max_new` for SGLang's
+re-estimate, and leaves the finish-heap entries of retracted requests in place
+(`retraction.stale` counts them: `engine/retraction.py`). A checked engine recounts all of it over the running batch after every event: the sums,
 the stale count, a live head of the finish heap, one live finish entry and one live victim entry
 per running request. The property drives it beside the reference engine on the small-KV cases of
 tests/test_engine_equivalence.py and measures what it reached: stale finish entries skipped,
@@ -44,27 +44,28 @@ class CheckedFast(FastEngine):
         self.probe: Counter[str] = Counter()
 
     def _check(self) -> None:
-        running = self.running
-        assert self._base_sum == sum(r.base for r in running.values())
-        assert self._max_new_sum == sum(r.max_new for r in running.values())
+        running, index = self.running, self.retraction
+        assert index.base_sum == sum(r.base for r in running.values())
+        assert index.max_new_sum == sum(r.max_new for r in running.values())
         finish = [(key_major(k), key_rid(k)) for k in self._finish]  # (end, rid) pairs
         live = [rid for end, rid in finish if _live_finish(self, end, rid)]
         assert sorted(live) == sorted(running)  # one live finish entry per running request
-        assert self._stale == len(self._finish) - len(live)
+        assert index.stale == len(self._finish) - len(live)
         if self._finish:
             assert _live_finish(self, *finish[0])  # the heap's head: what `_plan` reads
-        if self._victims is not None:
-            victims = [(key_major(k), RID_MASK - key_rid(k)) for k in self._victims]
+        if index.victims is not None:
+            victims = [(key_major(k), RID_MASK - key_rid(k)) for k in index.victims]
             held = {rid for base, rid in victims if rid in running and running[rid].base == base}
             assert held == set(running)
 
     def advance(self):
-        n_heap = len(self._victims) if self._victims is not None else 0
-        stale = self._stale
+        index = self.retraction
+        n_heap = len(index.victims) if index.victims is not None else 0
+        stale = index.stale
         done = super().advance()
-        if stale and self._stale < stale:
+        if stale and index.stale < stale:
             self.probe["stale finish entry skipped"] += 1
-        if self._victims is not None and len(self._victims) < n_heap and self.running:
+        if index.victims is not None and len(index.victims) < n_heap and self.running:
             self.probe["victim heap compacted"] += 1
         self.probe["retracted request re-admitted"] += sum(
             r.retractions > 0 for r in self.running.values())

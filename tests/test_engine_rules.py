@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aprilsim.engine.cost import CostModel, DecodeCost, EngineSpec, TabulatedCost
+from aprilsim.engine.families import SGLangFamily
 from aprilsim.engine.fast import FastEngine
 from aprilsim.engine.reference import ReferenceEngine
 from aprilsim.engine.request import Request
@@ -149,24 +150,31 @@ def test_tabulated_cost_drives_both_engines(cls):
 
 # ---------------------------------------------------------------- SGLang's rules (issue 11)
 SGL = dict(new_token_ratio=0.7, new_token_ratio_decay_steps=600, clip_max_new_tokens=4096,
-           retract_to="tail")
+           family=SGLangFamily(abort_steps=-1))
 
 
 def test_ratio_schedule_decays_to_its_floor_and_is_reestimated_after_retraction():
-    from aprilsim.engine.admission import ratio_after_retraction, ratio_at
-
     spec = EngineSpec(COST, **SGL)
+    rules = spec.family.rules(spec)
     assert spec.min_new_token_ratio == pytest.approx(0.098)
     assert spec.new_token_ratio_decay == pytest.approx((0.7 - 0.098) / 600)
-    assert ratio_at(spec, 0.7, 0) == 0.7
-    assert ratio_at(spec, 0.7, 300) == pytest.approx(0.7 - 300 * (0.7 - 0.098) / 600)
-    assert ratio_at(spec, 0.7, 10_000) == pytest.approx(0.098)
+    assert rules.ratio_at(0.7, 0) == 0.7 == rules.ratio(0)
+    assert rules.ratio_at(0.7, 300) == pytest.approx(0.7 - 300 * (0.7 - 0.098) / 600)
+    assert rules.ratio(300) == rules.ratio_at(0.7, 300)
+    assert rules.ratio_at(0.7, 10_000) == pytest.approx(0.098)
     # SGLang: (decoded + 20 per request) / (sum of max_new_tokens + 1), at most 1
-    assert ratio_after_retraction(spec, 100, 999, 2) == pytest.approx(140 / 1000)
-    assert ratio_after_retraction(spec, 5000, 1000, 1) == 1.0
-    # decay 0: the constant ratio of older scenarios
+    assert rules.ratio_after_retraction(100, 999, 2) == pytest.approx(140 / 1000)
+    assert rules.ratio_after_retraction(5000, 1000, 1) == 1.0
+    assert not rules.retracted(50, 100, 999, 2)  # re-estimated, admission not held
+    assert rules.ratio(50) == rules.ratio(51) == pytest.approx(0.14)  # the step that retracted
+    assert rules.ratio(52) < 0.14  # decays from the next one
+    rules.reset(60)
+    assert rules.ratio(60) == 0.7
+    # decay 0: the constant ratio of older scenarios, and a retraction holds admission
     legacy = EngineSpec(COST, new_token_ratio=0.3)
-    assert ratio_at(legacy, 0.3, 10_000) == 0.3 and not legacy.sglang_ratio
+    held = legacy.family.rules(legacy)
+    assert held.ratio_at(0.3, 10_000) == 0.3 and not legacy.sglang_ratio
+    assert held.retracted(5, 100, 999, 2) and held.ratio(100) == 0.3
 
 
 @pytest.mark.parametrize("cls", ENGINES)
@@ -208,7 +216,7 @@ def test_retracted_requests_reenter_at_the_chosen_end(cls, where):
     """SGLang appends a retracted request to the waiting queue (`_add_request_to_queue`); the
     older rule put it back at the head."""
     spec = EngineSpec(COST, kv_capacity=1_000, max_running=2, new_token_ratio=0.0,
-                      new_token_ratio_decay_steps=600, retract_to=where)
+                      new_token_ratio_decay_steps=600, family=SGLangFamily(retract_to=where))
     e = cls(spec)
     # max_running 2 keeps request 2 queued while 0 and 1 grow into a retraction of 1
     e.submit([Request(0, 100, 800, 800), Request(1, 100, 800, 800), Request(2, 10, 5, 5)], 0.0)
@@ -225,9 +233,11 @@ def test_cluster_keys_set_sglang_rules():
     from aprilsim.engine.cost import SGLANG_RULES
 
     sc = default_scenario()
-    sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(update=SGLANG_RULES)})
+    keys = {k: v for k, v in SGLANG_RULES.items() if k != "family"}
+    sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(update=keys)})
     spec = sc.engine_spec()
-    assert spec.sglang_ratio and spec.clip_max_new_tokens == 4096 and spec.retract_to == "tail"
+    assert spec.sglang_ratio and spec.clip_max_new_tokens == 4096
+    assert spec.family == SGLANG_RULES["family"] and spec.family.retract_to == "tail"
     assert spec.new_token_ratio == 0.7 and spec.min_new_token_ratio == pytest.approx(0.098)
 
 

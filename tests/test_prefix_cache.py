@@ -21,6 +21,7 @@ from test_engine_equivalence import COST, Case, Driver, _no_mined_constants, cas
 
 from aprilsim.config import ScenarioError, default_scenario
 from aprilsim.engine.cost import SGLANG_RULES, EngineSpec
+from aprilsim.engine.families import BundledFamily, SGLangFamily, VLLMFamily
 from aprilsim.engine.fast import PREFILL, FastEngine
 from aprilsim.engine.parts import EngineStats, PrefixCache
 from aprilsim.engine.reference import ReferenceEngine
@@ -28,6 +29,11 @@ from aprilsim.engine.request import Request
 
 ENGINES = [FastEngine, ReferenceEngine]
 LRU = EngineSpec(COST, kv_capacity=10_000, prefix_cache="lru")
+
+
+def _block(spec: EngineSpec, block: int) -> EngineSpec:
+    """`spec` with its family's cache serving whole blocks of `block` tokens."""
+    return replace(spec, family=replace(spec.family, cache_block=block))
 
 
 def _req(rid: int, inp: int, max_new: int, tgt: int, group: int = 0, shared: int = 100,
@@ -100,7 +106,7 @@ def test_cached_runs_give_way_to_live_requests_oldest_first(cls):
 
 def test_lookup_without_retained_runs_is_prefill_pieces():
     """With nothing kept, pricing over the cache is prefix sharing's own pricing."""
-    from aprilsim.engine.admission import prefill_pieces
+    from aprilsim.engine.parts import prefill_pieces
 
     batch = [_req(0, 5, 10, 5), _req(1, 7, 10, 5), _req(2, 3, 10, 5, group=1, shared=40)]
     got = PrefixCache().lookup(batch, {1})
@@ -246,7 +252,7 @@ def scale_cases(draw) -> Case:
     cost = default_scenario().engine_spec().cost
     spec = EngineSpec(cost, kv_capacity=kv, max_running=256, max_prefill_tokens=16_384,
                       prefix_cache="lru",
-                      **{k: v for k, v in SGLANG_RULES.items() if k != "abort_steps"})
+                      **{**SGLANG_RULES, "family": replace(SGLANG_RULES["family"], abort_steps=-1)})
     reqs, prefixes = [], {}
     rid = 0
     for g in range(draw(st.integers(kv // 40_000, kv // 20_000))):
@@ -397,7 +403,7 @@ def test_a_resumed_sample_is_served_whole_blocks_only(cls, block):
     but only whole blocks of them serve it; the partial block is computed again (so is the
     last token), and the KV it holds is the same."""
     def resumed(b: int):
-        e = cls(replace(LRU, prefix_cache_block=b))
+        e = cls(_block(LRU, b))
         e.submit([_req(0, 1, 500, 400)], 0.0)
         (c,) = e.abort_all(0.5)
         before = e.stats.prefill_tokens
@@ -417,11 +423,11 @@ def test_a_resumed_sample_is_served_whole_blocks_only(cls, block):
 def test_a_live_prompt_shorter_than_a_block_serves_nothing(cls):
     """Within a group too: a sibling admitted onto a live 100-token prompt computes it again
     under 128-token blocks (vLLM on CPU), and attends to none of it."""
-    spec = replace(LRU, prefix_cache_block=128)
+    spec = _block(LRU, 128)
     e = cls(spec)
     _run(e, [_req(0, 1, 50, 20), _req(1, 1, 50, 20)], 0.0)
     assert e.stats.prefill_tokens == 2 * 101
-    t = cls(replace(LRU, prefix_cache_block=16))
+    t = cls(_block(LRU, 16))
     _run(t, [_req(0, 1, 50, 20), _req(1, 1, 50, 20)], 0.0)
     assert t.stats.prefill_tokens == 101 + 101 - 96
     assert t.stats.cache_hits == 0  # the live prompt is not the retained cache's
@@ -443,19 +449,19 @@ def test_lookup_drops_partial_blocks_own_tokens_first():
 
 
 def test_block_size_errors_are_clear():
-    for bad in (0, -16, 2.5, True):
-        with pytest.raises(ValueError, match="prefix_cache_block"):
-            EngineSpec(COST, prefix_cache="lru", prefix_cache_block=bad)
-    with pytest.raises(ValueError, match='needs prefix_cache = "lru"'):
-        EngineSpec(COST, prefix_cache="group", prefix_cache_block=16)
-    assert EngineSpec(COST, prefix_cache_block=16).prefix_cache_block == 16  # no cache: moot
+    for bad in (0, -16, 2.5, True, None):
+        for family in (SGLangFamily, BundledFamily, VLLMFamily):
+            with pytest.raises(ValueError, match="prefix_cache_block"):
+                family(cache_block=bad)
+    with pytest.raises(ValueError, match="prefix_cache_block"):
+        replace(SGLangFamily(), cache_block=0)  # every construction checks it
     sc = default_scenario()
     for block, ok in ((16, True), (0, False)):
         cluster = {**sc.cluster.model_dump(exclude_unset=True), "prefix_cache": "lru",
                    "prefix_cache_block": block}
         raw = {**sc.model_dump(exclude_unset=True), "cluster": cluster}
         if ok:
-            assert type(sc).model_validate(raw).engine_spec().prefix_cache_block == 16
+            assert type(sc).model_validate(raw).engine_spec().family.cache_block == 16
         else:
             with pytest.raises(Exception, match="prefix_cache_block"):
                 type(sc).model_validate(raw)
@@ -467,11 +473,15 @@ def test_block_size_errors_are_clear():
 
 
 def test_engine_families_name_their_block_sizes():
-    from aprilsim.engine.cost import ENGINE_FAMILY_RULES
+    from aprilsim.engine.families import make_family
 
-    assert ENGINE_FAMILY_RULES["vllm"]["prefix_cache_block"] == 16  # CacheConfig.DEFAULT_BLOCK_SIZE
-    assert ENGINE_FAMILY_RULES["sglang"]["prefix_cache_block"] == 1  # --page-size 1
-    assert "prefix_cache_block" not in ENGINE_FAMILY_RULES["bundled"]  # no cache at all
+    assert make_family("vllm").cache_block == 16  # CacheConfig.DEFAULT_BLOCK_SIZE
+    assert make_family("sglang").cache_block == 1  # --page-size 1
+    assert make_family("bundled").live_prefix_cache == "none"  # no cache at all
+    assert make_family("vllm").live_prefix_cache == make_family("sglang").live_prefix_cache == "lru"
+    spec = replace(LRU, family=make_family("vllm"))
+    for cls in ENGINES:  # the engines' cache takes the family's grain
+        assert cls(spec).cache.block == 16 and cls(LRU).cache.block == 1
 
 
 BLOCK_REACH = ("block hit", "partial block dropped", "eviction", "flush")
@@ -497,7 +507,7 @@ def _block_reach(fd: CacheDriver, block: int, into: Counter[str]) -> None:
 def block_cases(draw, scale: bool) -> Case:
     block = draw(st.sampled_from([1, 16, 128]))
     case = draw(scale_cases() if scale else cases(shared=True))
-    return replace(case, spec=replace(case.spec, prefix_cache="lru", prefix_cache_block=block))
+    return replace(case, spec=_block(replace(case.spec, prefix_cache="lru"), block))
 
 
 BLOCK_SMALL_EXAMPLES = 60
@@ -510,7 +520,7 @@ MIN_BLOCK_SMALL = {"block hit": 0.4, "partial block dropped": 0.4, "eviction": 0
 @settings(max_examples=BLOCK_SMALL_EXAMPLES, deadline=None, derandomize=True)
 @given(block_cases(scale=False))
 def _fast_matches_reference_blocked(case: Case) -> None:
-    _block_reach(_check(case), case.spec.prefix_cache_block, REACHED_BLOCK_SMALL)
+    _block_reach(_check(case), case.spec.family.cache_block, REACHED_BLOCK_SMALL)
 
 
 def test_fast_engine_matches_reference_with_a_block_granular_cache():
@@ -535,7 +545,7 @@ MIN_BLOCK_SCALE = {"block hit": 0.3, "partial block dropped": 0.3, "eviction": 0
 @settings(max_examples=BLOCK_SCALE_EXAMPLES, deadline=None, derandomize=True)
 @given(block_cases(scale=True))
 def _fast_matches_reference_blocked_at_scale(case: Case) -> None:
-    _block_reach(_check(case), case.spec.prefix_cache_block, REACHED_BLOCK_SCALE)
+    _block_reach(_check(case), case.spec.family.cache_block, REACHED_BLOCK_SCALE)
 
 
 def test_fast_engine_matches_reference_with_a_block_granular_cache_at_users_scale():

@@ -25,10 +25,11 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 from aprilsim.engine.cost_protocol import DecodeCost
+from aprilsim.engine.families.protocol import Family
+from aprilsim.engine.families.sglang import SIMPLE, SGLangFamily
 from aprilsim.engine.speculative_spec import SpeculativeSpec
 
 
@@ -275,21 +276,7 @@ def _walk_passes(
     return ends, passes, left
 
 
-ABORT_AT_ONCE = -1  # `abort_steps` of an abort that lands the moment it is sent
 PREFIX_CACHES = ("none", "group", "lru")
-
-
-def _check_abort_steps(k: object) -> None:
-    """`EngineSpec.abort_steps` must be a whole number >= -1."""
-    if not isinstance(k, int) or k < ABORT_AT_ONCE:
-        raise ValueError(f"abort_steps {k!r}: must be >= 0, or -1 (the abort lands at once)")
-
-
-def _check_block(b: object) -> None:
-    """`EngineSpec.prefix_cache_block` must be a whole number of tokens >= 1."""
-    if isinstance(b, bool) or not isinstance(b, int) or b < 1:
-        raise ValueError(f"prefix_cache_block {b!r}: must be a whole number of tokens >= 1 "
-                         "(1: token-level)")
 
 
 @dataclass(frozen=True)
@@ -314,11 +301,6 @@ class EngineSpec:
     retract_decode_steps: int = 20  # SGLANG_RETRACT_DECODE_STEPS
     # remaining max_new_tokens counted in the admission estimate at most this many (0: no clip)
     clip_max_new_tokens: int = 0  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION: 4096
-    retract_to: str = "head"  # where retracted requests re-enter the queue (SGLang: "tail")
-    # When an abort lands. -1: at once (the idealised rule), as the scenario key `abort_steps = -1`
-    # says. k >= 0: the step in flight when it arrives completes, then running requests decode k
-    # more steps (each engine family's value: ENGINE_FAMILY_RULES).
-    abort_steps: int = ABORT_AT_ONCE
     # SGLang's radix cache within a group: a group's samples on one engine prefill and hold its
     # prompt once (all but its last token, which SGLang always recomputes). Pair it with the
     # group_affinity router.
@@ -332,12 +314,6 @@ class EngineSpec:
     # reset_prefix_cache); False for a live setting whose engines keep their weights.
     prefix_cache: str = "none"
     prefix_cache_flush: bool = True
-    # The retained cache's granularity (`prefix_cache_block`): a request is served only whole
-    # blocks of this many tokens of what it matched, the rest of its input computed
-    # (`parts.block_served`). 1: token-level, as SGLang's radix cache with page_size 1 (its
-    # default); vLLM's KV block size otherwise (16 on GPU; 128 on its CPU backend). KV stays
-    # counted per token: the rule prices compute, not memory.
-    prefix_cache_block: int = 1
     # Seconds from a client's submission to the engine seeing the request (HTTP, tokenising,
     # the client's own loop): the simulated driver delivers each request this late
     # (`aprilsim calibrate` fits it from live timings; 0 in the presets).
@@ -349,19 +325,13 @@ class EngineSpec:
     # acceptance and draft cost. An engine step then emits one token per request and costs a
     # verify step over E(k, p) (`SpeculativeCost`).
     speculative: SpeculativeSpec | None = None
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> EngineSpec:
-        """Check the whole-number fields a caller may pass of the wrong type (None, a float)
-        before `__init__` sets them: a compiled (mypyc) build type-checks each field as it is
-        set and would raise a TypeError naming none; this raises the same ValueError on both
-        builds (every construction, `dataclasses.replace` included, comes through here)."""
-        given = dict(zip((f.name for f in fields(cls)), args))
-        given.update(kwargs)
-        if "abort_steps" in given:
-            _check_abort_steps(given["abort_steps"])
-        if "prefix_cache_block" in given:
-            _check_block(given["prefix_cache_block"])
-        return super().__new__(cls)
+    # The engine family whose rules it runs (`aprilsim.engine.families`: SGLang's, vLLM's, the
+    # bundled engine's): where preempted requests re-queue, when an abort lands (`abort_steps`),
+    # the retained prefix cache's grain (whole blocks of `family.cache_block` tokens), and the
+    # rules each engine asks (`family.rules(spec)`). A bare spec runs SGLang's with the simpler
+    # settings (`families.SIMPLE`: retract to the head, aborts landing at once); the presets
+    # SGLang 0.5.23's own.
+    family: Family = SIMPLE
 
     def __post_init__(self) -> None:
         if self.kv_capacity < 1 or self.max_running < 1 or self.max_prefill_tokens < 1:
@@ -374,18 +344,15 @@ class EngineSpec:
             raise ValueError("new_token_ratio_decay_steps and clip_max_new_tokens must be >= 0")
         if self.retract_decode_steps < 0:
             raise ValueError("retract_decode_steps must be >= 0")
-        if self.retract_to not in ("head", "tail"):
-            raise ValueError("retract_to must be 'head' or 'tail'")
         if self.chunked_prefill_size < -1:
             raise ValueError("chunked_prefill_size must be >= 1, or 0 or -1 (off)")
         if not self.client_overhead_s >= 0:
             raise ValueError("client_overhead_s must be >= 0")
         if self.prefix_cache not in PREFIX_CACHES:
             raise ValueError(f"prefix_cache must be one of {', '.join(PREFIX_CACHES)}")
-        b = self.prefix_cache_block  # its type and range: checked in __new__
-        if b > 1 and self.shares_prefixes and not self.retains_prefixes:
-            raise ValueError(f"prefix_cache_block {b} needs prefix_cache = \"lru\" (the "
-                             "within-group cache \"group\" is token-level only)")
+        if not callable(getattr(self.family, "rules", None)):
+            raise ValueError(f"family {self.family!r}: must be an engine family "
+                             "(aprilsim.engine.families.make_family)")
         if self.speculative is not None and not isinstance(self.speculative, SpeculativeSpec):
             raise ValueError("speculative must be a SpeculativeSpec or None")
 
@@ -400,9 +367,16 @@ class EngineSpec:
         return self.prefix_cache == "lru"
 
     @property
+    def abort_steps(self) -> int:
+        """When an abort lands (the family's rule): -1 (`ABORT_AT_ONCE`) the moment it is sent;
+        k >= 0: the step in flight when it arrives completes, then running requests decode k
+        more steps."""
+        return self.family.abort_steps
+
+    @property
     def aborts_at_once(self) -> bool:
         """True when an abort lands the moment it is sent (``abort_steps`` -1)."""
-        return self.abort_steps < 0
+        return self.family.abort_steps < 0
 
     @property
     def prefill_chunk(self) -> int:
@@ -450,38 +424,19 @@ _CROSS_CHECK_TEXT = (
 
 # SGLang 0.5.23's scheduling defaults (sglang/srt/environ.py, server_args: schedule_conservativeness
 # 1.0): the presets run them (see PRESETS); a bare EngineSpec keeps the simpler rules, and each
-# is a `[cluster]` key (`replace(spec, **SGLANG_RULES)` in Python).
+# is a `[cluster]` key (`replace(spec, **SGLANG_RULES)` in Python). `family`: SGLang's own rules
+# (`families.SGLangFamily`: retracted requests appended, aborts one decode pass late).
 SGLANG_RULES: dict = {
     "new_token_ratio": 0.7,  # SGLANG_INIT_NEW_TOKEN_RATIO x schedule_conservativeness
     "new_token_ratio_decay_steps": 600,  # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
     "min_new_token_ratio_factor": 0.14,  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
     "retract_decode_steps": 20,  # SGLANG_RETRACT_DECODE_STEPS
     "clip_max_new_tokens": 4096,  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
-    "retract_to": "tail",  # scheduler._add_request_to_queue appends
-    "abort_steps": 1,  # scheduler.abort_request, "Abort method 3": one more decode forward pass
     # sglang/srt/arg_groups/memory_hook.py:139 and :153 (80-160 GB GPUs: H100, H200) set 8192 when
     # unset (2048-4096 below, 16384 on B200/MI300); enable_mixed_chunk is False
     # (arg_groups/fields/schedule.py:208), so a chunked prefill's passes run back to back
     "chunked_prefill_size": 8192,
-}
-
-# What each live engine family does with an abort and a retracted request: the rules
-# `aprilsim validate` simulates an engine with (`real.clients.connect.engine_family` names the
-# family). SGLang's are SGLANG_RULES' own. The bundled engine applies aborts between steps and
-# appends a retracted request (as SGLang); vLLM frees an aborted request when its engine core next
-# reads its input queue, between steps (0, assumed), and its V1 scheduler's `_preempt_request`
-# prepends a preempted one to the waiting queue.
-ENGINE_FAMILY_RULES: dict[str, dict] = {
-    # prefix_cache: SGLang's radix cache and vLLM V1's prefix caching are on by default and keep
-    # a prefix past its request ("lru"); the bundled engine has none. prefix_cache_block: SGLang
-    # matches token by token (--page-size 1, its default); vLLM serves whole KV blocks only
-    # (CacheConfig.DEFAULT_BLOCK_SIZE 16; the CPU backend sets 128 unless --block-size is given).
-    # validate takes a server's own where it reports it: vLLM's vllm:cache_config_info in
-    # /metrics, SGLang's resolved page_size in /server_info.
-    "sglang": {**{k: SGLANG_RULES[k] for k in ("abort_steps", "retract_to")}, "prefix_cache": "lru",
-               "prefix_cache_block": 1},
-    "bundled": {"abort_steps": 0, "retract_to": "tail", "prefix_cache": "none"},
-    "vllm": {"abort_steps": 0, "retract_to": "head", "prefix_cache": "lru", "prefix_cache_block": 16},
+    "family": SGLangFamily(),
 }
 
 

@@ -7,13 +7,16 @@ a prefill batch ending, the first running request finishing (a heap keyed by the
 it ends), the KV cache filling up (retraction), and outside calls (submit, abort, pause). Each costs
 O(log n); there is no loop over tokens or iterations.
 
-Rules (SGLang-like, shared with the reference engine through `admission`): at each boundary a
-prefill batch runs first if the head of the queue can be admitted; else the running batch decodes,
-after retracting the requests with the fewest generated tokens if the next iteration would overflow
-the KV cache. After a retraction no request is admitted until one finishes (SGLang raises its
-new-token ratio for the same reason: to avoid re-admitting what it just evicted). As in SGLang,
-the prefill forward pass emits a request's next token (a request with one token left finishes at
-the end of its prefill); a running request holds input_len + gen - 1 KV tokens (see `admission`).
+Rules: the engine's family decides (`aprilsim.engine.families`; the reference engine asks the
+same `Rules` object). At each boundary a prefill batch runs first if the family admits the head of
+the queue; else the running batch decodes, after retracting requests in the family's order if the
+next iteration would overflow the KV cache; the family then says whether admission waits until a
+request finishes, and how long a decode span stays a fixed batch (`Rules.stretch`: under SGLang's
+decaying ratio, up to the first boundary at which the head may be admitted). As in SGLang, the
+prefill forward pass emits a request's next token (a request with one token left finishes at the
+end of its prefill); a running request holds input_len + gen - 1 KV tokens
+(`families.sglang`). Families whose prefill and decode share a step (`Rules.mixed_steps`) are
+not run here yet.
 
 Chunked prefill (`EngineSpec.chunked_prefill_size`, SGLang without mixed chunks): a prefill batch
 is still one event, admitted, charged to the KV cache and emitting its tokens as a whole, but it
@@ -30,17 +33,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Final
 
-from aprilsim.engine.admission import (
-    AdmissionRules,
-    can_admit_head,
-    enqueue,
-    prefill_pieces,
-    ratio_at,
-    requeue,
-    select_prefill_batch,
-)
 from aprilsim.engine.clipped_reserve import ClippedReserve
 from aprilsim.engine.cost import EngineSpec, LinearInK, pass_ends, prefill_passes
+from aprilsim.engine.families.protocol import Rules
 from aprilsim.engine.key_heap import VecKeyHeap, new_key_heap
 from aprilsim.engine.parts import (
     DECODE,
@@ -48,14 +43,16 @@ from aprilsim.engine.parts import (
     PREFILL,
     EngineFace,
     EngineStats,
-    NewTokenRatio,
     PrefillBatch,
     PrefixCache,
     PrefixRefs,
+    prefill_pieces,
     stamp_started,
 )
 from aprilsim.engine.request import RID_BITS, RID_MASK, Completion, Request, check_requests
-from aprilsim.engine.speculative import SpeculativeCost, engine_cost
+from aprilsim.engine.retraction import RetractionIndex
+from aprilsim.engine.speculative import SpeculativeHooks, engine_cost, speculative_hooks
+from aprilsim.engine.waiting import enqueue
 from aprilsim.native import mypyc_attr
 
 # Final: C statics in the compiled build, where a module global is a dict lookup at each use
@@ -64,26 +61,27 @@ INF: Final = math.inf
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # subclassed: tests, engine_factory
 class FastEngine(EngineFace):
-    """One simulated SGLang server. Every public method leaves `t_event` (next event) valid.
+    """One simulated engine server. Every public method leaves `t_event` (next event) valid.
 
     State: the queue, the running requests (and a heap of their finish iterations), the decode
-    counter `it`, KV held and the unclipped reserve; the features each keep their own component:
-    `pf` (the prefill batch and the open chunked pass), `clipped` (SGLang's clipped reserve),
-    `ratio` (the decaying new-token ratio), `prefixes` (shared prefixes), `stats` (counters).
+    counter `it`, KV held and the unclipped reserve; the family's `rules` (`spec.family`'s, or
+    those given: they keep the family's own state, e.g. SGLang's new-token ratio); the features
+    each keep their own component: `pf` (the prefill batch and the open chunked pass), `clipped`
+    (the clipped reserve), `retraction` (victims in the family's order and what a retraction
+    reads), `speculative` (speculative decoding's hooks), `prefixes` (shared prefixes), `cache`
+    (the retained prefix cache), `stats` (counters). `tests/test_engine_components.py` holds the
+    attribute count.
     """
 
-    def __init__(self, spec: EngineSpec, name: int = 0) -> None:
+    def __init__(self, spec: EngineSpec, name: int = 0, rules: Rules | None = None) -> None:
         self.spec = spec
-        self.rules = AdmissionRules(spec)  # what admission reads, without the spec's properties
+        rules = self.rules = rules if rules is not None else spec.family.rules(spec)
+        if rules.mixed_steps:
+            raise NotImplementedError(f"the {rules.family} family mixes prefill and decode in "
+                                      "one step: FastEngine runs batch-shaped families only")
         cost = engine_cost(spec)  # speculative decoding: a per-engine SpeculativeCost
         self.cost: LinearInK = cost
-        # speculative decoding's hooks (None when off): the plain cost (the gain's counterfactual)
-        # and, with "siblings" acceptance, the cost whose batch p the engine sets
-        sp = spec.speculative
-        self.plain = spec.cost if sp is not None else None
-        self.sib: SpeculativeCost | None = (
-            cost if isinstance(cost, SpeculativeCost) and sp is not None and sp.by_siblings
-            else None)
+        self.speculative: SpeculativeHooks | None = speculative_hooks(spec, cost)  # None: off
         self.kv_capacity = spec.kv_capacity
         self.max_running = spec.max_running
         self.name = name
@@ -96,10 +94,7 @@ class FastEngine(EngineFace):
         # the heaps hold `request.heap_key`s: one int per entry, ordered as the pair it packs
         # (`key_heap`: unboxed and sifted natively in the compiled build, heapq in pure Python)
         self._finish: VecKeyHeap = new_key_heap()  # (iteration at which it ends, rid)
-        self._stale = 0  # entries of retracted requests left in `_finish` (never its head)
-        self._victims: VecKeyHeap | None = None  # (base, RID_MASK - rid), from a retraction on
-        self._base_sum = 0  # sum of `base` over the running requests (SGLang's re-estimate)
-        self._max_new_sum = 0  # sum of `max_new` over them
+        self.retraction = RetractionIndex(rules)
         self.it = 0  # decode iterations done (global counter)
         self.t = 0.0  # time of the current boundary
         self.kv = 0  # KV tokens held by running + prefilling requests
@@ -112,17 +107,12 @@ class FastEngine(EngineFace):
         self.tokens = 0
         self.kv_peak = 0
         self.stats = EngineStats()
-        self.open_room = 0  # chunked prefill: tokens free in the pass the last batch left open
         self.chunk = spec.prefill_chunk
         self.pf = PrefillBatch()
-        self.ratio = NewTokenRatio(self.rules)
-        self.sglang = spec.sglang_ratio
-        self.decay = spec.new_token_ratio_decay
-        self.clip = spec.clip_max_new_tokens
-        self.clipped = ClippedReserve(self.clip, self.running) if self.clip else None
+        self.clipped = ClippedReserve(rules.clip, self.running) if rules.clip else None
         self.share = spec.shares_prefixes
         self.prefixes = PrefixRefs()
-        self.cache = PrefixCache(spec.prefix_cache_block) if spec.retains_prefixes else None
+        self.cache = PrefixCache(rules.cache_block) if spec.retains_prefixes else None
         self._freed: list[int] = []  # prompts freed at this event (for the retained cache)
 
     # ---------------------------------------------------------------- public API
@@ -149,9 +139,9 @@ class FastEngine(EngineFace):
 
     def submit(self, reqs: list[Request], now: float) -> None:
         """Queue requests arriving at `now`; they are considered at the first boundary >= now."""
-        check_requests(reqs, self.spec.kv_capacity)
-        if self.sib is not None:
-            self.sib.submitted(reqs)
+        check_requests(reqs, self.kv_capacity)
+        if self.speculative is not None:
+            self.speculative.submitted(reqs)
         enqueue(self.waiting, reqs)
         if self.phase == IDLE:
             self.t = max(self.t, now)
@@ -173,8 +163,8 @@ class FastEngine(EngineFace):
             self.stats.iterations += m
             if self.clipped is not None:
                 self.clipped.it += m  # ClippedReserve.advance(m)
-            if self.plain is not None:
-                self._count_speculative(m, b)
+            if self.speculative is not None:
+                self.stats.spec_s += self.speculative.saving(m, b, self.kv)
             mb = m * b
             self.kv += mb
             self.reserve -= mb
@@ -188,8 +178,8 @@ class FastEngine(EngineFace):
             done = self._end_prefill()
         else:
             done = []
-        if self.sib is not None and done:
-            self.sib.finished(done)
+        if self.speculative is not None and done:
+            self.speculative.finished(done)
         self.phase = IDLE
         self._plan()
         return done
@@ -211,8 +201,8 @@ class FastEngine(EngineFace):
                              {r.prefix for r in self.running.values() if r.shared})
         for r in [*self.running.values(), *self.pf.reqs, *self.waiting]:
             out.append(Completion(r.rid, r.gen, "abort", now))
-        if self.sib is not None:
-            self.sib.finished(out)  # the aborted leave; those finished were counted already
+        if self.speculative is not None:
+            self.speculative.finished(out)  # the aborted leave; those finished were counted
         self._empty()
         return out
 
@@ -268,7 +258,7 @@ class FastEngine(EngineFace):
         if self.phase == PREFILL:
             self._unplan()  # the whole batch is redone, all its passes (chunked prefill)
         self.phase = IDLE
-        self.open_room = 0  # after the pause a prefill starts a new pass
+        self.pf.room_next = 0  # after the pause a prefill starts a new pass
         self.t = max(self.t, until)
         self._plan()
         return out
@@ -287,7 +277,8 @@ class FastEngine(EngineFace):
         self.busy_time += pf.time
         self.t = t = self.t + pf.time
         running, finish, it = self.running, self._finish, self.it
-        clipped, victims = self.clipped, self._victims
+        clipped, index = self.clipped, self.retraction
+        victims, sign = index.victims, index.sign
         base_sum = max_new_sum = 0
         self.tokens += len(pf.reqs)  # the prefill emits each request's next token
         self.reserve -= len(pf.reqs)
@@ -310,15 +301,14 @@ class FastEngine(EngineFace):
             if clipped is not None:
                 clipped.add(r, r.max_new - gen)
             finish.push(((r.target_new - base) << RID_BITS) | r.rid)
-            if victims is not None:
-                victims.push((base << RID_BITS) | (RID_MASK - r.rid))
-        self._base_sum += base_sum
-        self._max_new_sum += max_new_sum
+            if victims is not None:  # index.key(r), inline
+                victims.push(((sign * base) << RID_BITS) | (RID_MASK - r.rid))
+        index.base_sum += base_sum
+        index.max_new_sum += max_new_sum
         if victims is not None and len(victims) > 2 * len(running) + 64:
-            self._victims = new_key_heap(
-                [(r.base << RID_BITS) | (RID_MASK - r.rid) for r in running.values()])
+            index.build(running.values())  # more stale entries than live ones
         pf.clear()
-        self.open_room = pf.room_out  # the next plan continues the open pass if it prefills
+        pf.room_next = pf.room_out  # the next plan continues the open pass if it prefills
         if cache is not None and left:
             self._cache_leave(left)
         return done
@@ -330,7 +320,8 @@ class FastEngine(EngineFace):
         limit = (it + 1) << RID_BITS  # entries below it end by iteration `it`
         if not heap.below(limit):
             return []
-        if self._stale:
+        index = self.retraction
+        if index.stale:
             return self._pop_finished_checked()
         done = []
         pop_running, t, clipped = self._pop_running, self.t, self.clipped
@@ -354,8 +345,8 @@ class FastEngine(EngineFace):
             reserve += max_new - gen
             done.append(Completion(rid, gen, "length" if gen == max_new else "stop", t))
         self.kv -= freed
-        self._base_sum -= base_sum
-        self._max_new_sum -= max_new_sum
+        index.base_sum -= base_sum
+        index.max_new_sum -= max_new_sum
         self.reserve -= reserve
         self.hold = False
         if cache is not None:
@@ -392,44 +383,31 @@ class FastEngine(EngineFace):
                 left.append(r)
             done.append(Completion(rid, gen, "length" if gen == max_new else "stop", t))
         self.kv -= freed
-        self._base_sum -= base_sum
-        self._max_new_sum -= max_new_sum
+        index = self.retraction
+        index.base_sum -= base_sum
+        index.max_new_sum -= max_new_sum
         self.reserve -= reserve
-        self._stale -= skipped
-        self._drop_stale_head()
+        index.stale -= skipped
+        index.drop_stale_head(heap, running)
         self.hold = False
         if cache is not None:
             self._cache_leave(left)
         return done
-
-    def _drop_stale_head(self) -> None:
-        """Pop the entries of retracted requests off the top of `_finish`, so that its head is
-        the first running request to finish (what `_plan` reads)."""
-        heap, running = self._finish, self.running
-        while self._stale and len(heap):
-            key = heap.top()
-            r = running.get(key & RID_MASK)
-            if r is not None and r.target_new - r.base == key >> RID_BITS:
-                return
-            heap.pop_min()
-            self._stale -= 1
 
     def _empty(self) -> None:
         """After an abort: nothing queued, prefilling or running; every component reset."""
         self.running.clear()
         self.waiting.clear()
         self._finish.clear()
-        self._stale = 0
-        self._victims = None
-        self._base_sum = self._max_new_sum = 0
+        self.retraction.clear()
         self.pf.clear()
         self.kv = self.reserve = 0
         self.prefixes.clear()
         if self.clipped is not None:
             self.clipped.clear(self.it)
         self.hold = False
-        self.open_room = 0
-        self.ratio.reset(self.it)
+        self.pf.room_next = 0
+        self.rules.reset(self.it)
         self.phase, self.n, self.t_event = IDLE, 0, INF
 
     def _pass_in_flight_end(self, now: float) -> float | None:
@@ -463,8 +441,8 @@ class FastEngine(EngineFace):
             return
         b = len(self.running)
         dur = self.cost.decode_span(m, b, self.kv)
-        if self.plain is not None:
-            self.stats.spec_s += dur - self.plain.decode_span(m, b, self.kv)
+        if self.speculative is not None:
+            self.stats.spec_s += dur - self.speculative.plain.decode_span(m, b, self.kv)
         self.t += dur
         self.busy_time += dur
         self.it += m
@@ -478,11 +456,6 @@ class FastEngine(EngineFace):
             self.kv_peak = self.kv
         if self.cache is not None:
             self.cache.fit(self.kv_capacity - self.kv, self.stats)
-
-    def _count_speculative(self, m: int, b: int) -> None:
-        """A decode span of m steps ends: what speculative decoding saved (or cost) on it."""
-        span = self.cost.decode_span(m, b, self.kv)
-        self.stats.spec_s += span - self.plain.decode_span(m, b, self.kv)  # type: ignore[union-attr]
 
     def _cache_leave(self, left: list[Request]) -> None:
         """Requests left at one event: their runs (and the prompts freed with them) are kept."""
@@ -498,26 +471,20 @@ class FastEngine(EngineFace):
                 self._freed.append(r.prefix)
 
     def _retract_until_fits(self) -> None:
-        """Evict the requests with the fewest generated tokens (latest rid on ties) until the
-        next iteration fits, requeue them (`retract_to`), then raise the ratio (SGLang) or hold
-        admission (older rule). O(log n) per eviction: from the first retraction on, the engine
-        keeps a heap of the running requests by (base, -rid) (`_victims`, stale entries skipped),
-        since a KV-bound engine with a long queue retracts about once per three requests."""
-        running, cap, spec = self.running, self.spec.kv_capacity, self.spec
-        heap = self._victims
-        if heap is None:
-            heap = self._victims = new_key_heap(
-                [(r.base << RID_BITS) | (RID_MASK - r.rid) for r in running.values()])
+        """Evict running requests in the family's order until the next iteration fits, requeue
+        them (`Rules.requeue`), then let the family re-estimate (SGLang's ratio) or hold
+        admission until a request finishes (`Rules.retracted`). O(log n) per eviction: from the
+        first retraction on, the engine keeps its victims in a heap (`RetractionIndex`), since a
+        KV-bound engine with a long queue retracts about once per three requests."""
+        running, cap, index = self.running, self.kv_capacity, self.retraction
+        if index.victims is None:
+            index.build(running.values())
         victims = []
         while running and self.kv + len(running) > cap:
-            key = heap.pop_min()
-            base = key >> RID_BITS
-            r = running.get(RID_MASK - (key & RID_MASK))
-            if r is None or r.base != base:
-                continue  # it finished or was retracted since
+            r = index.pop_victim(running)
             del running[r.rid]
-            self._base_sum -= base
-            self._max_new_sum -= r.max_new
+            index.base_sum -= r.base
+            index.max_new_sum -= r.max_new
             if self.clipped is not None:
                 self.clipped.drop(r)
             r.gen = r.base + self.it
@@ -531,15 +498,13 @@ class FastEngine(EngineFace):
             victims.append(r)
         if self.cache is not None:
             self._cache_leave(victims)
-        requeue(self.waiting, victims, head=spec.retract_to != "tail")
-        if self.sglang:  # re-estimated over the requests left
-            it = self.it
-            self.ratio.re_estimate(
-                it, self._base_sum + it * len(running), self._max_new_sum, len(running))
-        else:
+        rules, it = self.rules, self.it
+        rules.requeue(self.waiting, victims)
+        if rules.retracted(it, index.base_sum + it * len(running), index.max_new_sum,
+                           len(running)):
             self.hold = True
-        self._stale += len(victims)  # their `_finish` entries stay until popped
-        self._drop_stale_head()
+        index.stale += len(victims)  # their `_finish` entries stay until popped
+        index.drop_stale_head(self._finish, running)
 
     def _reserve_after(self, m: int) -> int:
         """The running requests' remaining max_new as admission counts it (clipped), after m
@@ -548,25 +513,21 @@ class FastEngine(EngineFace):
             return self.reserve - m * len(self.running)
         return self.clipped.sum_after(m)
 
-    def _ratio_after(self, m: int) -> float:
-        """The new-token ratio at the boundary m decode iterations from now."""
-        return self.ratio.at(self.it + m)
-
     # ---------------------------------------------------------------- planning
     def _plan(self) -> None:
         """At a boundary: start a prefill batch (`_plan_prefill`) if the queue head is admitted,
         else decode the running batch up to the next event (the first finish, the KV cache full,
-        or, under the decaying ratio with a queue, the first boundary at which the head may be
-        admitted: `_admission_cut`), else go idle. The decode plan is inline: the hot path."""
+        or, with a queue, where the family says the batch may change: `Rules.stretch`), else go
+        idle. The decode plan is inline: the hot path."""
         pf = self.pf
-        pf.room_in = self.open_room  # consumed by this plan (restored by `_unplan`)
-        self.open_room = 0
+        pf.room_in = pf.room_next  # consumed by this plan (restored by `_unplan`)
+        pf.room_next = 0
         if self.waiting and not self.hold and len(self.running) < self.max_running \
                 and self._plan_prefill():
             return
         running = self.running
         if not running:
-            self.ratio.reset(self.it)  # idle: SGLang resets it
+            self.rules.reset(self.it)  # idle: SGLang resets its ratio
             self.phase, self.n, self.t_event = IDLE, 0, INF
             return
         cap = self.kv_capacity
@@ -575,17 +536,18 @@ class FastEngine(EngineFace):
         if self.kv + b > cap:
             self._retract_until_fits()
             b = len(running)
-            retracted = self.sglang
-        if self.sib is not None:  # the batch's acceptance, fixed until the next plan
-            self.sib.set_batch(running.values())
+            retracted = not self.hold
+        if self.speculative is not None:  # the batch's acceptance, fixed until the next plan
+            self.speculative.set_batch(running.values())
         n_fin = (self._finish.top() >> RID_BITS) - self.it
         n_kv = (cap - self.kv) // b
         n = n_fin if n_fin < n_kv else n_kv
         n = n if n > 1 else 1
         if retracted:
             n = 1  # nothing holds admission: re-plan after one step (retractions are rare)
-        elif self.decay and self.waiting and n > 1:
-            cut = self._admission_cut(1, n)
+        elif self.waiting and n > 1:
+            cut = self.rules.stretch(1, n, b, self.kv, self.reserve, self.clipped, self.it,
+                                     self.waiting[0], self.prefixes)
             if cut is not None:
                 n = cut
                 self.stats.ratio_cuts += 1
@@ -595,19 +557,16 @@ class FastEngine(EngineFace):
 
     def _plan_prefill(self) -> bool:
         """Start a prefill batch if the queue head is admitted now; False if it is not."""
-        running, pf = self.running, self.pf
+        running, pf, rules = self.running, self.pf, self.rules
         clipped = self.clipped
         reserve = self.reserve if clipped is None else clipped.sum_after(0)
-        nr = self.ratio  # nr.at(self.it), one call fewer (asked at every plan with a queue)
-        ratio = ratio_at(self.rules, nr.base, self.it - nr.it0)
         refs = self.prefixes
         # the head refused, the usual answer while KV binds: asked first, so that no batch list
-        # and no result tuple is built for it (select_prefill_batch asks the same first)
-        if not can_admit_head(self.rules, self.waiting, len(running), self.kv, reserve, ratio, 0,
-                              refs):
+        # and no result tuple is built for it (select_batch asks the same first)
+        if not rules.admits_head(self.waiting, len(running), self.kv, reserve, self.it, 0, refs):
             return False
-        reqs, tokens, sq, added, moved, capped = select_prefill_batch(
-            self.rules, self.waiting, len(running), self.kv, reserve, ratio, refs
+        reqs, tokens, sq, added, moved, capped = rules.select_batch(
+            self.waiting, len(running), self.kv, reserve, self.it, refs
         )
         pf.reqs = reqs
         stamp_started(pf.reqs, self.t)
@@ -639,65 +598,6 @@ class FastEngine(EngineFace):
         self.t_event = self.t + dur
         return True
 
-    def _admission_cut(self, lo: int, hi: int) -> int | None:
-        """A boundary m in [lo, hi] (iterations into the current decode plan, lo >= 1) no later
-        than the first at which the queue head may be admitted under the decaying ratio, or None
-        when it cannot be admitted at any of them. The caller knows it is not admitted at lo - 1.
-
-        With the running batch fixed, admission at m needs (SGLang rule, see `admission`)
-        f(m) = need + head + kv + b*m - cap + r(m)*S(m) <= 0, and the decode after the prefill
-        to fit (kv + b*m + need + b + 1 <= cap, false from some m on). r(m) >= r_a - d*m and
-        S(m) >= S0 - b*m (each clipped remainder drops by at most one a step), so f(m) >= q(m),
-        a convex quadratic: the span ends at (just below) its first root, a boundary at which
-        the engine re-plans exactly. Once the ratio sits at its floor, f never decreases (the
-        batch grows by b a step, the estimate falls by at most r*b), so later boundaries need no
-        check; where the S bound would turn negative the span is cut too (clipped requests only).
-        """
-        spec, running = self.rules, self.running
-        b = len(running)
-        if b >= self.max_running:
-            return None
-        r = self.waiting[0]
-        need = r.input_len + r.gen
-        if r.shared and r.prefix not in self.prefixes:
-            need += r.shared
-        cap = self.kv_capacity
-        m1 = (cap - self.kv - need - b - 1) // b  # the last m at which the decode after fits
-        hi = min(hi, m1)
-        if hi < lo:
-            return None
-        d, rmin, base = self.decay, spec.min_new_token_ratio, self.ratio.base
-        if base <= rmin:
-            return None  # the ratio never falls below where it is
-        s0 = self.it - self.ratio.it0
-        hi = min(hi, int((base - rmin) / d) - s0 + 2)  # past the floor: nothing new to admit
-        if hi < lo:
-            return None
-        rem = r.max_new - r.gen
-        head = rem if not self.clip or rem < self.clip else self.clip
-        S0 = self._reserve_after(0)
-        m_s = S0 // b  # S0 - b*m stays >= 0 up to here
-        fallback = None
-        if m_s < hi:
-            if m_s < lo:
-                return lo
-            hi, fallback = m_s, m_s
-        ra = base - d * s0
-        k0 = need + head + self.kv - cap
-        qa = d * b
-        qb = b - ra * b - d * S0
-        qc = k0 + ra * S0
-        tol = 1e-9 * cap
-        if qa * lo * lo + qb * lo + qc <= tol:
-            return lo
-        vertex = -qb / (2 * qa)
-        disc = qb * qb - 4 * qa * qc
-        if vertex <= lo or disc < -tol * qa:
-            return fallback
-        root = (-qb - math.sqrt(max(disc, 0.0))) / (2 * qa)
-        m = max(lo, int(root) - 1)
-        return m if m <= hi else fallback
-
     def _unplan(self) -> None:
         """Undo a plan that has not progressed (it starts at the current boundary)."""
         if self.phase == PREFILL:
@@ -709,7 +609,7 @@ class FastEngine(EngineFace):
             self.reserve -= sum(r.max_new - r.gen for r in pf.reqs)
             self.waiting.extendleft(reversed(pf.reqs))
             pf.clear()
-        self.open_room = self.pf.room_in
+        self.pf.room_next = self.pf.room_in
         self.phase, self.n, self.t_event = IDLE, 0, INF
 
     def _iterations_within(self, dt: float) -> int:
@@ -718,20 +618,21 @@ class FastEngine(EngineFace):
 
     def _cut_decode_for_admission(self, now: float) -> None:
         """A newcomer is admitted at the first boundary >= now if the queue head fits there (or,
-        under SGLang's decaying ratio, at a later boundary: the span is cut before it)."""
+        where the family says the batch may change later, e.g. under SGLang's decaying ratio, at
+        a later boundary: the span is cut before it)."""
         m = self._iterations_within(now - self.t)
         b = len(self.running)
         if self.t + self.cost.decode_span(m, b, self.kv) < now:
             m += 1  # the boundary at or after `now`
         if m >= self.n:
             return
-        if not can_admit_head(
-            self.rules, self.waiting, b, self.kv + m * b, self._reserve_after(m),
-            self._ratio_after(m), 0, self.prefixes,
-        ):
-            if not self.decay or m + 1 >= self.n:
+        rules = self.rules
+        if not rules.admits_head(self.waiting, b, self.kv + m * b, self._reserve_after(m),
+                                 self.it + m, 0, self.prefixes):
+            if m + 1 >= self.n:
                 return
-            cut = self._admission_cut(m + 1, self.n - 1)
+            cut = rules.stretch(m + 1, self.n - 1, b, self.kv, self.reserve, self.clipped,
+                                self.it, self.waiting[0], self.prefixes)
             if cut is None:
                 return
             m = cut

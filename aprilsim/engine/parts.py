@@ -1,10 +1,11 @@
 """Small state components of a simulated engine, each with one job and its own reset.
 
 `EngineStats` holds the counters tests and reports read (so two engines' statistics compare with
-one `==`); `PrefillBatch` the batch being prefilled and what it costs; `NewTokenRatio` SGLang's
-decaying admission ratio; `PrefixRefs` the shared prompt prefixes an engine holds (radix cache
-within a group); `PrefixCache` the token runs kept after their last request left (radix cache
-past a request's life: `prefix_cache = "lru"`). `EngineFace` is the read-only public block both engines expose to the runtime.
+one `==`); `PrefillBatch` the batch being prefilled, what it costs and the chunked-prefill pass it
+leaves open; `PrefixRefs` the shared prompt prefixes an engine holds (radix cache within a group;
+`prefill_pieces` prices a batch over them); `PrefixCache` the token runs kept after their last
+request left (radix cache past a request's life: `prefix_cache = "lru"`). `EngineFace` is the
+read-only public block both engines expose to the runtime.
 """
 
 from __future__ import annotations
@@ -15,11 +16,9 @@ from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
-from aprilsim.engine.admission import ratio_after_retraction, ratio_at
 from aprilsim.native import mypyc_attr
 
 if TYPE_CHECKING:
-    from aprilsim.engine.admission import Rules
     from aprilsim.engine.request import Request
 
 # an engine's phase: nothing planned, a prefill batch, a decode span (Final: the compiled build
@@ -92,8 +91,10 @@ class PrefillBatch:
     """The prefill batch in progress (empty between batches) and the open chunked-prefill pass.
 
     `room_in` is the room of the open pass the current plan started from (restored by an unplan),
-    `room_out` the room this batch leaves open when the token budget ended it; `pieces` the tokens
-    each request computes and the cached prefix each attends to (what an abort mid-batch walks).
+    `room_out` the room this batch leaves open when the token budget ended it, `room_next` the
+    room the next plan starts from (the last batch's `room_out` once it ended; 0 after a pause);
+    `pieces` the tokens each request computes and the cached prefix each attends to (what an
+    abort mid-batch walks).
     """
 
     reqs: list[Request] = field(default_factory=list)
@@ -102,6 +103,7 @@ class PrefillBatch:
     passes: int = 1
     room_in: int = 0
     room_out: int = 0
+    room_next: int = 0
     hits: int = 0
     moved: int = 0  # migrated KV tokens the batch holds without computing them
     pieces: tuple[list[int], list[int]] = field(default_factory=lambda: ([], []))
@@ -115,32 +117,29 @@ class PrefillBatch:
         self.got = None
 
 
-@dataclass(slots=True)
-class NewTokenRatio:
-    """SGLang's new-token ratio: `base` set at decode iteration `it0` (a reset or a retraction's
-    re-estimate), decaying per step from there (`admission.ratio_at`). `spec` is an `EngineSpec`
-    or its `AdmissionRules` (the fast engine's: no property calls)."""
-
-    spec: Rules
-    base: float = 0.0
-    it0: int = 0
-
-    def __post_init__(self) -> None:
-        self.base = self.spec.new_token_ratio
-
-    def at(self, it: int) -> float:
-        """The ratio at decode iteration `it`."""
-        return ratio_at(self.spec, self.base, it - self.it0)
-
-    def reset(self, it: int) -> None:
-        """Back to the initial ratio (the engine went idle, or was aborted) at iteration `it`."""
-        self.base, self.it0 = self.spec.new_token_ratio, it
-
-    def re_estimate(self, it: int, gen_sum: int, max_new_sum: int, n: int) -> None:
-        """After a retraction at iteration `it`: SGLang's estimate over the requests left; the
-        step that retracted does not decay it."""
-        self.base = ratio_after_retraction(self.spec, gen_sum, max_new_sum, n)
-        self.it0 = it + 1
+def prefill_pieces(batch: list[Request],
+                   resident: Container[int] = ()) -> tuple[list[int], list[int]]:
+    """Per request of a prefill batch, in order: (tokens it computes, tokens of its prefix already
+    held). The first request of a group whose prefix is not yet `resident` computes the prefix
+    too; the later ones compute their own tokens only, over a cached prefix they attend to. A
+    request with migrated KV computes the rest of its input over it."""
+    lens: list[int] = []
+    cached: list[int] = []
+    have: set[int] = set()
+    for r in batch:
+        n = r.input_len + r.gen
+        s = r.shared
+        if s and r.prefix not in resident and r.prefix not in have:
+            have.add(r.prefix)
+            lens.append(n + s)
+            cached.append(0)
+        elif r.migrated:
+            lens.append(n - r.migrated)
+            cached.append(r.migrated)
+        else:
+            lens.append(n)
+            cached.append(s)
+    return lens, cached
 
 
 class PrefixRefs(dict):
@@ -166,7 +165,7 @@ class PrefixRefs(dict):
 @dataclass(slots=True)
 class CacheLookup:
     """What a prefill batch gets from the retained cache (`PrefixCache.lookup`): per request the
-    tokens it computes and the cached tokens it attends to (`admission.prefill_pieces`' form),
+    tokens it computes and the cached tokens it attends to (`prefill_pieces`' form),
     the runs it takes and what that saves."""
 
     lens: list[int]
@@ -254,7 +253,7 @@ class PrefixCache:
 
     def lookup(self, batch: list[Request], resident: Container[int]) -> CacheLookup:
         """Price a prefill batch over what is live (`resident` prompts) and kept: as
-        `admission.prefill_pieces`, but a prompt neither live nor brought earlier in the batch
+        `prefill_pieces`, but a prompt neither live nor brought earlier in the batch
         comes from the cache when kept there, and a request's own run covers its input but the
         last token (SGLang always computes one); with blocks, only whole blocks of what a
         request matched serve it (`block_served`). Takes nothing yet (`commit`)."""

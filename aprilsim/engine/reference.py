@@ -1,12 +1,13 @@
 """The per-iteration reference engine: the obviously-correct oracle for `FastEngine`.
 
-It applies the same admission and retraction rules but advances one decode iteration per event,
+Each iteration's plan is its family's (`Rules.plan_step`: which requests are prefilled, which
+are preempted, or a decode); the engine prices and runs it, one decode iteration per event,
 summing iteration times one by one, and recounts the KV cache from the requests at every use. A
 prefill emits each request's next token (SGLang); a running request holds input_len + gen - 1 KV
-tokens, a request being prefilled input_len + gen. It is slow on purpose; tests and benchmarks check that the fast
-engine reproduces its completion times and token counts. With chunked prefill it prices a prefill
-batch pass by pass over its requests' pieces (`cost.chunked_prefill_time`), where the fast engine
-uses the closed form.
+tokens, a request being prefilled input_len + gen. It is slow on purpose; tests and benchmarks
+check that the fast engine, asking the same rules, reproduces its completion times and token
+counts. With chunked prefill it prices a prefill batch pass by pass over its requests' pieces
+(`cost.chunked_prefill_time`), where the fast engine uses the closed form.
 """
 
 from __future__ import annotations
@@ -14,17 +15,8 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from aprilsim.engine.admission import (
-    can_admit_head,
-    clipped,
-    enqueue,
-    prefill_pieces,
-    ratio_after_retraction,
-    ratio_at,
-    requeue,
-    select_prefill_batch,
-)
 from aprilsim.engine.cost import EngineSpec, chunked_prefill_time, pass_ends
+from aprilsim.engine.families.protocol import Rules, Step
 from aprilsim.engine.parts import (
     DECODE,
     IDLE,
@@ -33,22 +25,25 @@ from aprilsim.engine.parts import (
     EngineFace,
     EngineStats,
     PrefixCache,
+    prefill_pieces,
     stamp_started,
 )
 from aprilsim.engine.request import Completion, Request, check_requests
-from aprilsim.engine.speculative import engine_cost
+from aprilsim.engine.speculative import SpeculativeHooks, engine_cost, speculative_hooks
+from aprilsim.engine.waiting import enqueue
 
 INF = math.inf
 
 
 class ReferenceEngine(EngineFace):
-    """Same public API as FastEngine; one event per decode iteration."""
+    """Same public API as FastEngine; one event per decode iteration. `rules`: the family's for
+    this engine (default: `spec.family.rules(spec)`)."""
 
-    def __init__(self, spec: EngineSpec, name: int = 0) -> None:
+    def __init__(self, spec: EngineSpec, name: int = 0, rules: Rules | None = None) -> None:
         self.spec = spec
+        self.rules = rules if rules is not None else spec.family.rules(spec)
         self.cost = engine_cost(spec)  # speculative decoding: one token per request per step
-        self.plain = spec.cost if spec.speculative is not None else None
-        self.sib = self.cost if self.plain is not None and spec.speculative.by_siblings else None
+        self.speculative: SpeculativeHooks | None = speculative_hooks(spec, self.cost)
         self.name = name
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # in admission order
@@ -64,12 +59,10 @@ class ReferenceEngine(EngineFace):
         self.tokens = 0
         self.kv_peak = 0
         self.stats = EngineStats()  # the counters, compared with FastEngine's by tests
-        self.ratio_base = spec.new_token_ratio  # the new-token ratio when last set
-        self.ratio_steps = 0  # decode steps since then (-1 right after a retraction)
         # chunked prefill: tokens free in the open last pass of a batch the token budget ended
         self.room = self.room_in = self.batch_room = 0
         self.batch_passes = 1  # forward passes the prefill batch in progress starts
-        self.cache = PrefixCache(spec.prefix_cache_block) if spec.retains_prefixes else None
+        self.cache = PrefixCache(self.rules.cache_block) if spec.retains_prefixes else None
         self.batch_got: CacheLookup | None = None  # what the batch takes from the cache
 
     @property
@@ -82,7 +75,12 @@ class ReferenceEngine(EngineFace):
     @property
     def reserve(self) -> int:
         """Remaining max_new of the running requests as admission counts it (clipped)."""
-        return sum(clipped(self.spec, r.max_new - r.gen) for r in [*self.running, *self.batch])
+        return sum(self.rules.reserve_of(r.max_new - r.gen) for r in [*self.running, *self.batch])
+
+    @property
+    def it(self) -> int:
+        """Decode iterations done (the clock of the family's per-step state)."""
+        return self.stats.iterations
 
     def prefilling(self) -> list[Request]:
         """The requests of the prefill batch in progress."""
@@ -101,8 +99,8 @@ class ReferenceEngine(EngineFace):
 
     def submit(self, reqs: list[Request], now: float) -> None:
         check_requests(reqs, self.spec.kv_capacity)
-        if self.sib is not None:
-            self.sib.submitted(reqs)
+        if self.speculative is not None:
+            self.speculative.submitted(reqs)
         enqueue(self.waiting, reqs)
         if self.phase == IDLE:
             self.t = max(self.t, now)
@@ -145,12 +143,11 @@ class ReferenceEngine(EngineFace):
             self.room = self.batch_room
         elif self.phase == DECODE:
             self.busy_time += self.t_event - self.t
-            if self.plain is not None:  # what this step would cost without speculative decoding
-                self.stats.spec_s += self.t_event - self.t - self.plain.decode_time(
+            if self.speculative is not None:  # what this step costs without speculative decoding
+                self.stats.spec_s += self.t_event - self.t - self.speculative.plain.decode_time(
                     len(self.running), self.kv)
             self.t = self.t_event
             self.stats.iterations += 1
-            self.ratio_steps += 1
             self.tokens += len(self.running)
             for r in self.running:
                 r.gen += 1
@@ -170,8 +167,8 @@ class ReferenceEngine(EngineFace):
             if len(done) > 1:  # the fast engine's order (its finish heap): by request id, so
                 done.sort(key=lambda c: c.rid)  # schedulers hear simultaneous ends alike
             self._count_freed_prefixes(left)
-        if self.sib is not None and done:
-            self.sib.finished(done)
+        if self.speculative is not None and done:
+            self.speculative.finished(done)
         self.phase = IDLE
         self._plan()
         return done
@@ -187,13 +184,13 @@ class ReferenceEngine(EngineFace):
             self.cache.leave(self.running, {r.prefix for r in self.running if r.shared})
         for r in [*self.running, *self.batch, *self.waiting]:
             out.append(Completion(r.rid, r.gen, "abort", now))
-        if self.sib is not None:
-            self.sib.finished(out)
+        if self.speculative is not None:
+            self.speculative.finished(out)
         self.running, self.batch = [], []
         self.waiting.clear()
         self.hold = False
         self.room = 0
-        self.ratio_base, self.ratio_steps = self.spec.new_token_ratio, 0
+        self.rules.reset(self.it)
         self.phase, self.t_event = IDLE, INF
         return out
 
@@ -256,69 +253,63 @@ class ReferenceEngine(EngineFace):
             self.cache.leave(left, gone)
 
     def _plan(self) -> None:
-        spec = self.spec
-        kv, reserve = self.kv, self.reserve
-        ratio = ratio_at(spec, self.ratio_base, self.ratio_steps)
-        room = self.room_in = self.room
+        """Ask the family for the next iteration (`Rules.plan_step`) and start it."""
+        self.room_in = self.room
         self.room = 0
+        step = self.rules.plan_step(self)
+        if step.kind == PREFILL:
+            self._start_prefill(step)
+        elif step.kind == DECODE:
+            self._start_decode(step)
+        elif step.kind == IDLE:
+            self.phase, self.t_event = IDLE, INF
+        else:
+            raise NotImplementedError(f"the {self.rules.family} family planned a step of kind "
+                                      f"{step.kind}: this engine runs prefill and decode steps")
+
+    def _start_prefill(self, step: Step) -> None:
+        """A prefill batch starts: priced pass by pass over its requests' pieces."""
+        kv = self.kv  # held before it
+        self.batch, capped = step.batch, step.capped
+        stamp_started(self.batch, self.t)
         resident = {r.prefix for r in self.running if r.shared}
-        if not self.hold and can_admit_head(spec, self.waiting, len(self.running), kv, reserve,
-                                            ratio, 0, resident):
-            self.batch, *_, capped = select_prefill_batch(
-                spec, self.waiting, len(self.running), kv, reserve, ratio, resident
-            )
-            stamp_started(self.batch, self.t)
-            # recounted: the oracle trusts no shortcut
-            if self.cache is not None:
-                got = self.batch_got = self.cache.lookup(self.batch, resident)
-                lens, cached = self.batch_pieces = got.lens, got.cached
-            else:
-                lens, cached = self.batch_pieces = prefill_pieces(self.batch, resident)
-            tokens = self.batch_tokens = sum(lens)
-            self.batch_hits = 0
-            for r in self.batch:  # admitted onto a prefix already held (or brought just before)
-                if r.shared:
-                    self.batch_hits += r.prefix in resident
-                    resident.add(r.prefix)
-            saved = self.batch_got.saved if self.cache is not None else 0  # type: ignore[union-attr]
-            moved = sum(r.migrated for r in self.batch)  # migrated KV: held, never with a cache
-            self.kv_peak = max(self.kv_peak, kv + tokens + saved + moved)  # cached tokens are live KV too
-            self.phase = PREFILL
-            dur, self.batch_passes, left = chunked_prefill_time(
-                self.cost, lens, spec.prefill_chunk, room, cached
-            )
-            self.batch_room = left if capped else 0
-            self.t_event = self.t + dur
-            return
-        if self.running:
-            victims = []
-            while self.kv + len(self.running) > spec.kv_capacity:
-                victim = min(self.running, key=lambda r: (r.gen, -r.rid))
-                self.running.remove(victim)
-                victim.retractions += 1
-                victim.migrated = 0  # its migrated KV goes too: re-admission recomputes it
-                self.stats.retractions += 1
-                victims.append(victim)
-            if victims:
-                self._count_freed_prefixes(victims)
-                requeue(self.waiting, victims, head=spec.retract_to != "tail")
-                if spec.sglang_ratio:  # re-estimated; this step does not decay it
-                    self.ratio_base = ratio_after_retraction(
-                        spec,
-                        sum(r.gen for r in self.running),
-                        sum(r.max_new for r in self.running),
-                        len(self.running),
-                    )
-                    self.ratio_steps = -1
-                else:
-                    self.hold = True
-            if self.sib is not None:  # the batch's mean acceptance, this step
-                self.sib.set_batch(self.running)
-            self.phase = DECODE
-            self.t_event = self.t + self.cost.decode_time(len(self.running), self.kv)
-            return
-        self.ratio_base, self.ratio_steps = spec.new_token_ratio, 0  # idle: SGLang resets it
-        self.phase, self.t_event = IDLE, INF
+        # recounted: the oracle trusts no shortcut
+        if self.cache is not None:
+            got = self.batch_got = self.cache.lookup(self.batch, resident)
+            lens, cached = self.batch_pieces = got.lens, got.cached
+        else:
+            lens, cached = self.batch_pieces = prefill_pieces(self.batch, resident)
+        tokens = self.batch_tokens = sum(lens)
+        self.batch_hits = 0
+        for r in self.batch:  # admitted onto a prefix already held (or brought just before)
+            if r.shared:
+                self.batch_hits += r.prefix in resident
+                resident.add(r.prefix)
+        saved = self.batch_got.saved if self.cache is not None else 0  # type: ignore[union-attr]
+        moved = sum(r.migrated for r in self.batch)  # migrated KV: held, never with a cache
+        self.kv_peak = max(self.kv_peak, kv + tokens + saved + moved)  # cached tokens are live KV
+        self.phase = PREFILL
+        dur, self.batch_passes, left = chunked_prefill_time(
+            self.cost, lens, self.spec.prefill_chunk, self.room_in, cached
+        )
+        self.batch_room = left if capped else 0
+        self.t_event = self.t + dur
+
+    def _start_decode(self, step: Step) -> None:
+        """One decode iteration of the running batch starts, after the step's victims left."""
+        victims = step.victims
+        for victim in victims:
+            victim.retractions += 1
+            victim.migrated = 0  # its migrated KV goes too: re-admission recomputes it
+            self.stats.retractions += 1
+        if victims:
+            self._count_freed_prefixes(victims)
+            if step.hold:
+                self.hold = True
+        if self.speculative is not None:  # the batch's mean acceptance, this step
+            self.speculative.set_batch(self.running)
+        self.phase = DECODE
+        self.t_event = self.t + self.cost.decode_time(len(self.running), self.kv)
 
     def _unplan(self) -> None:
         if self.phase == PREFILL:

@@ -45,8 +45,8 @@ from aprilsim.engine.speculative_spec import (
 if TYPE_CHECKING:
     from aprilsim.engine.request import Request
 
-__all__ = ["ACCEPTANCE", "Q", "SpeculativeCost", "SpeculativeSpec", "engine_cost",
-           "fit_acceptance", "tokens_per_step"]
+__all__ = ["ACCEPTANCE", "Q", "SpeculativeCost", "SpeculativeHooks", "SpeculativeSpec",
+           "engine_cost", "fit_acceptance", "speculative_hooks", "tokens_per_step"]
 
 
 class SpeculativeCost(_LinearInK):
@@ -110,10 +110,46 @@ class SpeculativeCost(_LinearInK):
             n += 1
         self.units = total // n if n else spec.p_units(0, 1)
 
-    def forget(self, rids: Iterable[int]) -> None:
-        """Requests aborted: no longer tracked."""
-        for rid in rids:
-            self.groups.pop(rid, None)
+
+class SpeculativeHooks:
+    """What an engine with speculative decoding tells and asks besides its cost model: `plain`,
+    the cost without it (the saving's counterfactual), and with "siblings" acceptance `sib`, the
+    engine's `SpeculativeCost`, told of submissions and finishes and given each decode plan's
+    batch (None otherwise)."""
+
+    __slots__ = ("cost", "plain", "sib")
+
+    def __init__(self, cost: _LinearInK, plain: _LinearInK) -> None:
+        self.cost = cost
+        self.plain = plain
+        self.sib: SpeculativeCost | None = (
+            cost if isinstance(cost, SpeculativeCost) and cost.spec.by_siblings else None)
+
+    def saving(self, m: int, b: int, kv: int) -> float:
+        """Seconds speculative decoding adds to m decode steps of `b` requests from `kv` KV
+        tokens (negative: what it saves)."""
+        return self.cost.decode_span(m, b, kv) - self.plain.decode_span(m, b, kv)
+
+    def submitted(self, reqs: list[Request]) -> None:
+        """Requests queued on the engine."""
+        if self.sib is not None:
+            self.sib.submitted(reqs)
+
+    def finished(self, done: list[Any]) -> None:
+        """Completions at one event."""
+        if self.sib is not None:
+            self.sib.finished(done)
+
+    def set_batch(self, running: Iterable[Request]) -> None:
+        """A decode plan starts over `running`."""
+        if self.sib is not None:
+            self.sib.set_batch(running)
+
+
+def speculative_hooks(spec: Any, cost: _LinearInK) -> SpeculativeHooks | None:
+    """The hooks of an engine of `spec` stepping with `cost` (`engine_cost`), None when
+    speculative decoding is off."""
+    return SpeculativeHooks(cost, spec.cost) if spec.speculative is not None else None
 
 
 def engine_cost(spec: Any) -> _LinearInK:

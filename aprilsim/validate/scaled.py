@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from aprilsim.config import Scenario
-from aprilsim.engine.cost import ABORT_AT_ONCE, CostModel, EngineSpec, TabulatedCost
+from aprilsim.engine.cost import CostModel, EngineSpec, TabulatedCost
+from aprilsim.engine.families import SIMPLE, make_family
 from aprilsim.metrics.records import RunResult
 from aprilsim.metrics.trace import Trace
 from aprilsim.metrics.warmup import clamp_warmup
@@ -33,19 +34,25 @@ def make_policy(scenario: Scenario, spec: str) -> Scheduler:
 
 def matched_engine(cost: CostModel | TabulatedCost, *, max_running: int, kv_capacity: int,
                    max_prefill_tokens: int = 8192, new_token_ratio: float = 1.0,
-                   abort_steps: int = ABORT_AT_ONCE, retract_to: str = "head",
-                   prefix_cache: str = "none", prefix_cache_flush: bool = True,
-                   prefix_cache_block: int = 1, client_overhead_s: float = 0.0) -> EngineSpec:
+                   family: str | None = None, abort_steps: int | None = None,
+                   retract_to: str | None = None, prefix_cache: str = "none",
+                   prefix_cache_flush: bool = True, prefix_cache_block: int | None = None,
+                   client_overhead_s: float = 0.0) -> EngineSpec:
     """The simulated engine of a live replay run: replay requests ignore EOS, so the engine
     reserves their whole remaining length (ratio 1); aborts land, retracted requests re-enter
-    the queue and prefixes stay cached as on the live engine (see EngineSpec); each request
-    reaches its engine `client_overhead_s` after it is sent."""
+    the queue and prefixes stay cached as the live engine's `family` does (`validate`'s
+    `engine_rules`; None: the simple rules, `families.SIMPLE`), its parameters overridden where
+    given; each request reaches its engine `client_overhead_s` after it is sent."""
+    given = {"abort_steps": abort_steps, "retract_to": retract_to,
+             "cache_block": prefix_cache_block}
+    base = {} if family else {f: getattr(SIMPLE, f) for f in given}
+    fam = make_family(family or SIMPLE.name,
+                      **(base | {k: v for k, v in given.items() if v is not None}))
     return EngineSpec(cost=cost, kv_capacity=kv_capacity, max_running=max_running,
                       new_token_ratio=new_token_ratio, max_prefill_tokens=max_prefill_tokens,
-                      tp=1, label="calibrated", source="aprilsim validate", abort_steps=abort_steps,
-                      retract_to=retract_to, prefix_cache=prefix_cache,
-                      prefix_cache_flush=prefix_cache_flush, prefix_cache_block=prefix_cache_block,
-                      client_overhead_s=client_overhead_s)
+                      tp=1, label="calibrated", source="aprilsim validate",
+                      prefix_cache=prefix_cache, prefix_cache_flush=prefix_cache_flush,
+                      client_overhead_s=client_overhead_s, family=fam)
 
 
 def simulate_matched(scenario: Scenario, spec: str, engine: EngineSpec, *, n_engines: int,

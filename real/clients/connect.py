@@ -184,7 +184,7 @@ BUNDLED_VERSION_PREFIX = "aprilsim-torch"  # the bundled engine's server version
 
 
 def engine_family(engine, version: str | None = None) -> str:
-    """The family whose rules an engine follows (``aprilsim.engine.cost.ENGINE_FAMILY_RULES``):
+    """The family whose rules an engine follows (``aprilsim.engine.families``, by name):
     ``"bundled"`` when its server version says so (``python -m real.serve`` behind the SGLang
     client, or in-process), else the client's own ``family`` (``"vllm"``), else ``"sglang"``."""
     if (version or "").startswith(BUNDLED_VERSION_PREFIX):

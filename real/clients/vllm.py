@@ -125,7 +125,7 @@ class VLLMEngine:
     model) when omitted.
     """
 
-    family = "vllm"  # its abort and retraction rules: aprilsim.engine.cost.ENGINE_FAMILY_RULES
+    family = "vllm"  # its rules: aprilsim.engine.families.vllm
 
     def __init__(self, url: str, model: str | None = None, config: VLLMConfig | None = None) -> None:
         self.url = url.rstrip("/")

@@ -1,12 +1,14 @@
 """`aprilsim validate` lands simulated aborts and re-queues retracted requests as the live
-engine family does; the rules are stated once (``ENGINE_FAMILY_RULES``, SGLang's from its
-preset rules ``SGLANG_RULES``)."""
+engine family does; the rules are stated once, by the family objects
+(``aprilsim.engine.families``: SGLang's are its presets' ``SGLANG_RULES["family"]``)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from aprilsim.engine.cost import ENGINE_FAMILY_RULES, PRESETS, SGLANG_RULES
+from aprilsim.engine.cost import PRESETS, SGLANG_RULES
+from aprilsim.engine.families import FAMILIES, make_family
+from aprilsim.validate.scaled import matched_engine
 from real.clients.connect import engine_family, stamped
 from real.clients.sglang import SGLangClient
 from real.clients.vllm import VLLMEngine
@@ -25,26 +27,34 @@ def test_engine_family_from_the_client_and_the_server_version():
 
 
 def test_abort_steps_and_retraction_by_engine_family():
-    assert engine_rules(object(), "aprilsim-torch-0.2") == {"abort_steps": 0, "retract_to": "tail",
-                                                            "prefix_cache": "none"}
-    assert engine_rules(object(), "0.5.23") == {"abort_steps": 1, "retract_to": "tail",
-                                                "prefix_cache": "lru",  # the radix cache,
-                                                "prefix_cache_block": 1}  # token by token
+    assert engine_rules(object(), "aprilsim-torch-0.2") == {
+        "family": "bundled", "retract_to": "tail", "abort_steps": 0, "prefix_cache": "none"}
+    assert engine_rules(object(), "0.5.23") == {
+        "family": "sglang", "retract_to": "tail", "abort_steps": 1,
+        "prefix_cache": "lru",  # the radix cache,
+        "prefix_cache_block": 1}  # token by token
     assert engine_rules(VLLMEngine.__new__(VLLMEngine), None) == {
-        "abort_steps": 0, "retract_to": "head", "prefix_cache": "lru",
+        "family": "vllm", "retract_to": "head", "abort_steps": 0, "prefix_cache": "lru",
         "prefix_cache_block": 16}  # whole KV blocks (vLLM's default block size)
 
 
 def test_sglangs_rules_are_stated_once():
-    """What validate simulates an SGLang engine with is what every SGLang preset runs."""
-    sglang = {k: v for k, v in ENGINE_FAMILY_RULES["sglang"].items()
-              if k not in ("prefix_cache", "prefix_cache_block")}
-    assert sglang == {k: SGLANG_RULES[k] for k in sglang} and set(sglang) == {"abort_steps", "retract_to"}
+    """What validate simulates an SGLang engine with is what every SGLang preset runs, and the
+    matched engine of each family runs that family's rules."""
+    sglang = make_family("sglang")
+    assert SGLANG_RULES["family"] == sglang
     for name, spec in PRESETS.items():
         if spec.sglang_ratio:  # the presets that run SGLang's rules
-            assert {k: getattr(spec, k) for k in sglang} == sglang, name
-    for rules in ENGINE_FAMILY_RULES.values():  # every family's rules make a valid engine
-        assert not replace(PRESETS["qwen3-4b-h100-tp2"], **rules).aborts_at_once
+            assert spec.family == sglang, name
+    for name in FAMILIES:  # every family's rules make a valid engine, its aborts a step late
+        assert not replace(PRESETS["qwen3-4b-h100-tp2"], family=make_family(name)).aborts_at_once
+    for engine, version in ((object(), "0.5.23"), (object(), "aprilsim-torch-0.2"),
+                            (VLLMEngine.__new__(VLLMEngine), None)):
+        limits = engine_rules(engine, version)
+        spec = matched_engine(PRESETS["qwen3-4b-h100-tp2"].cost, max_running=8,
+                              kv_capacity=10_000, **limits)
+        assert spec.family == make_family(limits["family"]), limits
+        assert spec.family.rules(spec).family == limits["family"]
 
 
 def test_the_bundled_engine_runs_sglangs_rules_from_the_same_table():

@@ -1,0 +1,196 @@
+"""Engine families as objects: what differs between SGLang, vLLM and the bundled engine.
+
+A `Family` is what an engine spec names (`EngineSpec.family`, `[cluster] family`): which engine
+codebase's rules, with the few parameters a user may change (frozen: compared and hashed with the
+spec). Each simulated engine gets its own `Rules` from it (`family.rules(spec)`): the answers both
+engines ask for (admission, the KV reserve, preemption, one iteration's plan) and the state those
+answers keep (SGLang's new-token ratio). `FastEngine` and `ReferenceEngine` take the same rules,
+so fast == reference holds for every family. A new family is one module (its `Family` and, when
+its rules differ from an existing family's, its `Rules`) and one `families.register` call.
+
+`Rules` is a base class rather than a `typing.Protocol` for one reason: the compiled build
+(mypyc) calls a method of a native base natively (through its vtable, ~14 ns) and a Protocol's
+through Python's generic call (~90 ns); the fast engine asks its rules at every event. Its
+methods raise until a family defines them; a family written in Python subclasses it like any
+class (it is marked for interpreted subclasses).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Container, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final, Protocol
+
+from aprilsim.engine.parts import DECODE, IDLE, PREFILL
+from aprilsim.native import mypyc_attr
+
+if TYPE_CHECKING:
+    from aprilsim.engine.clipped_reserve import ClippedReserve
+    from aprilsim.engine.cost import EngineSpec
+    from aprilsim.engine.request import Request
+
+ABORT_AT_ONCE: Final = -1  # `abort_steps` of an abort that lands the moment it is sent
+MIXED: Final = 3  # a step kind beside parts' IDLE, PREFILL, DECODE: prefill chunks and decodes
+STEP_KINDS = (IDLE, PREFILL, DECODE, MIXED)
+
+# what `Rules.select_batch` returns: the batch, the input tokens it computes, the sum of their
+# squares per request, its remaining max_new (unclipped), the migrated tokens it holds without
+# computing them, and whether the token budget ended it
+Admitted = tuple[list["Request"], int, int, int, int, bool]
+
+
+class Family(Protocol):
+    """An engine family as a spec names it: a frozen dataclass of the rules' parameters."""
+
+    @property
+    def name(self) -> str:
+        """The family's registered name (`families.FAMILIES`)."""
+        ...
+
+    @property
+    def abort_steps(self) -> int:
+        """When an abort lands: ABORT_AT_ONCE, or k >= 0: after the step in flight and k more
+        decode steps (what the drivers read, through `EngineSpec.abort_steps`)."""
+        ...
+
+    @property
+    def cache_block(self) -> int:
+        """The retained prefix cache's grain: it serves whole blocks of this many tokens."""
+        ...
+
+    @property
+    def live_prefix_cache(self) -> str:
+        """The prefix cache a live server of this family runs by default ("lru" or "none"):
+        what `validate` simulates it with."""
+        ...
+
+    def rules(self, spec: EngineSpec) -> Rules:
+        """Fresh rules for one engine of `spec` (each engine keeps its own state)."""
+        ...
+
+
+@dataclass(slots=True)
+class Step:
+    """One iteration's plan, as a family makes it (`Rules.plan_step`): a prefill batch run as its
+    own step (PREFILL; `capped`: the token budget ended it), a decode of the running batch after
+    `victims` were preempted (DECODE; `hold`: admission waits until a request finishes), a step
+    mixing prefill chunks and decodes under one token budget (MIXED: `chunks[i]` tokens of
+    `batch[i]`), or nothing (IDLE)."""
+
+    kind: int
+    batch: list[Request] = field(default_factory=list)
+    capped: bool = False
+    victims: list[Request] = field(default_factory=list)
+    hold: bool = False
+    chunks: list[int] = field(default_factory=list)
+
+
+class StepView(Protocol):
+    """What a family reads of an engine to plan one iteration (the reference engine)."""
+
+    waiting: deque[Request]
+    running: list[Request]  # in admission order
+    hold: bool  # admission held after a retraction until a request finishes
+
+    @property
+    def kv(self) -> int:
+        """KV tokens held now (running requests, the prefill batch, shared prefixes)."""
+        ...
+
+    @property
+    def reserve(self) -> int:
+        """The running requests' remaining tokens as the KV reserve counts them (`reserve_of`)."""
+        ...
+
+    @property
+    def it(self) -> int:
+        """Decode iterations done (the clock of the family's per-step state)."""
+        ...
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class Rules:
+    """One engine's rules: what differs between engine families, asked by both engines.
+
+    Attributes (set by each family's `__init__`): `family` (its name), `abort_steps` (abort
+    latency), `cache_block` (the prefix cache's grain), `mixed_steps` (prefill and decode share a
+    step under one token budget, vLLM V1; False: a prefill batch runs as its own step before
+    decode, SGLang), `kv_capacity`, `max_running`, `clip` (a running request's remaining tokens
+    count at most this many in the KV reserve; 0: no clip), `fewest_first` (preemption's order:
+    the running request with the fewest generated tokens goes first, SGLang's `retract_decode`;
+    False: the most; the latest request id first among equals, either way).
+
+    Batch-shaped families (`mixed_steps` False) answer the fast engine's questions: admission
+    (`admits_head`, `select_batch`), the reserve (`reserve_of`), how long the running batch
+    stays fixed (`stretch`), preemption (`fewest_first`, `requeue`, `retracted`) and `reset`.
+    Every family plans one iteration for the reference engine (`plan_step`); a mixed family's
+    fast engine steps where `stretch` says the batch is not fixed.
+    """
+
+    family: str
+    abort_steps: int
+    cache_block: int
+    mixed_steps: bool
+    kv_capacity: int
+    max_running: int
+    clip: int
+    fewest_first: bool
+
+    # ------------------------------------------------------------------ admission
+    def admits_head(self, waiting: deque[Request], n_running: int, kv: int, reserve: int,
+                    it: int, batch_reserve: int = 0, resident: Container[int] = ()) -> bool:
+        """Would the head of `waiting` join the next iteration? `n_running` running requests
+        (those already chosen for the batch included) hold `kv` KV tokens and reserve `reserve`
+        (`reserve_of` summed; `batch_reserve` the chosen ones'); `it`: decode iterations done;
+        `resident`: the shared prefixes held."""
+        raise NotImplementedError
+
+    def select_batch(self, waiting: deque[Request], n_running: int, kv: int, reserve: int,
+                     it: int, resident: Container[int] = ()) -> Admitted:
+        """Pop from `waiting` the requests the next prefill batch admits (`Admitted`); an empty
+        batch exactly when `admits_head` refuses the head."""
+        raise NotImplementedError
+
+    def stretch(self, lo: int, hi: int, n_running: int, kv: int, reserve: int,
+                clipped: ClippedReserve | None, it: int, head: Request,
+                resident: Container[int]) -> int | None:
+        """For a running batch fixed at iteration `it` (`kv`, unclipped `reserve` or its
+        `clipped` index) with `head` waiting, refused now: a boundary m in [lo, hi] iterations
+        ahead no later than the first at which the batch may change (the head may join), or
+        None when it stays fixed through hi. The fast engine jumps to it in closed form; a
+        family that must step answers lo."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ the KV reserve
+    def reserve_of(self, remaining: int) -> int:
+        """A running request's `remaining` max_new tokens as the KV reserve counts them."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ preemption
+    def requeue(self, waiting: deque[Request], victims: list[Request]) -> None:
+        """Put preempted requests (in preemption order) back into `waiting`."""
+        raise NotImplementedError
+
+    def retracted(self, it: int, gen_sum: int, max_new_sum: int, n: int) -> bool:
+        """Requests were preempted at iteration `it`; `n` still run, with `gen_sum` tokens
+        generated and `max_new_sum` allowed in all. True: hold admission until one finishes."""
+        raise NotImplementedError
+
+    def reset(self, it: int) -> None:
+        """The engine emptied at iteration `it` (idle, or aborted): per-step state starts over."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ one iteration
+    def plan_step(self, view: StepView) -> Step:
+        """The next iteration of an engine (the reference engine's one decision): requests
+        admitted are popped from `view.waiting`, victims removed from `view.running` and
+        requeued; the engine prices and runs the step."""
+        raise NotImplementedError
+
+
+def first_victim(rules: Rules, running: Sequence[Request]) -> Request:
+    """The running request a family preempts first (`Rules.fewest_first`, the latest id on
+    ties): the per-iteration engines' obvious search."""
+    sign = 1 if rules.fewest_first else -1
+    return min(running, key=lambda r: (sign * r.gen, -r.rid))

@@ -1,0 +1,391 @@
+"""SGLang 0.5.23's scheduling rules: the `sglang` family (and the rules `bundled` and, for now,
+`vllm` run with their own parameters).
+
+A prefill batch runs as its own step before decode (no mixed chunks). Admission is FCFS within
+priority classes under a KV reserve: a candidate needs its input now, one slot per running
+request for the decode after the prefill, and SGLang's estimate of future growth must fit (the
+running requests' remaining max_new times the new-token ratio, plus the candidate's in full:
+`PrefillAdder`), with each remainder clipped at `clip_max_new_tokens`. The ratio decays per decode
+step from its initial value to a floor, is re-estimated after a retraction and reset when the
+engine empties (`new_token_ratio_tracker.py`); with no decay schedule (`new_token_ratio_decay_steps`
+0, a bare `EngineSpec`) it stays constant and a retraction holds admission until a request
+finishes instead (an older rule). When the next decode would overflow the KV cache the requests
+with the fewest generated tokens are retracted (latest request id on ties) and requeued at the
+head or the tail of their priority class (`retract_to`; SGLang appends).
+
+KV accounting (both engines): a request in a prefill batch holds its input (prompt + tokens it
+carries) in the KV cache; the prefill forward pass emits its next output token, whose KV entry is
+written by the following decode iteration. So a running request holds `input_len + gen - 1`
+tokens, and each decode iteration needs one new slot per running request.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Container
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+from aprilsim.engine.families.protocol import (
+    ABORT_AT_ONCE,
+    DECODE,
+    IDLE,
+    PREFILL,
+    Admitted,
+    Rules,
+    Step,
+    StepView,
+    first_victim,
+)
+from aprilsim.engine.waiting import requeue
+
+if TYPE_CHECKING:
+    from aprilsim.engine.clipped_reserve import ClippedReserve
+    from aprilsim.engine.cost import EngineSpec
+    from aprilsim.engine.request import Request
+
+
+def check_abort_steps(k: object) -> None:
+    """A family's `abort_steps` must be a whole number >= -1."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < ABORT_AT_ONCE:
+        raise ValueError(f"abort_steps {k!r}: must be >= 0, or -1 (the abort lands at once)")
+
+
+def check_block(b: object) -> None:
+    """A family's `prefix_cache_block` must be a whole number of tokens >= 1."""
+    if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+        raise ValueError(f"prefix_cache_block {b!r}: must be a whole number of tokens >= 1 "
+                         "(1: token-level)")
+
+
+def check_retract_to(where: object) -> None:
+    """Where preempted requests re-enter the queue: "head" or "tail"."""
+    if where not in ("head", "tail"):
+        raise ValueError(f"retract_to {where!r}: must be \"head\" or \"tail\"")
+
+
+@dataclass(frozen=True)
+class SGLangFamily:
+    """SGLang's rules with their defaults (SGLang 0.5.23): retracted requests appended to the
+    queue (`scheduler._add_request_to_queue`), an abort landing one decode forward pass later
+    (`scheduler.abort_request`, "Abort method 3"), a radix cache matching token by token
+    (`--page-size 1`, its default) and kept past a request's life. A bare `EngineSpec` runs the
+    simpler `SIMPLE` (retract to the head, aborts landing at once)."""
+
+    retract_to: str = "tail"
+    abort_steps: int = 1
+    cache_block: int = 1
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> SGLangFamily:
+        """Check the parameters before `__init__` sets them: a compiled (mypyc) build
+        type-checks each field as it is set and would raise a TypeError naming none; this raises
+        the same ValueError on both builds (`dataclasses.replace` included)."""
+        check_params(cls, args, kwargs)
+        return super().__new__(cls)
+
+    @property
+    def name(self) -> str:
+        """The registered name."""
+        return "sglang"
+
+    @property
+    def live_prefix_cache(self) -> str:
+        """SGLang's radix cache is on by default and keeps prefixes past their requests."""
+        return "lru"
+
+    def rules(self, spec: EngineSpec) -> Rules:
+        """Fresh SGLang rules for one engine of `spec`."""
+        return SGLangRules(spec, "sglang", self.retract_to, self.abort_steps, self.cache_block)
+
+
+def check_params(cls: type, args: tuple, kwargs: dict) -> None:
+    """The checks of a family whose parameters are `retract_to`, `abort_steps`, `cache_block`."""
+    given = dict(zip((f.name for f in fields(cls)), args))
+    given.update(kwargs)
+    if "abort_steps" in given:
+        check_abort_steps(given["abort_steps"])
+    if "cache_block" in given:
+        check_block(given["cache_block"])
+    if "retract_to" in given:
+        check_retract_to(given["retract_to"])
+
+
+SIMPLE = SGLangFamily(retract_to="head", abort_steps=ABORT_AT_ONCE)  # a bare EngineSpec's
+
+
+class SGLangRules(Rules):
+    """One engine's SGLang rules: the spec's numbers copied once into native attributes (several
+    are properties of the spec, a Python call per read), and the new-token ratio's state: `base`
+    set at decode iteration `it0` (a reset or a retraction's re-estimate), decaying per step from
+    there (`ratio`)."""
+
+    def __init__(self, spec: EngineSpec, family: str, retract_to: str, abort_steps: int,
+                 cache_block: int) -> None:
+        self.family = family
+        self.abort_steps = abort_steps
+        self.cache_block = cache_block
+        self.mixed_steps = False
+        self.to_head = retract_to != "tail"
+        self.fewest_first = True  # SGLang's `retract_decode` sorts by output tokens
+        self.kv_capacity = spec.kv_capacity
+        self.max_running = spec.max_running
+        self.max_prefill_tokens = spec.max_prefill_tokens
+        self.clip = spec.clip_max_new_tokens
+        self.sglang_ratio = spec.sglang_ratio
+        self.new_token_ratio = spec.new_token_ratio
+        self.decay = spec.new_token_ratio_decay
+        self.min_ratio = spec.min_new_token_ratio
+        self.retract_decode_steps = spec.retract_decode_steps
+        self.base = spec.new_token_ratio
+        self.it0 = 0
+
+    # ------------------------------------------------------------------ the new-token ratio
+    def ratio(self, it: int) -> float:
+        """The new-token ratio at decode iteration `it` (`ratio_at`)."""
+        return self.ratio_at(self.base, it - self.it0)
+
+    def ratio_at(self, base: float, steps: int) -> float:
+        """The ratio `steps` decode steps after it was set to `base`. SGLang subtracts the decay
+        once per decode step and floors at the minimum; both engines use this closed form
+        instead, so they compute the same float. Constant when the schedule is off."""
+        if steps <= 0 or not self.sglang_ratio:
+            return base
+        r = base - self.decay * steps
+        lo = self.min_ratio
+        return r if r > lo else lo
+
+    def ratio_after_retraction(self, gen_sum: int, max_new_sum: int, n: int) -> float:
+        """SGLang's `estimate_new_token_ratio_after_retract`, over the requests still running: what
+        they have generated plus `retract_decode_steps` each, over their max_new_tokens (+1)."""
+        return min(1.0, (gen_sum + self.retract_decode_steps * n) / (max_new_sum + 1))
+
+    def reset(self, it: int) -> None:
+        """Back to the initial ratio (the engine went idle, or was aborted) at iteration `it`."""
+        self.base, self.it0 = self.new_token_ratio, it
+
+    def retracted(self, it: int, gen_sum: int, max_new_sum: int, n: int) -> bool:
+        """SGLang re-estimates the ratio over the requests left (the step that retracted does not
+        decay it); the older rule holds admission until a request finishes instead."""
+        if not self.sglang_ratio:
+            return True
+        self.base = self.ratio_after_retraction(gen_sum, max_new_sum, n)
+        self.it0 = it + 1
+        return False
+
+    # ------------------------------------------------------------------ admission
+    def reserve_of(self, remaining: int) -> int:
+        """A request's remaining max_new_tokens as the admission estimate counts it (SGLang's
+        CLIP_MAX_NEW_TOKENS; no clip at 0)."""
+        c = self.clip
+        return remaining if c == 0 or remaining < c else c
+
+    def admits_head(self, waiting: deque[Request], n_running: int, kv: int, reserve: int,
+                    it: int, batch_reserve: int = 0, resident: Container[int] = ()) -> bool:
+        """Would the head of the waiting queue be admitted at iteration `it`? (`admits`, at the
+        ratio then.)"""
+        steps = it - self.it0  # self.ratio(it), inline: asked at every plan with a queue
+        ratio = self.base
+        if steps > 0 and self.sglang_ratio:
+            ratio = ratio - self.decay * steps
+            if ratio <= self.min_ratio:
+                ratio = self.min_ratio
+        return self.admits(waiting, n_running, kv, reserve, ratio, batch_reserve, resident)
+
+    def admits(self, waiting: deque[Request], n_running: int, kv: int, reserve: int,
+               ratio: float, batch_reserve: int = 0, resident: Container[int] = ()) -> bool:
+        """Would the head of the waiting queue be admitted now? (FCFS: the head blocks the rest.)
+
+        `n_running` counts the running requests and those already chosen for this prefill batch;
+        `kv` includes them. `reserve` is the running requests' remaining max_new (clipped), and
+        `batch_reserve` that of the requests already chosen for this batch. Two conditions:
+
+        * the decode iteration after the prefill fits: the input now, plus one slot for every
+          running request (this one included). So a prefill never forces a retraction at the next
+          boundary, whatever the ratio (at 0 nothing else would prevent that wasted prefill). A
+          request alone always passes, since input_len + max_new <= kv_capacity
+          (`check_requests`);
+        * SGLang's estimate of future growth must fit in what is free: `ratio` times the running
+          requests' remaining max_new, plus the candidate's (and this batch's) remaining max_new
+          in full with SGLang's schedule (`PrefillAdder`), or times `ratio` with the older rule.
+        """
+        if not waiting or n_running >= self.max_running:
+            return False
+        r = waiting[0]
+        need = r.input_len + r.gen
+        if r.shared and r.prefix not in resident:  # it brings its shared prefix (`resident`: held)
+            need += r.shared
+        if kv + need + n_running + 1 > self.kv_capacity:
+            return False
+        if n_running == 0:
+            return True
+        head, c = r.max_new - r.gen, self.clip  # reserve_of(...), inline
+        if c and head >= c:
+            head = c
+        if self.sglang_ratio:
+            return need + head <= self.kv_capacity - kv - ratio * reserve - batch_reserve
+        return need + ratio * head <= self.kv_capacity - kv - ratio * (reserve + batch_reserve)
+
+    def select_batch(self, waiting: deque[Request], n_running: int, kv: int, reserve: int,
+                     it: int, resident: Container[int] = ()) -> Admitted:
+        """Pop from `waiting` the requests one prefill batch admits (FCFS, KV reserve, token
+        budget: at most `max_prefill_tokens` input tokens, at least one request).
+
+        Returns the batch (empty when the head is not admitted: the fast engine's one admission
+        test) with what it adds up to, counted in the same pass (its hot path): the input tokens
+        it computes, the sum of their squares per request (attention work), its remaining
+        max_new (unclipped), the migrated tokens it holds without computing them
+        (`Request.migrated`: n computed tokens after m migrated ones cost (m + n)^2 - m^2), and
+        whether the token budget ended it (the queue head was admissible but did not fit): with
+        chunked prefill SGLang has no such budget across passes, so the next batch, which
+        follows at once, continues this one's last pass (`cost.prefill_passes`). With prefix
+        sharing, `resident` holds the prefixes already on the engine; a request whose prefix is
+        neither there nor brought by an earlier request of the batch brings it
+        (`parts.prefill_pieces`).
+        """
+        steps = it - self.it0  # self.ratio(it), inline (as in `admits_head`)
+        ratio = self.base
+        if steps > 0 and self.sglang_ratio:
+            ratio = ratio - self.decay * steps
+            if ratio <= self.min_ratio:
+                ratio = self.min_ratio
+        batch: list[Request] = []
+        tokens = sq = added = held = moved = 0
+        limit = self.max_prefill_tokens
+        seen: Container[int] = resident
+        brought: set[int] | None = None  # the prefixes this batch brings (made at the first)
+        while self.admits(waiting, n_running + len(batch), kv + tokens + moved, reserve, ratio,
+                          held, seen):
+            r = waiting[0]
+            need = r.input_len + r.gen
+            s = r.shared
+            brings = s and r.prefix not in seen  # a shared prefix not held yet: computed here
+            if brings:
+                need += s
+            m = r.migrated  # held with the request, not computed (never with a shared prefix)
+            if batch and tokens + need - m > limit:
+                return batch, tokens, sq, added, moved, True
+            waiting.popleft()
+            batch.append(r)
+            tokens += need - m
+            if s and not brings:  # over a cached prefix: its tokens are attended to, not computed
+                sq += (s + need) * (s + need) - s * s
+            else:
+                sq += need * need - m * m
+            moved += m
+            if brings:
+                if brought is None:
+                    brought = set()
+                    seen = _Union(resident, brought)
+                brought.add(r.prefix)
+            added += r.max_new - r.gen
+            held += self.reserve_of(r.max_new - r.gen)
+        return batch, tokens, sq, added, moved, False
+
+    def stretch(self, lo: int, hi: int, n_running: int, kv: int, reserve: int,
+                clipped: ClippedReserve | None, it: int, head: Request,
+                resident: Container[int]) -> int | None:
+        """A boundary m in [lo, hi] (iterations into the current decode plan, lo >= 1) no later
+        than the first at which the queue head may be admitted under the decaying ratio, or None
+        when it cannot be admitted at any of them (always, without the decay: the ratio and the
+        batch stay as they are). The caller knows it is not admitted at lo - 1.
+
+        With the running batch fixed, admission at m needs (`admits`)
+        f(m) = need + head + kv + b*m - cap + r(m)*S(m) <= 0, and the decode after the prefill
+        to fit (kv + b*m + need + b + 1 <= cap, false from some m on). r(m) >= r_a - d*m and
+        S(m) >= S0 - b*m (each clipped remainder drops by at most one a step), so f(m) >= q(m),
+        a convex quadratic: the span ends at (just below) its first root, a boundary at which
+        the engine re-plans exactly. Once the ratio sits at its floor, f never decreases (the
+        batch grows by b a step, the estimate falls by at most r*b), so later boundaries need no
+        check; where the S bound would turn negative the span is cut too (clipped requests only).
+        """
+        d = self.decay
+        b = n_running
+        if not d or b >= self.max_running:
+            return None
+        r = head
+        need = r.input_len + r.gen
+        if r.shared and r.prefix not in resident:
+            need += r.shared
+        cap = self.kv_capacity
+        m1 = (cap - kv - need - b - 1) // b  # the last m at which the decode after fits
+        hi = min(hi, m1)
+        if hi < lo:
+            return None
+        rmin, base = self.min_ratio, self.base
+        if base <= rmin:
+            return None  # the ratio never falls below where it is
+        s0 = it - self.it0
+        hi = min(hi, int((base - rmin) / d) - s0 + 2)  # past the floor: nothing new to admit
+        if hi < lo:
+            return None
+        rem = r.max_new - r.gen
+        head_need = rem if not self.clip or rem < self.clip else self.clip
+        S0 = reserve if clipped is None else clipped.sum_after(0)
+        m_s = S0 // b  # S0 - b*m stays >= 0 up to here
+        fallback = None
+        if m_s < hi:
+            if m_s < lo:
+                return lo
+            hi, fallback = m_s, m_s
+        ra = base - d * s0
+        k0 = need + head_need + kv - cap
+        qa = d * b
+        qb = b - ra * b - d * S0
+        qc = k0 + ra * S0
+        tol = 1e-9 * cap
+        if qa * lo * lo + qb * lo + qc <= tol:
+            return lo
+        vertex = -qb / (2 * qa)
+        disc = qb * qb - 4 * qa * qc
+        if vertex <= lo or disc < -tol * qa:
+            return fallback
+        root = (-qb - math.sqrt(max(disc, 0.0))) / (2 * qa)
+        m = max(lo, int(root) - 1)
+        return m if m <= hi else fallback
+
+    # ------------------------------------------------------------------ preemption
+    def requeue(self, waiting: deque[Request], victims: list[Request]) -> None:
+        """At the head (in reverse eviction order, as SGLang's `extendleft`) or the tail of their
+        priority class (`retract_to`)."""
+        requeue(waiting, victims, self.to_head)
+
+    # ------------------------------------------------------------------ one iteration
+    def plan_step(self, view: StepView) -> Step:
+        """A prefill batch if the queue head is admitted (admission not held), else a decode of
+        the running batch after retracting the fewest-generated requests until it fits, else
+        nothing (the ratio resets: SGLang does when the engine idles)."""
+        waiting, running, it = view.waiting, view.running, view.it
+        kv, reserve = view.kv, view.reserve
+        resident = {r.prefix for r in running if r.shared}
+        if not view.hold and self.admits_head(waiting, len(running), kv, reserve, it, 0,
+                                              resident):
+            batch, *_, capped = self.select_batch(waiting, len(running), kv, reserve, it,
+                                                  resident)
+            return Step(PREFILL, batch, capped)
+        if not running:
+            self.reset(it)
+            return Step(IDLE)
+        victims = []
+        while view.kv + len(running) > self.kv_capacity:  # recounted: the oracle trusts no sum
+            victim = first_victim(self, running)
+            running.remove(victim)
+            victims.append(victim)
+        hold = False
+        if victims:
+            self.requeue(waiting, victims)
+            hold = self.retracted(it, sum(r.gen for r in running),
+                                  sum(r.max_new for r in running), len(running))
+        return Step(DECODE, victims=victims, hold=hold)
+
+
+class _Union:
+    """Membership in either of two containers (the engine's prefixes, the batch's new ones)."""
+
+    __slots__ = ("a", "b")
+
+    def __init__(self, a: Container[int], b: Container[int]) -> None:
+        self.a, self.b = a, b
+
+    def __contains__(self, x: object) -> bool:
+        return x in self.a or x in self.b
