@@ -348,6 +348,10 @@ class EngineSpec:
             raise ValueError("chunked_prefill_size must be >= 1, or 0 or -1 (off)")
         if not self.client_overhead_s >= 0:
             raise ValueError("client_overhead_s must be >= 0")
+        self._check_parts()
+
+    def _check_parts(self) -> None:
+        """The prefix cache, the family and speculative decoding are what they claim to be."""
         if self.prefix_cache not in PREFIX_CACHES:
             raise ValueError(f"prefix_cache must be one of {', '.join(PREFIX_CACHES)}")
         if not callable(getattr(self.family, "rules", None)):

@@ -113,7 +113,6 @@ class FastEngine(EngineFace):
         self.share = spec.shares_prefixes
         self.prefixes = PrefixRefs()
         self.cache = PrefixCache(rules.cache_block) if spec.retains_prefixes else None
-        self._freed: list[int] = []  # prompts freed at this event (for the retained cache)
 
     # ---------------------------------------------------------------- public API
     def prefilling(self) -> list[Request]:
@@ -459,8 +458,10 @@ class FastEngine(EngineFace):
 
     def _cache_leave(self, left: list[Request]) -> None:
         """Requests left at one event: their runs (and the prompts freed with them) are kept."""
-        self.cache.leave(left, self._freed)  # type: ignore[union-attr]
-        self._freed.clear()
+        cache = self.cache
+        assert cache is not None
+        cache.leave(left, cache.freed)
+        cache.freed.clear()
 
     def _release(self, r: Request) -> None:
         """A request holding a shared prefix leaves: the prefix goes with the last holder."""
@@ -468,7 +469,7 @@ class FastEngine(EngineFace):
             self.kv -= r.shared
             self.stats.prefix_drops += 1
             if self.cache is not None:
-                self._freed.append(r.prefix)
+                self.cache.freed.append(r.prefix)
 
     def _retract_until_fits(self) -> None:
         """Evict running requests in the family's order until the next iteration fits, requeue

@@ -193,7 +193,7 @@ class PrefixCache:
     KV blocks) only whole blocks of what a request matched serve it (`block_served`).
     """
 
-    __slots__ = ("runs", "heap", "size", "clock", "block")
+    __slots__ = ("runs", "heap", "size", "clock", "block", "freed")
 
     def __init__(self, block: int = 1) -> None:
         self.block = block  # serve whole blocks of this many tokens only (`block_served`)
@@ -201,6 +201,7 @@ class PrefixCache:
         self.heap: list[tuple[int, tuple[int, int]]] = []  # (stamp, key), stale entries skipped
         self.size = 0  # tokens held
         self.clock = 0
+        self.freed: list[int] = []  # prompts freed at this event, for its `leave` (fast engine)
 
     def __len__(self) -> int:
         return len(self.runs)

@@ -111,66 +111,81 @@ class ReferenceEngine(EngineFace):
         # otherwise: considered at the end of the current iteration or prefill, which is >= now
 
     def advance(self) -> list[Completion]:
-        done: list[Completion] = []
+        """Carry out the step due at `t_event` (a prefill batch, or one decode iteration), then
+        plan the next; return the requests that finished."""
         if self.phase == PREFILL:
-            dur = self.t_event - self.t
-            self.busy_time += dur
-            st = self.stats
-            st.prefill_tokens += self.batch_tokens
-            st.prefill_s += dur
-            st.migrated_tokens += sum(r.migrated for r in self.batch)
-            st.prefix_hits += self.batch_hits
-            st.prefill_passes += self.batch_passes
-            st.joined_open_pass += int(self.room_in > 0)
-            st.multi_pass_batches += int(self.batch_passes + (self.room_in > 0) > 1)
-            self.t = self.t_event
-            if self.cache is not None:
-                self.cache.commit(self.batch_got, st)  # type: ignore[arg-type]
-                self.cache.fit(self.spec.kv_capacity - self.kv, st)
-            left = []
-            for r in self.batch:
-                r.gen += 1
-                self.tokens += 1
-                if r.gen == r.target_new:
-                    reason = "length" if r.gen == r.max_new else "stop"
-                    done.append(Completion(r.rid, r.gen, reason, self.t))
-                    self.hold = False
-                    left.append(r)
-                else:
-                    self.running.append(r)
-            self.batch = []
-            self._count_freed_prefixes(left)
-            self.room = self.batch_room
+            done = self._end_prefill()
         elif self.phase == DECODE:
-            self.busy_time += self.t_event - self.t
-            if self.speculative is not None:  # what this step costs without speculative decoding
-                self.stats.spec_s += self.t_event - self.t - self.speculative.plain.decode_time(
-                    len(self.running), self.kv)
-            self.t = self.t_event
-            self.stats.iterations += 1
-            self.tokens += len(self.running)
-            for r in self.running:
-                r.gen += 1
-            self.kv_peak = max(self.kv_peak, self.kv)
-            if self.cache is not None:
-                self.cache.fit(self.spec.kv_capacity - self.kv, self.stats)
-            still, left = [], []
-            for r in self.running:
-                if r.gen == r.target_new:
-                    reason = "length" if r.gen == r.max_new else "stop"
-                    done.append(Completion(r.rid, r.gen, reason, self.t))
-                    self.hold = False
-                    left.append(r)
-                else:
-                    still.append(r)
-            self.running = still
-            if len(done) > 1:  # the fast engine's order (its finish heap): by request id, so
-                done.sort(key=lambda c: c.rid)  # schedulers hear simultaneous ends alike
-            self._count_freed_prefixes(left)
+            done = self._end_decode()
+        else:
+            done = []
         if self.speculative is not None and done:
             self.speculative.finished(done)
         self.phase = IDLE
         self._plan()
+        return done
+
+    def _end_prefill(self) -> list[Completion]:
+        """The prefill batch ends: each request gets its next token and runs, or finishes."""
+        done: list[Completion] = []
+        dur = self.t_event - self.t
+        self.busy_time += dur
+        st = self.stats
+        st.prefill_tokens += self.batch_tokens
+        st.prefill_s += dur
+        st.migrated_tokens += sum(r.migrated for r in self.batch)
+        st.prefix_hits += self.batch_hits
+        st.prefill_passes += self.batch_passes
+        st.joined_open_pass += int(self.room_in > 0)
+        st.multi_pass_batches += int(self.batch_passes + (self.room_in > 0) > 1)
+        self.t = self.t_event
+        if self.cache is not None:
+            self.cache.commit(self.batch_got, st)  # type: ignore[arg-type]
+            self.cache.fit(self.spec.kv_capacity - self.kv, st)
+        left = []
+        for r in self.batch:
+            r.gen += 1
+            self.tokens += 1
+            if r.gen == r.target_new:
+                reason = "length" if r.gen == r.max_new else "stop"
+                done.append(Completion(r.rid, r.gen, reason, self.t))
+                self.hold = False
+                left.append(r)
+            else:
+                self.running.append(r)
+        self.batch = []
+        self._count_freed_prefixes(left)
+        self.room = self.batch_room
+        return done
+
+    def _end_decode(self) -> list[Completion]:
+        """One decode iteration ends: every running request gets a token; some finish."""
+        done: list[Completion] = []
+        self.busy_time += self.t_event - self.t
+        if self.speculative is not None:  # what this step costs without speculative decoding
+            self.stats.spec_s += self.t_event - self.t - self.speculative.plain.decode_time(
+                len(self.running), self.kv)
+        self.t = self.t_event
+        self.stats.iterations += 1
+        self.tokens += len(self.running)
+        for r in self.running:
+            r.gen += 1
+        self.kv_peak = max(self.kv_peak, self.kv)
+        if self.cache is not None:
+            self.cache.fit(self.spec.kv_capacity - self.kv, self.stats)
+        still, left = [], []
+        for r in self.running:
+            if r.gen == r.target_new:
+                reason = "length" if r.gen == r.max_new else "stop"
+                done.append(Completion(r.rid, r.gen, reason, self.t))
+                self.hold = False
+                left.append(r)
+            else:
+                still.append(r)
+        self.running = still
+        if len(done) > 1:  # the fast engine's order (its finish heap): by request id, so
+            done.sort(key=lambda c: c.rid)  # schedulers hear simultaneous ends alike
+        self._count_freed_prefixes(left)
         return done
 
     def abort_all(self, now: float) -> list[Completion]:

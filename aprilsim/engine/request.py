@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 # The engines' heaps hold one int per entry, `major << RID_BITS | minor` (an iteration and a
@@ -68,8 +68,8 @@ class Request:
     group_n: int = 1
     # the clipped reserve's own fields (`clipped_reserve`): the iteration at which the request
     # crosses the clip while above it, NEAR (-1) at or below it, ABSENT (-2) in no reserve; and E
-    clip_k: int = -2
-    clip_e: int = 0
+    clip_k: int = field(default=-2, init=False)
+    clip_e: int = field(default=0, init=False)
 
     def __init__(self, rid: int, input_len: int, max_new: int, target_new: int, gen: int = 0,
                  base: int = 0, retractions: int = 0, prefix: int = -1, shared: int = 0,

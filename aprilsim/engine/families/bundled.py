@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING
 from aprilsim.engine.families.sglang import SGLangRules, check_params
 
 if TYPE_CHECKING:
-    from aprilsim.engine.cost import EngineSpec
-    from aprilsim.engine.families.protocol import Rules
+    from aprilsim.engine.families.protocol import Rules, Spec
 
 
 @dataclass(frozen=True)
@@ -43,6 +42,6 @@ class BundledFamily:
         """The bundled engine keeps no prefix cache."""
         return "none"
 
-    def rules(self, spec: EngineSpec) -> Rules:
+    def rules(self, spec: Spec) -> Rules:
         """SGLang's rules with the bundled engine's parameters, for one engine of `spec`."""
         return SGLangRules(spec, "bundled", self.retract_to, self.abort_steps, self.cache_block)

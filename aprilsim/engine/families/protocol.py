@@ -20,15 +20,18 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from aprilsim.engine.parts import DECODE, IDLE, PREFILL
 from aprilsim.native import mypyc_attr
 
 if TYPE_CHECKING:
     from aprilsim.engine.clipped_reserve import ClippedReserve
-    from aprilsim.engine.cost import EngineSpec
     from aprilsim.engine.request import Request
+
+# an engine spec (`cost.EngineSpec`), untyped here: `cost` imports the families, and the rules
+# read its numbers once, when an engine is made
+Spec = Any
 
 ABORT_AT_ONCE: Final = -1  # `abort_steps` of an abort that lands the moment it is sent
 MIXED: Final = 3  # a step kind beside parts' IDLE, PREFILL, DECODE: prefill chunks and decodes
@@ -65,7 +68,7 @@ class Family(Protocol):
         what `validate` simulates it with."""
         ...
 
-    def rules(self, spec: EngineSpec) -> Rules:
+    def rules(self, spec: Spec) -> Rules:
         """Fresh rules for one engine of `spec` (each engine keeps its own state)."""
         ...
 
@@ -122,10 +125,12 @@ class Rules:
     False: the most; the latest request id first among equals, either way).
 
     Batch-shaped families (`mixed_steps` False) answer the fast engine's questions: admission
-    (`admits_head`, `select_batch`), the reserve (`reserve_of`), how long the running batch
-    stays fixed (`stretch`), preemption (`fewest_first`, `requeue`, `retracted`) and `reset`.
-    Every family plans one iteration for the reference engine (`plan_step`); a mixed family's
-    fast engine steps where `stretch` says the batch is not fixed.
+    (`admits_head`, `select_batch`), the reserve (`reserve_of`: the fast engine keeps its sum
+    incrementally, so it must be min(remaining, clip), or remaining with clip 0), how long the
+    running batch stays fixed (`stretch`), preemption (`fewest_first`, `requeue`, `retracted`)
+    and `reset`. Every family plans one iteration for the reference engine (`plan_step`; a
+    batch-shaped family's is given here, from those answers); a mixed family's fast engine will
+    step where `stretch` says the batch is not fixed.
     """
 
     family: str
@@ -185,8 +190,33 @@ class Rules:
     def plan_step(self, view: StepView) -> Step:
         """The next iteration of an engine (the reference engine's one decision): requests
         admitted are popped from `view.waiting`, victims removed from `view.running` and
-        requeued; the engine prices and runs the step."""
-        raise NotImplementedError
+        requeued; the engine prices and runs the step. This one is a batch-shaped family's: a
+        prefill batch if the queue head is admitted (admission not held), else a decode of the
+        running batch after preempting in `fewest_first` order until it fits, else nothing (and
+        `reset`: SGLang resets its ratio when the engine idles). A family whose steps mix
+        prefill chunks and decodes writes its own."""
+        waiting, running, it = view.waiting, view.running, view.it
+        kv, reserve = view.kv, view.reserve
+        resident = {r.prefix for r in running if r.shared}
+        if not view.hold and self.admits_head(waiting, len(running), kv, reserve, it, 0,
+                                              resident):
+            batch, *_, capped = self.select_batch(waiting, len(running), kv, reserve, it,
+                                                  resident)
+            return Step(PREFILL, batch, capped)
+        if not running:
+            self.reset(it)
+            return Step(IDLE)
+        victims = []
+        while view.kv + len(running) > self.kv_capacity:  # recounted: the oracle trusts no sum
+            victim = first_victim(self, running)
+            running.remove(victim)
+            victims.append(victim)
+        hold = False
+        if victims:
+            self.requeue(waiting, victims)
+            hold = self.retracted(it, sum(r.gen for r in running),
+                                  sum(r.max_new for r in running), len(running))
+        return Step(DECODE, victims=victims, hold=hold)
 
 
 def first_victim(rules: Rules, running: Sequence[Request]) -> Request:

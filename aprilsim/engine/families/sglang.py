@@ -27,22 +27,12 @@ from collections.abc import Container
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from aprilsim.engine.families.protocol import (
-    ABORT_AT_ONCE,
-    DECODE,
-    IDLE,
-    PREFILL,
-    Admitted,
-    Rules,
-    Step,
-    StepView,
-    first_victim,
-)
+from aprilsim.engine.families.protocol import ABORT_AT_ONCE, Admitted, Rules, Spec
 from aprilsim.engine.waiting import requeue
+from aprilsim.native import mypyc_attr
 
 if TYPE_CHECKING:
     from aprilsim.engine.clipped_reserve import ClippedReserve
-    from aprilsim.engine.cost import EngineSpec
     from aprilsim.engine.request import Request
 
 
@@ -94,7 +84,7 @@ class SGLangFamily:
         """SGLang's radix cache is on by default and keeps prefixes past their requests."""
         return "lru"
 
-    def rules(self, spec: EngineSpec) -> Rules:
+    def rules(self, spec: Spec) -> Rules:
         """Fresh SGLang rules for one engine of `spec`."""
         return SGLangRules(spec, "sglang", self.retract_to, self.abort_steps, self.cache_block)
 
@@ -114,13 +104,14 @@ def check_params(cls: type, args: tuple, kwargs: dict) -> None:
 SIMPLE = SGLangFamily(retract_to="head", abort_steps=ABORT_AT_ONCE)  # a bare EngineSpec's
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # a family written in Python may build on it
 class SGLangRules(Rules):
     """One engine's SGLang rules: the spec's numbers copied once into native attributes (several
     are properties of the spec, a Python call per read), and the new-token ratio's state: `base`
     set at decode iteration `it0` (a reset or a retraction's re-estimate), decaying per step from
     there (`ratio`)."""
 
-    def __init__(self, spec: EngineSpec, family: str, retract_to: str, abort_steps: int,
+    def __init__(self, spec: Spec, family: str, retract_to: str, abort_steps: int,
                  cache_block: int) -> None:
         self.family = family
         self.abort_steps = abort_steps
@@ -182,19 +173,8 @@ class SGLangRules(Rules):
 
     def admits_head(self, waiting: deque[Request], n_running: int, kv: int, reserve: int,
                     it: int, batch_reserve: int = 0, resident: Container[int] = ()) -> bool:
-        """Would the head of the waiting queue be admitted at iteration `it`? (`admits`, at the
-        ratio then.)"""
-        steps = it - self.it0  # self.ratio(it), inline: asked at every plan with a queue
-        ratio = self.base
-        if steps > 0 and self.sglang_ratio:
-            ratio = ratio - self.decay * steps
-            if ratio <= self.min_ratio:
-                ratio = self.min_ratio
-        return self.admits(waiting, n_running, kv, reserve, ratio, batch_reserve, resident)
-
-    def admits(self, waiting: deque[Request], n_running: int, kv: int, reserve: int,
-               ratio: float, batch_reserve: int = 0, resident: Container[int] = ()) -> bool:
-        """Would the head of the waiting queue be admitted now? (FCFS: the head blocks the rest.)
+        """Would the head of the waiting queue be admitted at decode iteration `it`? (FCFS: the
+        head blocks the rest.)
 
         `n_running` counts the running requests and those already chosen for this prefill batch;
         `kv` includes them. `reserve` is the running requests' remaining max_new (clipped), and
@@ -205,9 +185,10 @@ class SGLangRules(Rules):
           boundary, whatever the ratio (at 0 nothing else would prevent that wasted prefill). A
           request alone always passes, since input_len + max_new <= kv_capacity
           (`check_requests`);
-        * SGLang's estimate of future growth must fit in what is free: `ratio` times the running
-          requests' remaining max_new, plus the candidate's (and this batch's) remaining max_new
-          in full with SGLang's schedule (`PrefillAdder`), or times `ratio` with the older rule.
+        * SGLang's estimate of future growth must fit in what is free: the ratio at `it` times
+          the running requests' remaining max_new, plus the candidate's (and this batch's)
+          remaining max_new in full with SGLang's schedule (`PrefillAdder`), or times the ratio
+          with the older rule.
         """
         if not waiting or n_running >= self.max_running:
             return False
@@ -222,6 +203,12 @@ class SGLangRules(Rules):
         head, c = r.max_new - r.gen, self.clip  # reserve_of(...), inline
         if c and head >= c:
             head = c
+        steps = it - self.it0  # self.ratio(it), inline: asked at every plan with a queue
+        ratio = self.base
+        if steps > 0 and self.sglang_ratio:
+            ratio = ratio - self.decay * steps
+            if ratio <= self.min_ratio:
+                ratio = self.min_ratio
         if self.sglang_ratio:
             return need + head <= self.kv_capacity - kv - ratio * reserve - batch_reserve
         return need + ratio * head <= self.kv_capacity - kv - ratio * (reserve + batch_reserve)
@@ -243,19 +230,13 @@ class SGLangRules(Rules):
         neither there nor brought by an earlier request of the batch brings it
         (`parts.prefill_pieces`).
         """
-        steps = it - self.it0  # self.ratio(it), inline (as in `admits_head`)
-        ratio = self.base
-        if steps > 0 and self.sglang_ratio:
-            ratio = ratio - self.decay * steps
-            if ratio <= self.min_ratio:
-                ratio = self.min_ratio
         batch: list[Request] = []
         tokens = sq = added = held = moved = 0
         limit = self.max_prefill_tokens
         seen: Container[int] = resident
         brought: set[int] | None = None  # the prefixes this batch brings (made at the first)
-        while self.admits(waiting, n_running + len(batch), kv + tokens + moved, reserve, ratio,
-                          held, seen):
+        while self.admits_head(waiting, n_running + len(batch), kv + tokens + moved, reserve,
+                               it, held, seen):
             r = waiting[0]
             need = r.input_len + r.gen
             s = r.shared
@@ -349,34 +330,6 @@ class SGLangRules(Rules):
         """At the head (in reverse eviction order, as SGLang's `extendleft`) or the tail of their
         priority class (`retract_to`)."""
         requeue(waiting, victims, self.to_head)
-
-    # ------------------------------------------------------------------ one iteration
-    def plan_step(self, view: StepView) -> Step:
-        """A prefill batch if the queue head is admitted (admission not held), else a decode of
-        the running batch after retracting the fewest-generated requests until it fits, else
-        nothing (the ratio resets: SGLang does when the engine idles)."""
-        waiting, running, it = view.waiting, view.running, view.it
-        kv, reserve = view.kv, view.reserve
-        resident = {r.prefix for r in running if r.shared}
-        if not view.hold and self.admits_head(waiting, len(running), kv, reserve, it, 0,
-                                              resident):
-            batch, *_, capped = self.select_batch(waiting, len(running), kv, reserve, it,
-                                                  resident)
-            return Step(PREFILL, batch, capped)
-        if not running:
-            self.reset(it)
-            return Step(IDLE)
-        victims = []
-        while view.kv + len(running) > self.kv_capacity:  # recounted: the oracle trusts no sum
-            victim = first_victim(self, running)
-            running.remove(victim)
-            victims.append(victim)
-        hold = False
-        if victims:
-            self.requeue(waiting, victims)
-            hold = self.retracted(it, sum(r.gen for r in running),
-                                  sum(r.max_new for r in running), len(running))
-        return Step(DECODE, victims=victims, hold=hold)
 
 
 class _Union:

@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING
 from aprilsim.engine.families.sglang import SGLangRules, check_params
 
 if TYPE_CHECKING:
-    from aprilsim.engine.cost import EngineSpec
-    from aprilsim.engine.families.protocol import Rules
+    from aprilsim.engine.families.protocol import Rules, Spec
 
 
 @dataclass(frozen=True)
@@ -47,6 +46,6 @@ class VLLMFamily:
         """vLLM V1's prefix caching is on by default and keeps blocks past their requests."""
         return "lru"
 
-    def rules(self, spec: EngineSpec) -> Rules:
+    def rules(self, spec: Spec) -> Rules:
         """SGLang-shaped rules with vLLM's parameters, for one engine of `spec`."""
         return SGLangRules(spec, "vllm", self.retract_to, self.abort_steps, self.cache_block)
