@@ -30,7 +30,6 @@ from aprilsim.engine.families import (
     FAMILIES,
     SIMPLE,
     Rules,
-    SGLangRules,
     Step,
     family_params,
     make_family,
@@ -111,12 +110,15 @@ def test_the_engines_refuse_a_step_they_cannot_run():
     fast engine with one line, and the reference engine will not run a mixed step."""
     spec = EngineSpec(PRESETS["qwen3-4b-h100-tp2"].cost, kv_capacity=10_000)
 
-    class Mixed(SGLangRules):
+    class Mixed(Rules):  # a family's rules written in Python: a subclass of the protocol
+        def __init__(self):
+            self.family, self.mixed_steps = "mixed", True
+            self.abort_steps, self.cache_block, self.clip = -1, 1, 0
+
         def plan_step(self, view):
             return Step(MIXED)
 
-    mixed = Mixed(spec, "mixed", "head", -1, 1)
-    mixed.mixed_steps = True
+    mixed = Mixed()
     with pytest.raises(NotImplementedError, match="the mixed family mixes prefill and decode"):
         FastEngine(spec, rules=mixed)
     ref = ReferenceEngine(spec, rules=mixed)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aprilsim.engine.parts import DECODE, IDLE, PREFILL
 from aprilsim.native import mypyc_attr
@@ -33,8 +33,8 @@ if TYPE_CHECKING:
 # read its numbers once, when an engine is made
 Spec = Any
 
-ABORT_AT_ONCE: Final = -1  # `abort_steps` of an abort that lands the moment it is sent
-MIXED: Final = 3  # a step kind beside parts' IDLE, PREFILL, DECODE: prefill chunks and decodes
+ABORT_AT_ONCE = -1  # `abort_steps` of an abort that lands the moment it is sent
+MIXED = 3  # a step kind beside parts' IDLE, PREFILL, DECODE: prefill chunks and decodes
 STEP_KINDS = (IDLE, PREFILL, DECODE, MIXED)
 
 # what `Rules.select_batch` returns: the batch, the input tokens it computes, the sum of their

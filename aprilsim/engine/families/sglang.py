@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 
 from aprilsim.engine.families.protocol import ABORT_AT_ONCE, Admitted, Rules, Spec
 from aprilsim.engine.waiting import requeue
-from aprilsim.native import mypyc_attr
 
 if TYPE_CHECKING:
     from aprilsim.engine.clipped_reserve import ClippedReserve
@@ -104,7 +103,6 @@ def check_params(cls: type, args: tuple, kwargs: dict) -> None:
 SIMPLE = SGLangFamily(retract_to="head", abort_steps=ABORT_AT_ONCE)  # a bare EngineSpec's
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # a family written in Python may build on it
 class SGLangRules(Rules):
     """One engine's SGLang rules: the spec's numbers copied once into native attributes (several
     are properties of the spec, a Python call per read), and the new-token ratio's state: `base`
