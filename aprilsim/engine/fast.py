@@ -305,7 +305,7 @@ class FastEngine(EngineFace):
         index.base_sum += base_sum
         index.max_new_sum += max_new_sum
         if victims is not None and len(victims) > 2 * len(running) + 64:
-            index.build(running.values())  # more stale entries than live ones
+            index.build(running)  # more stale entries than live ones
         pf.clear()
         pf.room_next = pf.room_out  # the next plan continues the open pass if it prefills
         if cache is not None and left:
@@ -479,7 +479,7 @@ class FastEngine(EngineFace):
         KV-bound engine with a long queue retracts about once per three requests."""
         running, cap, index = self.running, self.kv_capacity, self.retraction
         if index.victims is None:
-            index.build(running.values())
+            index.build(running)
         victims = []
         while running and self.kv + len(running) > cap:
             r = index.pop_victim(running)

@@ -12,8 +12,6 @@ finish heap's head a running request). A running request's generated tokens are 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-
 from aprilsim.engine.families.protocol import Rules
 from aprilsim.engine.key_heap import VecKeyHeap, new_key_heap
 from aprilsim.engine.request import RID_BITS, RID_MASK, Request
@@ -21,7 +19,8 @@ from aprilsim.engine.request import RID_BITS, RID_MASK, Request
 
 class RetractionIndex:
     """`victims` (None until the first retraction), `base_sum`, `max_new_sum` over the running
-    requests, and `stale` finish-heap entries, for one engine preempting in `rules`' order."""
+    requests, and `stale` finish-heap entries, for one engine preempting in `rules`' order.
+    `running` is the engine's own dict (typed so: the compiled build reads it natively)."""
 
     __slots__ = ("sign", "victims", "base_sum", "max_new_sum", "stale")
 
@@ -36,12 +35,12 @@ class RetractionIndex:
         """The heap entry of running request `r` (what `FastEngine._end_prefill` pushes, inline)."""
         return ((self.sign * r.base) << RID_BITS) | (RID_MASK - r.rid)
 
-    def build(self, running: Iterable[Request]) -> None:
+    def build(self, running: dict[int, Request]) -> None:
         """(Re)build the victim heap over the running requests (the first retraction, or more
         stale entries than live ones)."""
-        self.victims = new_key_heap([self.key(r) for r in running])
+        self.victims = new_key_heap([self.key(r) for r in running.values()])
 
-    def pop_victim(self, running: Mapping[int, Request]) -> Request:
+    def pop_victim(self, running: dict[int, Request]) -> Request:
         """The running request to preempt next (its entry popped; stale entries dropped)."""
         heap = self.victims
         assert heap is not None
@@ -51,7 +50,7 @@ class RetractionIndex:
             if r is not None and self.key(r) == key:
                 return r  # else it finished or was retracted since
 
-    def drop_stale_head(self, finish: VecKeyHeap, running: Mapping[int, Request]) -> None:
+    def drop_stale_head(self, finish: VecKeyHeap, running: dict[int, Request]) -> None:
         """Pop the entries of retracted requests off the top of the finish heap (keys
         (end iteration, rid)), so that its head is the first running request to finish."""
         while self.stale and len(finish):

@@ -111,23 +111,25 @@ class SGLangRules(Rules):
 
     def __init__(self, spec: Spec, family: str, retract_to: str, abort_steps: int,
                  cache_block: int) -> None:
+        # typed one by one: `spec` is untyped here, and an untyped number would be boxed (and
+        # its arithmetic generic) in the compiled build
         self.family = family
         self.abort_steps = abort_steps
         self.cache_block = cache_block
         self.mixed_steps = False
-        self.to_head = retract_to != "tail"
+        self.to_head: bool = retract_to != "tail"
         self.fewest_first = True  # SGLang's `retract_decode` sorts by output tokens
-        self.kv_capacity = spec.kv_capacity
-        self.max_running = spec.max_running
-        self.max_prefill_tokens = spec.max_prefill_tokens
-        self.clip = spec.clip_max_new_tokens
-        self.sglang_ratio = spec.sglang_ratio
-        self.new_token_ratio = spec.new_token_ratio
-        self.decay = spec.new_token_ratio_decay
-        self.min_ratio = spec.min_new_token_ratio
-        self.retract_decode_steps = spec.retract_decode_steps
-        self.base = spec.new_token_ratio
-        self.it0 = 0
+        self.kv_capacity = int(spec.kv_capacity)
+        self.max_running = int(spec.max_running)
+        self.max_prefill_tokens: int = int(spec.max_prefill_tokens)
+        self.clip = int(spec.clip_max_new_tokens)
+        self.sglang_ratio: bool = bool(spec.sglang_ratio)
+        self.new_token_ratio: float = float(spec.new_token_ratio)
+        self.decay: float = float(spec.new_token_ratio_decay)
+        self.min_ratio: float = float(spec.min_new_token_ratio)
+        self.retract_decode_steps: int = int(spec.retract_decode_steps)
+        self.base: float = self.new_token_ratio
+        self.it0: int = 0
 
     # ------------------------------------------------------------------ the new-token ratio
     def ratio(self, it: int) -> float:
