@@ -6,9 +6,9 @@ observable differences: a preempted request goes back to the *head* of the waiti
 reads its input queue, between steps (0 more decode steps, assumed), and its prefix cache (on by
 default in V1) serves whole KV blocks only (`CacheConfig.DEFAULT_BLOCK_SIZE` 16 on GPU; the CPU
 backend sets 128 unless `--block-size` is given). vLLM V1's own step scheduling (one token
-budget shared by decodes and prefill chunks in the same step) is issue 34's next item: it will
-replace `rules` with a mixed-step family (`Rules.mixed_steps`) without touching the engines'
-callers.
+budget shared by decodes and prefill chunks in the same step) is `vllm_steps.VllmSteps`, to be
+wired in as this family's rules: a mixed-step family (`Rules.mixed_steps`, `Rules.plan_step`,
+`Rules.stretch`) without touching the engines' callers.
 """
 
 from __future__ import annotations
