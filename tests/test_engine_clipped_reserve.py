@@ -1,4 +1,5 @@
-"""ClippedReserve and SGLang's new-token ratio (`SGLangRules`) alone, against brute force (hypothesis stateful test).
+"""ClippedReserve and SGLang's new-token ratio (`SGLangRules`) alone, against brute force
+(hypothesis stateful test).
 
 A model keeps each request's remaining max_new as a plain number and recounts
 sum(min(remaining, clip)) at every query; the structure must give the same sum now and m

@@ -3,8 +3,8 @@
 From its first retraction on, `FastEngine` keeps a heap of its running requests by (base, -rid)
 (`retraction.victims`, stale entries skipped), running sums of `base` and `max_new` for SGLang's
 re-estimate, and leaves the finish-heap entries of retracted requests in place
-(`retraction.stale` counts them: `engine/retraction.py`). A checked engine recounts all of it over the running batch after every event: the sums,
-the stale count, a live head of the finish heap, one live finish entry and one live victim entry
+(`retraction.stale` counts them: `engine/retraction.py`). A checked engine recounts all of it
+over the running batch after every event: the sums, the stale count, a live head of the finish heap, one live finish entry and one live victim entry
 per running request. The property drives it beside the reference engine on the small-KV cases of
 tests/test_engine_equivalence.py and measures what it reached: stale finish entries skipped,
 a retracted request admitted again, and the victim heap compacted.

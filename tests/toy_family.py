@@ -3,8 +3,8 @@ one `aprilsim.engine.families.register` call (`tests/test_family_rules.py` makes
 
 Its rules differ from SGLang's in every question a batch-shaped family answers: admission
 reserves a quarter of each running request's remaining max_new (a constant ratio, no clip, in
-whole numbers: 4 * (kv + input) + remaining tokens <= 4 * capacity) and a prefill batch takes at most
-`batch_cap` requests; preemption takes the running request with the *most* generated tokens
+whole numbers: 4 * (kv + input) + remaining tokens <= 4 * capacity) and a prefill batch takes
+at most `batch_cap` requests; preemption takes the running request with the *most* generated tokens
 first and puts it back at the head of its priority class, admission never waits; an abort lands
 after `abort_steps` more decode steps, the retained cache serves whole blocks of `cache_block`
 tokens. While a batch of b requests decodes, 4 * kv + reserve grows by 3b a step, so a head

@@ -58,7 +58,7 @@ class Request:
     # a sample's first request: what the engine stamps `start_s` on when it first schedules it
     # (the queue wait of docs/metrics.md); None otherwise, and once stamped
     owner: Any = None
-    priority: int = 0  # higher is admitted first (`waiting.enqueue`); 0 for every request by default
+    priority: int = 0  # higher is admitted first (`waiting.enqueue`); 0 for every request (default)
     # simulated KV migration (Seer's global KV cache): the first `migrated` input tokens arrive
     # with their KV, held but not recomputed by the prefill; lost if the request is retracted
     migrated: int = 0
