@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from aprilsim.engine.cost import PRESETS, CostModel, EngineSpec, TabulatedCost
+from aprilsim.engine.kv_transfer import MOONCAKE_GB_S_PER_GPU, KvTransferSpec
 from aprilsim.engine.router import ROUTERS
 from aprilsim.engine.speculative import SpeculativeSpec
 from aprilsim.metrics.warmup import scaled_warmup
@@ -104,6 +105,20 @@ class SpeculativeSection(_Strict):
             raise ScenarioError(f"{where}: {e}") from None
 
 
+class KvTransferSection(_Strict):
+    """`[cluster] kv_transfer = {...}`: what a migrated piece's KV costs to move
+    (`aprilsim.engine.kv_transfer`: a Mooncake-style global pool by default)."""
+
+    pool: Literal["global", "p2p", "free"] = "global"
+    bandwidth_gb_s: float = Field(default=MOONCAKE_GB_S_PER_GPU, gt=0, le=1e6)
+    latency_s: float = Field(default=1.0e-3, ge=0, lt=3600)
+    bytes_per_token: float = Field(default=0.0, ge=0, lt=1e9)  # 0: the preset's
+
+    def spec(self) -> KvTransferSpec:
+        """The engines' setting (checked again by `KvTransferSpec`)."""
+        return KvTransferSpec(**self.model_dump())
+
+
 class ClusterSection(_Strict):
     engines: int = Field(default=4, ge=1)
     preset: str = "qwen3-4b-h100-tp2"
@@ -129,6 +144,7 @@ class ClusterSection(_Strict):
     prefix_cache_block: int | None = Field(default=None, ge=1)
     client_overhead_s: float | None = Field(default=None, ge=0)  # per request, client to engine
     speculative: SpeculativeSection | None = None  # speculative decoding (docs/simulator.md)
+    kv_transfer: KvTransferSection | None = None  # migrated KV's cost (default: a global pool)
     cost: CostSection | None = None
     # per engine, how many times as long its steps take (stragglers, mixed devices); None: all 1
     engine_slowdown: list[float] | None = None
@@ -313,6 +329,8 @@ class Scenario(_Strict):
                                 "as prefix_sharing = true)")
         if c.speculative is not None:
             over["speculative"] = c.speculative.spec("cluster.speculative")
+        if c.kv_transfer is not None:
+            over["kv_transfer"] = c.kv_transfer.spec()
         if c.cost is not None:
             try:
                 over["cost"] = c.cost.model()

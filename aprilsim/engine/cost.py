@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from aprilsim.engine.cost_protocol import DecodeCost
+from aprilsim.engine.kv_transfer import KvTransferSpec
 from aprilsim.engine.speculative_spec import SpeculativeSpec
 
 
@@ -292,6 +293,14 @@ def _check_block(b: object) -> None:
                          "(1: token-level)")
 
 
+def _check_migration(kv_bytes: float, kv_transfer: object) -> None:
+    """`EngineSpec.kv_bytes_per_token` and `kv_transfer` (a `KvTransferSpec`)."""
+    if not isinstance(kv_transfer, KvTransferSpec):
+        raise ValueError("kv_transfer must be a KvTransferSpec")
+    if not 0 <= kv_bytes < 1e9:
+        raise ValueError("kv_bytes_per_token must lie in [0, 1e9)")
+
+
 @dataclass(frozen=True)
 class EngineSpec:
     """One engine = one SGLang server (a DP replica with tensor parallelism `tp`)."""
@@ -349,6 +358,11 @@ class EngineSpec:
     # acceptance and draft cost. An engine step then emits one token per request and costs a
     # verify step over E(k, p) (`SpeculativeCost`).
     speculative: SpeculativeSpec | None = None
+    # KV migration between engines (`Submit.keep_kv`, Seer's global KV pool): bytes of KV one GPU
+    # holds per token (0: unknown, estimated from c) and what a migrated piece's transfer costs
+    # (`aprilsim.engine.kv_transfer`: a Mooncake-style pool by default)
+    kv_bytes_per_token: float = 0.0
+    kv_transfer: KvTransferSpec = KvTransferSpec()
 
     def __new__(cls, *args: Any, **kwargs: Any) -> EngineSpec:
         """Check the whole-number fields a caller may pass of the wrong type (None, a float)
@@ -388,6 +402,7 @@ class EngineSpec:
                              "within-group cache \"group\" is token-level only)")
         if self.speculative is not None and not isinstance(self.speculative, SpeculativeSpec):
             raise ValueError("speculative must be a SpeculativeSpec or None")
+        _check_migration(self.kv_bytes_per_token, self.kv_transfer)
 
     @property
     def shares_prefixes(self) -> bool:
@@ -504,6 +519,7 @@ def _qwen3_4b_h100_tp2() -> EngineSpec:
         new_token_ratio=0.1,
         tp=2,
         label="qwen3-4b-h100-tp2",
+        kv_bytes_per_token=kv_bytes,
         source=(
             "roofline estimate, not a measurement: Qwen3-4B (bf16) on 2x H100 SXM with TP=2; "
             "decode reads weights at 80% and KV at 70% of 3.35 TB/s, matmuls at 50% of 989 TFLOP/s, "
@@ -531,6 +547,7 @@ def _qwen3_8b_h100_tp1() -> EngineSpec:
         new_token_ratio=0.1,
         tp=1,
         label="qwen3-8b-h100-tp1",
+        kv_bytes_per_token=kv_bytes,
         source=(
             "roofline estimate, not a measurement: Qwen3-8B (bf16) on one H100 SXM, same rules; "
             "gives a 8.6 ms, b 45 us, c 6.3e-8 s/token" + _CROSS_CHECK_TEXT
