@@ -87,20 +87,28 @@ class SpeculativeSection(_Strict):
     """`[cluster] speculative = {...}`: speculative decoding (`aprilsim.engine.speculative`);
     each key as `SpeculativeSpec`, which checks the combination."""
 
-    acceptance: Literal["constant", "siblings"] = "constant"
+    acceptance: Literal["constant", "siblings", "group", "history", "model"] = "constant"
     p: float = Field(default=0.7, ge=0, le=1)
     p0: float = Field(default=0.5, ge=0, le=1)
     p_max: float = Field(default=0.9, ge=0, le=1)
-    k_max: int = Field(default=4, ge=1)
+    # mean tokens per verify step at k_max (bonus token included): sets p ("model",
+    # "constant") or p_max ("group", "history") instead of giving them
+    accept_len: float | None = Field(default=None, ge=1, le=65)
+    k_max: int = Field(default=4, ge=1, le=64)
     k_min: int = Field(default=1, ge=1)
     draft_budget: int = Field(default=0, ge=0)
     draft_s: float = Field(default=0.0, ge=0)
     overhead_s: float = Field(default=0.0, ge=0)
+    staleness: float = Field(default=0.0, ge=0, lt=1)
+    retrain_every: int = Field(default=0, ge=0)
 
     def spec(self, where: str) -> SpeculativeSpec:
-        """The engine's speculative setting; ScenarioError naming `where` when it contradicts."""
+        """The engine's speculative setting, with the acceptance model's published defaults for
+        what the table leaves out; ScenarioError naming `where` when it contradicts."""
+        given = {k: getattr(self, k) for k in self.model_fields_set}
+        given.setdefault("acceptance", self.acceptance)
         try:
-            return SpeculativeSpec(**self.model_dump())
+            return SpeculativeSpec.sourced(**given)
         except ValueError as e:
             raise ScenarioError(f"{where}: {e}") from None
 

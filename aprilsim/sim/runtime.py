@@ -25,12 +25,13 @@ from typing import Final
 import simpy
 
 from aprilsim.engine.cost import EngineSpec, slowed
+from aprilsim.engine.draft_board import DraftBoard, Stamp
 from aprilsim.engine.fast import FastEngine
 from aprilsim.engine.kv_transfer import transfer_delay
 from aprilsim.engine.protocol import SimEngine
 from aprilsim.engine.request import Completion, Request
 from aprilsim.engine.router import GroupAffinity, RoundRobin, Router, make_router
-from aprilsim.engine.speculative import engine_cost
+from aprilsim.engine.speculative import attach_board, engine_cost
 from aprilsim.metrics.gain import fixed_iteration_cost
 from aprilsim.metrics.records import RunResult, StepRecord
 from aprilsim.metrics.trace import EngineSample, PhaseSpan, RequestSpan, Trace
@@ -169,6 +170,9 @@ class Simulation:
         self.spec = engine
         # speculative decoding with "siblings" acceptance: requests carry their group
         self._siblings = engine.speculative is not None and engine.speculative.by_siblings
+        # the board models' draft material across engines (`draft_board`): one per run
+        sp = engine.speculative
+        self._board: DraftBoard | None = DraftBoard(sp) if sp is not None and sp.on_board else None
         self.scheduler = scheduler
         self.batch_size = batch_size
         self.steps = steps
@@ -179,6 +183,8 @@ class Simulation:
         # engine i's steps take slowdown[i] times as long (stragglers, mixed devices)
         self.engines = [engine_factory(slowed(engine, slowdown[i]) if slowdown else engine, i)
                         for i in range(n_engines)]
+        if self._board is not None:
+            attach_board(self.engines, self._board)
         self.now = 0.0
         self.core = RolloutCore(
             scheduler=scheduler, groups=_Workload(workload), batch_size=batch_size, steps=steps,
@@ -389,7 +395,7 @@ class Simulation:
             else:
                 reqs.append(req)
         if self._siblings:
-            self._stamp_groups(samples, first_rid, per_engine)
+            self._stamp_groups(samples, first_rid, per_engine, version)
         self._hand_over(per_engine, version)
 
     def _send_placed(self, samples: Sequence[Sample], first_rid: int, cap: int | None,
@@ -434,9 +440,9 @@ class Simulation:
             dest = per_engine if wait <= 0 else moving.setdefault(wait, {})
             dest.setdefault(i, []).append(req)
         if self._siblings:
-            self._stamp_groups(samples, first_rid, per_engine)
+            self._stamp_groups(samples, first_rid, per_engine, version)
             for late in moving.values():
-                self._stamp_groups(samples, first_rid, late)
+                self._stamp_groups(samples, first_rid, late, version)
         if per_engine or not moving:
             self._hand_over(per_engine, version)
         for wait, late in moving.items():  # migrated KV: the piece starts once it has arrived
@@ -466,12 +472,25 @@ class Simulation:
         return rooms
 
     def _stamp_groups(self, samples: Sequence[Sample], first_rid: int,
-                      per_engine: dict[int, list[Request]]) -> None:
-        """Speculative decoding with "siblings" acceptance: each request names its group."""
+                      per_engine: dict[int, list[Request]], version: int) -> None:
+        """Speculative decoding with per-request acceptance: each request names its group, and
+        the run's draft board learns what it continues (`draft_board.Stamp`)."""
         n = self.workload.group_size
+        board = self._board
         for reqs in per_engine.values():
             for r in reqs:
-                r.group, r.group_n = samples[r.rid - first_rid].group_id, n
+                s = samples[r.rid - first_rid]
+                r.group, r.group_n = s.group_id, n
+                if board is not None:
+                    t = s._target_len
+                    left = (t if t is not None else s.max_len) - s.generated
+                    board.stamp(r.rid, Stamp(s.group_id, n, s.uid, self._prompt_of(s.group_id),
+                                             version, s.generated, left))
+
+    def _prompt_of(self, gid: int) -> int:
+        """The prompt id of group `gid` (-1: unknown)."""
+        g = self.core.groups.get(gid)
+        return g.prompt_id if g is not None else -1
 
     def _hand_over(self, per_engine: dict[int, list[Request]], version: int,
                    extra_s: float = 0.0) -> None:
