@@ -569,6 +569,17 @@ DEFAULT_PRESET = "qwen3-4b-h100-tp2"
 from aprilsim.engine.paper_presets import paper_presets as _paper_presets  # noqa: E402
 from aprilsim.engine.paper_presets import sglang_overrides as _overrides  # noqa: E402
 
-for _name, _fields in _paper_presets().items():
-    _spec = EngineSpec(**{**_fields, "cost": CostModel(**_fields["cost"])})
+# ---- the Seer paper's setups (H800; MoE costs tabulated): aprilsim/engine/seer_presets.py ----
+from aprilsim.engine.seer_presets import seer_presets as _seer_presets  # noqa: E402
+
+
+def _preset_cost(c: dict[str, Any]) -> CostModel | TabulatedCost:
+    if "table_b" in c:
+        return TabulatedCost(tuple(c["table_b"]), tuple(c["table_f"]), tuple(c["table_g"]),
+                             c["p0"], c["p1"], c.get("p2", 0.0))
+    return CostModel(**c)
+
+
+for _name, _fields in {**_paper_presets(), **_seer_presets()}.items():
+    _spec = EngineSpec(**{**_fields, "cost": _preset_cost(_fields["cost"])})
     PRESETS.setdefault(_name, replace(_spec, **{**SGLANG_RULES, **_overrides(_name)}))
