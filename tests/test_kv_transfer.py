@@ -130,7 +130,7 @@ def test_routing_by_room_counts_pieces_on_their_way():
     """Pieces sent one by one while earlier ones are in transit spread over the engines: the
     engine that will receive them counts them as queued (else they all pick the same one, and
     the default scenario's seer lost 9 % of its throughput to a 50 ms transfer)."""
-    sc = default_scenario().model_copy(update={"steps": 3})
+    sc = default_scenario().model_copy(update={"steps": 3, "warmup_steps": 1})
     runs = {pool: build_simulation(_with_pool(sc, pool=pool), "seer").run().summary()
             for pool in ("free", "global")}
     assert runs["global"]["engine_busy_fraction"] > runs["free"]["engine_busy_fraction"] - 0.01
