@@ -23,8 +23,7 @@ from typing import Any
 
 from aprilsim.advise_launch import launch
 
-__all__ = ["CANDIDATES", "VERL_HINTS", "Advice", "Limits", "Option", "Search", "advise",
-           "build_scenario", "format_options", "try_lines"]
+__all__ = ["CANDIDATES", "Advice", "Limits", "Option", "Search", "advise", "build_scenario"]
 
 
 @dataclass(frozen=True)
@@ -403,6 +402,3 @@ def _advised_scenario(sc: Any, advice: Advice) -> dict[str, Any]:
     data["compare"] = [advice.baseline, win.scheduler]
     data["name"] = f"{sc.name}-advised"
     return data
-
-
-from aprilsim.advise_format import VERL_HINTS, format_options, try_lines  # noqa: E402

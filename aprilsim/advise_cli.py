@@ -49,6 +49,7 @@ def advise_command(scenario, slime, verl, log, column, calibration, max_offpolic
 
     _need_pandas()
     from aprilsim import advise as adv
+    from aprilsim import advise_format as fmt
     from aprilsim.interop.toml_out import dumps
     from aprilsim.outputs import claim_dir
     from aprilsim.report.run_output import strict_json
@@ -91,9 +92,9 @@ def advise_command(scenario, slime, verl, log, column, calibration, max_offpolic
                f"left out), paired with {advice.baseline}, "
                + ("what the config runs" if not baseline and advice.framework
                   else "the baseline given" if baseline else "the default baseline"))
-    for line in adv.format_options(advice):
+    for line in fmt.format_options(advice):
         click.echo(line)
-    for line in adv.try_lines(advice, scenario_file, out_dir):
+    for line in fmt.try_lines(advice, scenario_file, out_dir):
         click.echo(line)
     click.echo(f"wrote {scenario_file}, {out_dir / 'advice.json'}"
                + (f", {out_dir / 'lengths.toml'}" if log is not None else ""))

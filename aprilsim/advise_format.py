@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from aprilsim.advise import Advice, Option
+# `aprilsim.advise`'s Advice and Option (not imported: advise's CLI imports both modules)
+Advice = Any
+Option = Any
 
 VERL_HINTS = {
     # sync is verl's own default (the PPO trainer generates the batch, then trains): no recipe

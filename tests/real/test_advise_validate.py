@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from aprilsim.advise import VERL_HINTS
+from aprilsim.advise_format import VERL_HINTS
 from aprilsim.cli import main
 
 pytest.importorskip("pandas")
