@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from aprilsim.engine.cost import PRESETS, CostModel, EngineSpec, TabulatedCost
 from aprilsim.engine.families import FAMILIES as ENGINE_FAMILIES
 from aprilsim.engine.families import family_params, make_family
+from aprilsim.engine.kv_transfer import MOONCAKE_GB_S_PER_GPU, KvTransferSpec
 from aprilsim.engine.router import ROUTERS
 from aprilsim.engine.speculative import SpeculativeSpec
 from aprilsim.metrics.warmup import scaled_warmup
@@ -88,22 +89,44 @@ class SpeculativeSection(_Strict):
     """`[cluster] speculative = {...}`: speculative decoding (`aprilsim.engine.speculative`);
     each key as `SpeculativeSpec`, which checks the combination."""
 
-    acceptance: Literal["constant", "siblings"] = "constant"
+    acceptance: Literal["constant", "siblings", "group", "history", "model"] = "constant"
     p: float = Field(default=0.7, ge=0, le=1)
     p0: float = Field(default=0.5, ge=0, le=1)
     p_max: float = Field(default=0.9, ge=0, le=1)
-    k_max: int = Field(default=4, ge=1)
+    # mean tokens per verify step at k_max (bonus token included): sets p ("model",
+    # "constant") or p_max ("group", "history") instead of giving them
+    accept_len: float | None = Field(default=None, ge=1, le=65)
+    k_max: int = Field(default=4, ge=1, le=64)
     k_min: int = Field(default=1, ge=1)
     draft_budget: int = Field(default=0, ge=0)
     draft_s: float = Field(default=0.0, ge=0)
     overhead_s: float = Field(default=0.0, ge=0)
+    staleness: float = Field(default=0.0, ge=0, lt=1)
+    retrain_every: int = Field(default=0, ge=0)
 
     def spec(self, where: str) -> SpeculativeSpec:
-        """The engine's speculative setting; ScenarioError naming `where` when it contradicts."""
+        """The engine's speculative setting, with the acceptance model's published defaults for
+        what the table leaves out; ScenarioError naming `where` when it contradicts."""
+        given = {k: getattr(self, k) for k in self.model_fields_set}
+        given.setdefault("acceptance", self.acceptance)
         try:
-            return SpeculativeSpec(**self.model_dump())
+            return SpeculativeSpec.sourced(**given)
         except ValueError as e:
             raise ScenarioError(f"{where}: {e}") from None
+
+
+class KvTransferSection(_Strict):
+    """`[cluster] kv_transfer = {...}`: what a migrated piece's KV costs to move
+    (`aprilsim.engine.kv_transfer`: a Mooncake-style global pool by default)."""
+
+    pool: Literal["global", "p2p", "free"] = "global"
+    bandwidth_gb_s: float = Field(default=MOONCAKE_GB_S_PER_GPU, gt=0, le=1e6)
+    latency_s: float = Field(default=1.0e-3, ge=0, lt=3600)
+    bytes_per_token: float = Field(default=0.0, ge=0, lt=1e9)  # 0: the preset's
+
+    def spec(self) -> KvTransferSpec:
+        """The engines' setting (checked again by `KvTransferSpec`)."""
+        return KvTransferSpec(**self.model_dump())
 
 
 class ClusterSection(_Strict):
@@ -134,6 +157,7 @@ class ClusterSection(_Strict):
     prefix_cache_block: int | None = Field(default=None, ge=1)
     client_overhead_s: float | None = Field(default=None, ge=0)  # per request, client to engine
     speculative: SpeculativeSection | None = None  # speculative decoding (docs/simulator.md)
+    kv_transfer: KvTransferSection | None = None  # migrated KV's cost (default: a global pool)
     cost: CostSection | None = None
     # per engine, how many times as long its steps take (stragglers, mixed devices); None: all 1
     engine_slowdown: list[float] | None = None
@@ -333,6 +357,8 @@ class Scenario(_Strict):
         over["family"] = self._family(spec)
         if c.speculative is not None:
             over["speculative"] = c.speculative.spec("cluster.speculative")
+        if c.kv_transfer is not None:
+            over["kv_transfer"] = c.kv_transfer.spec()
         if c.cost is not None:
             try:
                 over["cost"] = c.cost.model()

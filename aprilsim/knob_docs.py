@@ -14,6 +14,11 @@ from typing import Any
 
 # scheduler -> knob -> (meaning, allowed values)
 KNOB_DOCS: dict[str, dict[str, tuple[str, str]]] = {
+    "sync": {
+        "dispatch": ("where requests go: the scenario's router, or each group whole on one engine "
+                     "with groups balanced over the engines (veRL's dispatch, the baseline the "
+                     "Seer paper measured against)", '"router", "group"'),
+    },
     "april": {
         "ratio": ("groups in flight / N (slime --over-sampling-batch-size / --rollout-batch-size)",
                   ">= 1"),
@@ -66,8 +71,10 @@ KNOB_DOCS["seer"] = {
               '"most_room", "router"'),
     "history": ("estimate a group's length from the same prompt's earlier epochs "
                 "(seer_history); a prompt not seen yet is probed", "true, false"),
-    "migrate_kv": ("a piece's KV moves with it to the next engine (Seer's global KV cache; "
-                   "simulated only, off under a prefix cache): no re-prefill", "true, false"),
+    "migrate_kv": ("a piece's KV moves with it to the next engine through Seer's global KV pool "
+                   "(no re-prefill; the transfer costs `[cluster] kv_transfer`; simulated only, "
+                   "off under a prefix cache); false: each piece re-prefills what it carries",
+                   "true, false"),
 }
 KNOB_DOCS["april_ds"] = {
     "std_threshold": ("finished groups with reward std <= this are dropped (waste) and replaced",

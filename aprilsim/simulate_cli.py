@@ -51,6 +51,8 @@ def run_simulate(*, scenario: Path | None, schedulers: tuple[str, ...], sets: tu
 
             for note in scenario_notes(sc, seed):
                 click.echo(f"aprilsim: {note}", err=True)
+        for note in speculative_notes(sc):
+            click.echo(f"aprilsim: {note}", err=True)
         labels = list(dict.fromkeys(schedulers)) or list(sc.compare)
         from aprilsim.scheduler_spec import check_schedulers
 
@@ -135,6 +137,15 @@ def run_simulate(*, scenario: Path | None, schedulers: tuple[str, ...], sets: tu
 
         for line in gain_lines({name: g[0] for name, g in gains.items()}):
             click.echo(line)
+
+
+def speculative_notes(sc: Any) -> list[str]:
+    """A line when the scenario's speculative acceptance lies outside the published figures
+    (`speculative_spec.acceptance_notes`)."""
+    from aprilsim.engine.speculative_spec import acceptance_notes
+
+    sp = sc.engine_spec().speculative
+    return acceptance_notes(sp) if sp is not None else []
 
 
 def settle_notes(runs: dict[str, list[dict[str, Any]]], seeds: list[int]) -> list[str]:

@@ -3,10 +3,13 @@
     python experiments/seer_gain.py              # 5 paired seeds on the default scenario
     python experiments/seer_gain.py --seeds 3 --prompt-share 0.8
 
-Each row is `seer` with some knobs, against sync on the same seeds (paired, warm-up left out):
-probe or not, pieces of several sizes, re-prefill or simulated KV migration, routing by room or
-by the scenario's router; and an oracle that knows every response's length (it reads the
-workload's hidden truth, which no scheduler may: the headroom of longest-first). Writes experiments/results/seer_gain[_<tag>].md.
+Each row is `seer` with some knobs, against sync on the same seeds (paired, warm-up left out),
+both round-robin sync (slime's routing) and `sync@dispatch=group` (veRL's dispatch: whole groups
+per engine, the baseline the Seer paper measured against): the KV pool's transfer cost (the
+default global pool, one hop, free), re-prefill instead of migration, pieces of several sizes,
+probe or not, routing by room or by the scenario's router; and an oracle that knows every
+response's length (it reads the workload's hidden truth, which no scheduler may: the headroom of
+longest-first). Writes experiments/results/seer_gain[_<tag>].md.
 """
 
 from __future__ import annotations
@@ -50,20 +53,42 @@ class OracleSeer(SeerScheduler):
 
 
 def _oracle(sc, seed: int) -> dict:
-    run = build_simulation(sc, OracleSeer(migrate_kv=True), seed=seed).run()
+    run = build_simulation(sc, OracleSeer(), seed=seed).run()
     run.warmup_steps = sc.warmup_steps
     return run.summary()
 
-VARIANTS: list[tuple[str, dict]] = [
-    ("pieces of 2048, re-prefill (default)", {}),
-    ("no pieces (chunk 0)", {"chunk": 0}),
-    ("pieces of 2048, KV migration", {"migrate_kv": True}),
-    ("pieces of 512, KV migration", {"chunk": 512, "migrate_kv": True}),
-    ("pieces of 8192, KV migration", {"chunk": 8192, "migrate_kv": True}),
-    ("KV migration, no probe", {"migrate_kv": True, "probe": False}),
-    ("KV migration, hold until the probe shows", {"migrate_kv": True, "hold": True}),
-    ("KV migration, the scenario's router", {"migrate_kv": True, "route": "router"}),
+# (label, seer knobs, `[cluster] kv_transfer` or None for the scenario's: a global pool)
+VARIANTS: list[tuple[str, dict, dict | None]] = [
+    ("default: pieces of 2048, KV through a global pool", {}, None),
+    ("KV migration free and instant", {}, {"pool": "free"}),
+    ("KV engine to engine (one hop)", {}, {"pool": "p2p"}),
+    ("re-prefill, no KV pool", {"migrate_kv": False}, None),
+    ("no pieces (chunk 0)", {"chunk": 0}, None),
+    ("pieces of 512", {"chunk": 512}, None),
+    ("pieces of 8192", {"chunk": 8192}, None),
+    ("no probe", {"probe": False}, None),
+    ("hold until the probe shows", {"hold": True}, None),
+    ("the scenario's router", {"route": "router"}, None),
 ]
+
+
+def _variant(sc, knobs: dict, pool: dict | None):
+    """`sc` with seer's knobs set (and the KV transfer replaced when given)."""
+    out = sc.model_copy(update={"schedulers": {**sc.schedulers, "seer": knobs}})
+    if pool is not None:
+        from aprilsim.config import KvTransferSection
+
+        out = out.model_copy(update={"cluster": out.cluster.model_copy(
+            update={"kv_transfer": KvTransferSection(**pool)})})
+    return out
+
+
+def _row(label: str, runs: list[dict], bases: dict[str, list[dict]]) -> str:
+    cells = [f"{g:+.1%} ± {sd:.1%}" for g, sd in
+             (paired(runs, b, "rollout_throughput_tok_s") for b in bases.values())]
+    t, tsd = paired(runs, bases["rr"], "mean_rollout_time_s")
+    busy = sum(r["engine_busy_fraction"] for r in runs) / len(runs)
+    return f"| {label} | {' | '.join(cells)} | {t:+.1%} ± {tsd:.1%} | {busy:.0%} |"
 
 
 def main() -> None:
@@ -81,28 +106,24 @@ def main() -> None:
         sc = sc.model_copy(update={"workload": sc.workload.model_copy(
             update={"prompt_share": args.prompt_share})})
     seeds = [sc.seed + k for k in range(args.seeds)]
-    base = [simulate(sc, "sync", None, s) for s in seeds]
-    lines = ["| seer variant | rollout tok/s vs sync | rollout time vs sync | busy |",
-             "|---|---|---|---|",
-             f"| sync | +0.0% | +0.0% | {sum(r['engine_busy_fraction'] for r in base) / len(base):.0%} |"]
-    for label, knobs in VARIANTS:
-        s = sc.model_copy(update={"schedulers": {**sc.schedulers, "seer": knobs}})
+    grouped = sc.model_copy(update={"schedulers": {**sc.schedulers, "sync": {"dispatch": "group"}}})
+    bases = {"rr": [simulate(sc, "sync", None, s) for s in seeds],
+             "group": [simulate(grouped, "sync", None, s) for s in seeds]}
+    lines = ["| seer variant | rollout tok/s vs sync (round robin) | rollout tok/s vs sync "
+             "(veRL's dispatch) | rollout time vs sync (round robin) | busy |",
+             "|---|---|---|---|---|",
+             _row("sync, veRL's dispatch (`sync@dispatch=group`)", bases["group"], bases),
+             _row("sync, round robin", bases["rr"], bases)]
+    for label, knobs, pool in VARIANTS:
         print(f"seer: {label} ...", file=sys.stderr)
-        runs = [simulate(s, "seer", None, k) for k in seeds]
-        g, sd = paired(runs, base, "rollout_throughput_tok_s")
-        t, tsd = paired(runs, base, "mean_rollout_time_s")
-        busy = sum(r["engine_busy_fraction"] for r in runs) / len(runs)
-        lines.append(f"| {label} | {g:+.1%} ± {sd:.1%} | {t:+.1%} ± {tsd:.1%} | {busy:.0%} |")
+        runs = [simulate(_variant(sc, knobs, pool), "seer", None, k) for k in seeds]
+        lines.append(_row(label, runs, bases))
     print("seer: oracle ...", file=sys.stderr)
-    runs = [_oracle(sc, k) for k in seeds]
-    g, sd = paired(runs, base, "rollout_throughput_tok_s")
-    t, tsd = paired(runs, base, "mean_rollout_time_s")
-    busy = sum(r["engine_busy_fraction"] for r in runs) / len(runs)
-    lines.append(f"| oracle: true lengths longest-first, KV migration | {g:+.1%} ± {sd:.1%} | "
-                 f"{t:+.1%} ± {tsd:.1%} | {busy:.0%} |")
+    lines.append(_row("oracle: true lengths longest-first", [_oracle(sc, k) for k in seeds], bases))
     table = "\n".join(lines) + "\n"
     head = (f"scenario {sc.name}, prompt_share {sc.workload.prompt_share}, {args.seeds} paired "
-            f"seeds, {sc.warmup_steps} warm-up step(s) left out\n\n")
+            f"seeds, {sc.warmup_steps} warm-up step(s) left out; mean ± sd of the paired "
+            "ratio - 1\n\n")
     out = ROOT / "experiments" / "results" / f"seer_gain{'_' + args.tag if args.tag else ''}.md"
     out.write_text(head + table)
     print(head + table)

@@ -75,7 +75,8 @@ def test_a_file_without_accepted_tokens_is_refused(tmp_path):
 
 def test_calibrate_writes_the_fit_into_the_preset_a_scenario_runs(tmp_path):
     """`calibrate --sglang-log` on a log with accept len lines fits the cost and the acceptance;
-    the preset file's [speculative] loads as the engine's setting (constant, k_max = k)."""
+    the preset file's [speculative] loads as the engine's setting (a draft model's acceptance,
+    k_max = k), and the report places the measured accept length against the published ones."""
     log = tmp_path / "server.log"
     log.write_text(SGLANG_SPEC_LOG)
     out = tmp_path / "cal.toml"
@@ -85,9 +86,11 @@ def test_calibrate_writes_the_fit_into_the_preset_a_scenario_runs(tmp_path):
     got = json.loads(res.stdout)["speculative"]
     assert got["k"] == 4 and got["accept_len"] == pytest.approx(2.7)
     spec = load_preset_file(out).speculative
-    assert spec == SpeculativeSpec(acceptance="constant", p=spec.p, k_max=4)
+    assert spec == SpeculativeSpec(acceptance="model", p=spec.p, k_max=4)
     assert spec.p == pytest.approx(got["p"], rel=1e-12)
     assert "accept length 2.700" in out.read_text()
+    # 2.7 is above NeMo-RL's 2.05-2.47 for EAGLE-3 in RL rollouts: said, not refused
+    assert "accept length 2.70 is above the published 2.05-2.47" in out.read_text()
 
 
 def test_calibrate_reads_a_vllm_metrics_page_given_apart(tmp_path):

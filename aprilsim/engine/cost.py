@@ -26,10 +26,12 @@ import math
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from aprilsim.engine.cost_protocol import DecodeCost
 from aprilsim.engine.families.protocol import Family
 from aprilsim.engine.families.sglang import SIMPLE, SGLangFamily
+from aprilsim.engine.kv_transfer import KvTransferSpec
 from aprilsim.engine.speculative_spec import SpeculativeSpec
 
 
@@ -279,6 +281,14 @@ def _walk_passes(
 PREFIX_CACHES = ("none", "group", "lru")
 
 
+def _check_migration(kv_bytes: float, kv_transfer: object) -> None:
+    """`EngineSpec.kv_bytes_per_token` and `kv_transfer` (a `KvTransferSpec`)."""
+    if not isinstance(kv_transfer, KvTransferSpec):
+        raise ValueError("kv_transfer must be a KvTransferSpec")
+    if not 0 <= kv_bytes < 1e9:
+        raise ValueError("kv_bytes_per_token must lie in [0, 1e9)")
+
+
 @dataclass(frozen=True)
 class EngineSpec:
     """One engine = one SGLang server (a DP replica with tensor parallelism `tp`)."""
@@ -332,6 +342,11 @@ class EngineSpec:
     # settings (`families.SIMPLE`: retract to the head, aborts landing at once); the presets
     # SGLang 0.5.23's own.
     family: Family = SIMPLE
+    # KV migration between engines (`Submit.keep_kv`, Seer's global KV pool): bytes of KV one GPU
+    # holds per token (0: unknown, estimated from c) and what a migrated piece's transfer costs
+    # (`aprilsim.engine.kv_transfer`: a Mooncake-style pool by default)
+    kv_bytes_per_token: float = 0.0
+    kv_transfer: KvTransferSpec = KvTransferSpec()
 
     def __post_init__(self) -> None:
         if self.kv_capacity < 1 or self.max_running < 1 or self.max_prefill_tokens < 1:
@@ -359,6 +374,7 @@ class EngineSpec:
                              "(aprilsim.engine.families.make_family)")
         if self.speculative is not None and not isinstance(self.speculative, SpeculativeSpec):
             raise ValueError("speculative must be a SpeculativeSpec or None")
+        _check_migration(self.kv_bytes_per_token, self.kv_transfer)
 
     @property
     def shares_prefixes(self) -> bool:
@@ -463,6 +479,7 @@ def _qwen3_4b_h100_tp2() -> EngineSpec:
         new_token_ratio=0.1,
         tp=2,
         label="qwen3-4b-h100-tp2",
+        kv_bytes_per_token=kv_bytes,
         source=(
             "roofline estimate, not a measurement: Qwen3-4B (bf16) on 2x H100 SXM with TP=2; "
             "decode reads weights at 80% and KV at 70% of 3.35 TB/s, matmuls at 50% of 989 TFLOP/s, "
@@ -490,6 +507,7 @@ def _qwen3_8b_h100_tp1() -> EngineSpec:
         new_token_ratio=0.1,
         tp=1,
         label="qwen3-8b-h100-tp1",
+        kv_bytes_per_token=kv_bytes,
         source=(
             "roofline estimate, not a measurement: Qwen3-8B (bf16) on one H100 SXM, same rules; "
             "gives a 8.6 ms, b 45 us, c 6.3e-8 s/token" + _CROSS_CHECK_TEXT
@@ -511,6 +529,17 @@ DEFAULT_PRESET = "qwen3-4b-h100-tp2"
 from aprilsim.engine.paper_presets import paper_presets as _paper_presets  # noqa: E402
 from aprilsim.engine.paper_presets import sglang_overrides as _overrides  # noqa: E402
 
-for _name, _fields in _paper_presets().items():
-    _spec = EngineSpec(**{**_fields, "cost": CostModel(**_fields["cost"])})
+# ---- the Seer paper's setups (H800; MoE costs tabulated): aprilsim/engine/seer_presets.py ----
+from aprilsim.engine.seer_presets import seer_presets as _seer_presets  # noqa: E402
+
+
+def _preset_cost(c: dict[str, Any]) -> CostModel | TabulatedCost:
+    if "table_b" in c:
+        return TabulatedCost(tuple(c["table_b"]), tuple(c["table_f"]), tuple(c["table_g"]),
+                             c["p0"], c["p1"], c.get("p2", 0.0))
+    return CostModel(**c)
+
+
+for _name, _fields in {**_paper_presets(), **_seer_presets()}.items():
+    _spec = EngineSpec(**{**_fields, "cost": _preset_cost(_fields["cost"])})
     PRESETS.setdefault(_name, replace(_spec, **{**SGLANG_RULES, **_overrides(_name)}))

@@ -89,6 +89,7 @@ def estimate(model: ModelShape, gpu: GpuShape, tp: int, *, mem_fraction: float,
         new_token_ratio=0.1,
         tp=tp,
         label=label,
+        kv_bytes_per_token=kv_bytes,
         source=(
             f"ESTIMATE (roofline, not a measurement): {model.name} (bf16) on {tp}x {gpu.name}, TP "
             f"{tp}; {model.source}; {gpu.source}; KV pool {mem_fraction:.0%} of "

@@ -18,11 +18,12 @@ costs `draft_s` per draft token step plus `overhead_s` per step. The draft lengt
 batch: k(B) = clamp(draft_budget // B, k_min, k_max) (a nearly empty engine, the tail, drafts
 most; draft_budget 0: k = k_max always).
 
-Acceptance: "constant" (p for every request), or "siblings": p rises linearly from p0 to p_max
-as the request's group has 0 .. n-1 finished siblings on its engine (their responses are draft
-material: Seer's grouped speculative decoding). A batch of requests with different p steps at
-the batch's mean p (the mean of integer 1/Q units, Q = 2^16, so every engine model computes the
-same float in any order). What the fluid model gives up: a live engine emits an integer number
+Acceptance: "constant" (p for every request); "siblings": p rises linearly from p0 to p_max
+as the request's group has 0 .. n-1 finished siblings on its engine; "group", "history",
+"model": read from the run's `draft_board.DraftBoard` (the group's text wherever it runs, the
+prompt's earlier epochs, a draft model's age; `speculative_spec` has the sources). A batch of
+requests with different p steps at the batch's mean p (the mean of integer 1/Q units, Q = 2^16,
+so every engine model computes the same float in any order). What the fluid model gives up: a live engine emits an integer number
 of tokens per verify step (1 .. k+1, at random); here a request's finish moves by less than one
 verify step, tens of milliseconds in a rollout of minutes. No I/O; the settings and their math
 live in `speculative_spec` (which `cost.EngineSpec` imports).
@@ -46,7 +47,8 @@ if TYPE_CHECKING:
     from aprilsim.engine.request import Request
 
 __all__ = ["ACCEPTANCE", "Q", "SpeculativeCost", "SpeculativeHooks", "SpeculativeSpec",
-           "engine_cost", "fit_acceptance", "speculative_hooks", "tokens_per_step"]
+           "attach_board", "engine_cost", "fit_acceptance", "speculative_hooks",
+           "tokens_per_step"]
 
 
 class SpeculativeCost(_LinearInK):
@@ -63,6 +65,10 @@ class SpeculativeCost(_LinearInK):
         self._cache: dict[tuple[int, int], tuple[float, float]] = {}
         self.fin: dict[int, int] = {}  # group -> its requests finished on this engine
         self.groups: dict[int, tuple[int, int]] = {}  # rid -> (group, n) of running "siblings"
+        # the board models: the run's DraftBoard (`attach_board`) and each request's acceptance
+        # as last read from it (re-read at this engine's arrivals and departures)
+        self.board: Any = None
+        self.own: dict[int, int] = {}
 
     def coefficients(self, batch: int) -> tuple[float, float]:
         """(f'(B), g'(B)) at the current acceptance (cached per batch size and p)."""
@@ -84,14 +90,30 @@ class SpeculativeCost(_LinearInK):
 
     # ---- "siblings" acceptance: what the engine tells it
     def submitted(self, reqs: Iterable[Request]) -> None:
-        """Requests queued on the engine: remember their groups (n from `Request.group_n`)."""
-        if self.spec.by_siblings:
+        """Requests queued on the engine: remember their groups (n from `Request.group_n`), or
+        read their acceptance from the board."""
+        board = self.board
+        if board is not None:
+            for r in reqs:
+                self.own[r.rid] = board.units(r.rid)
+        elif self.spec.by_siblings:
             for r in reqs:
                 if r.group >= 0:
                     self.groups[r.rid] = (r.group, r.group_n)
 
     def finished(self, done: Iterable[Any]) -> None:
-        """Completions at one event: the finished ones (not aborted) count for their group."""
+        """Completions at one event: the finished ones (not aborted) count for their group; with
+        a board, each reports what it generated and the others' acceptance is read again."""
+        board = self.board
+        if board is not None:
+            own = self.own
+            for c in done:
+                board.report(c.rid, c.tokens, c.reason)
+                own.pop(c.rid, None)
+            if self.spec.acceptance == "group":  # the only board model that moves with others
+                for rid in own:
+                    own[rid] = board.units(rid)
+            return
         if not self.spec.by_siblings:
             return
         groups, fin = self.groups, self.fin
@@ -102,12 +124,17 @@ class SpeculativeCost(_LinearInK):
 
     def set_batch(self, running: Iterable[Request]) -> None:
         """A decode plan starts over `running`: the batch's mean acceptance (1/Q units, floored)."""
-        spec, groups, fin = self.spec, self.groups, self.fin
+        spec, groups, fin, own = self.spec, self.groups, self.fin, self.own
         total = n = 0
-        for r in running:
-            got = groups.get(r.rid)
-            total += spec.p_units(fin.get(got[0], 0), got[1]) if got else spec.p_units(0, 1)
-            n += 1
+        if self.board is not None:
+            for r in running:
+                total += own[r.rid]
+                n += 1
+        else:
+            for r in running:
+                got = groups.get(r.rid)
+                total += spec.p_units(fin.get(got[0], 0), got[1]) if got else spec.p_units(0, 1)
+                n += 1
         self.units = total // n if n else spec.p_units(0, 1)
 
 
@@ -150,6 +177,17 @@ def speculative_hooks(spec: Any, cost: _LinearInK) -> SpeculativeHooks | None:
     """The hooks of an engine of `spec` stepping with `cost` (`engine_cost`), None when
     speculative decoding is off."""
     return SpeculativeHooks(cost, spec.cost) if spec.speculative is not None else None
+
+
+def attach_board(engines: Iterable[Any], board: Any) -> None:
+    """Give each engine's per-request acceptance (its speculative hooks' `sib`, a
+    `SpeculativeCost`) the run's `DraftBoard` (the runtime creates one per run for the board
+    models)."""
+    for e in engines:
+        hooks = getattr(e, "speculative", None)
+        sib = getattr(hooks, "sib", None)
+        if isinstance(sib, SpeculativeCost):
+            sib.board = board
 
 
 def engine_cost(spec: Any) -> _LinearInK:

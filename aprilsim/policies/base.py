@@ -112,12 +112,14 @@ class Submit:
     a sample that reaches the cap unfinished comes back in a SampleCapped event.
 
     `priority` (higher first) orders the requests in their engine's admission queue (SGLang's
-    priority scheduling); `route` sends each to a named engine (its index) or, with
-    `MOST_ROOM`, to the engine with the most free KV room at that moment; None leaves it to the
-    runtime's router. Length-aware schedulers (Seer) use the three together: a piece of at most
+    priority scheduling); `route` sends each to a named engine (its index), with `MOST_ROOM`
+    to the engine with the most free KV room at that moment, with `BY_GROUP` to its group's
+    engine (the group's first request to the least-loaded one); None leaves it to the runtime's
+    router. Length-aware schedulers (Seer) use the three together: a piece of at most
     `max_new_tokens` tokens, longest-first by priority, to the engine with room. `keep_kv`: a
     resumed sample's KV moves with it to its new engine (Seer's global KV cache), so its prefill
-    computes only its last token; simulated only (free and instant; live engines re-prefill).
+    computes only its last token, once the KV has arrived (`[cluster] kv_transfer`: a
+    Mooncake-style pool by default); simulated only (live engines re-prefill).
     """
 
     samples: tuple[Sample, ...]
@@ -130,6 +132,10 @@ class Submit:
 MOST_ROOM = "most_room"  # Submit.route: the engine with the most free KV room (per request)
 """`Submit(..., route=MOST_ROOM)`: each request goes to the engine with the most free KV room at
 the moment it is sent (what Seer's divided rollout does), instead of the runtime's router."""
+BY_GROUP = "by_group"
+"""`Submit(..., route=BY_GROUP)`: each request goes to its group's engine (the group's first
+request to the least-loaded engine, the rest follow): veRL's dispatch of whole groups per
+instance, `sync@dispatch=group`."""
 
 
 @dataclass(frozen=True, slots=True)

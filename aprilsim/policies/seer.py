@@ -10,9 +10,10 @@ long tail with what a group's responses share, their length:
 * divided rollout: a response is generated in pieces of at most `chunk` tokens
   (`Submit.max_new_tokens`); each piece that comes back unfinished (`SampleCapped`) is sent again
   to the engine with the most room (`Submit.route = MOST_ROOM`), which balances load and KV as
-  the batch thins out. Seer moves a piece's KV through a global cache: `migrate_kv = true`
-  simulates that (`Submit.keep_kv`: free, instant, not on live engines); by default the resumed
-  piece re-prefills what it carries (prompt + output so far), a cost Seer does not pay.
+  the batch thins out. Seer moves a piece's KV through a global KV pool (Mooncake): with
+  `migrate_kv = true`, the default, so does this one (`Submit.keep_kv`; the transfer is priced by
+  `[cluster] kv_transfer`, a global pool by default; live engines re-prefill); with false, the
+  resumed piece re-prefills what it carries (prompt + output so far), a cost Seer does not pay.
 
 `seer_history` estimates a group's length from the same prompt's responses in earlier epochs
 (RhymeRL, arXiv 2508.18588, uses the previous epoch the same way): no probe where the prompt was
@@ -53,7 +54,7 @@ class SeerScheduler:
     variants: ClassVar[tuple[dict[str, object], ...]] = (
         {"hold": True, "route": "router", "chunk": 300},
         {"chunk": 0, "probe": False},
-        {"chunk": 300, "migrate_kv": True},  # priorities, routing by room, migrated KV
+        {"chunk": 300, "migrate_kv": False},  # priorities, routing by room, re-prefill
         {"history": True, "chunk": 400},
     )
     chunk: int = 2048  # tokens per piece (0: a response in one piece)
@@ -61,7 +62,7 @@ class SeerScheduler:
     hold: bool = False  # the group's other responses wait until its probe has shown something
     route: str = "most_room"  # pieces to the engine with the most room, or "router" (the runtime's)
     history: bool = False  # estimate from the same prompt's earlier epochs (`seer_history`)
-    migrate_kv: bool = False  # a piece's KV moves with it (simulated): no re-prefill
+    migrate_kv: bool = True  # a piece's KV moves through the pool (simulated): no re-prefill
     _done: list[Group] = field(default_factory=list, repr=False)
     _est: dict[int, int] = field(default_factory=dict, repr=False)  # group -> length estimate
     _probe: dict[int, int] = field(default_factory=dict, repr=False)  # group -> its probe's uid

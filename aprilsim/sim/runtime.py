@@ -25,16 +25,18 @@ from typing import Final
 import simpy
 
 from aprilsim.engine.cost import EngineSpec, slowed
+from aprilsim.engine.draft_board import DraftBoard, Stamp
 from aprilsim.engine.fast import FastEngine
+from aprilsim.engine.kv_transfer import transfer_delay
 from aprilsim.engine.protocol import SimEngine
 from aprilsim.engine.request import Completion, Request
-from aprilsim.engine.router import RoundRobin, Router, make_router
-from aprilsim.engine.speculative import engine_cost
+from aprilsim.engine.router import GroupAffinity, RoundRobin, Router, make_router
+from aprilsim.engine.speculative import attach_board, engine_cost
 from aprilsim.metrics.gain import fixed_iteration_cost
 from aprilsim.metrics.records import RunResult, StepRecord
 from aprilsim.metrics.trace import EngineSample, PhaseSpan, RequestSpan, Trace
 from aprilsim.native import mypyc_attr
-from aprilsim.policies.base import MOST_ROOM, Scheduler, SchedulerError
+from aprilsim.policies.base import BY_GROUP, MOST_ROOM, Scheduler, SchedulerError
 from aprilsim.rollout.core import RolloutCore
 from aprilsim.rollout.ports import Placement, Reading
 from aprilsim.sim.engine_clock import engine_clock
@@ -168,15 +170,21 @@ class Simulation:
         self.spec = engine
         # speculative decoding with "siblings" acceptance: requests carry their group
         self._siblings = engine.speculative is not None and engine.speculative.by_siblings
+        # the board models' draft material across engines (`draft_board`): one per run
+        sp = engine.speculative
+        self._board: DraftBoard | None = DraftBoard(sp) if sp is not None and sp.on_board else None
         self.scheduler = scheduler
         self.batch_size = batch_size
         self.steps = steps
         self.trainer = trainer or TrainerModel()
         self.router = make_router(router) if isinstance(router, str) else router
+        self._by_group = GroupAffinity()  # `Submit.route = BY_GROUP`: each group's engine
         self.env = simpy.Environment()
         # engine i's steps take slowdown[i] times as long (stragglers, mixed devices)
         self.engines = [engine_factory(slowed(engine, slowdown[i]) if slowdown else engine, i)
                         for i in range(n_engines)]
+        if self._board is not None:
+            attach_board(self.engines, self._board)
         self.now = 0.0
         self.core = RolloutCore(
             scheduler=scheduler, groups=_Workload(workload), batch_size=batch_size, steps=steps,
@@ -387,7 +395,7 @@ class Simulation:
             else:
                 reqs.append(req)
         if self._siblings:
-            self._stamp_groups(samples, first_rid, per_engine)
+            self._stamp_groups(samples, first_rid, per_engine, version)
         self._hand_over(per_engine, version)
 
     def _send_placed(self, samples: Sequence[Sample], first_rid: int, cap: int | None,
@@ -401,13 +409,15 @@ class Simulation:
         route = place.route
         if isinstance(route, int) and not 0 <= route < len(engines):
             raise SchedulerError(f"Submit.route {route}: no such engine (0..{len(engines) - 1})")
-        if isinstance(route, str) and route != MOST_ROOM:
-            raise SchedulerError(f"Submit.route {route!r}: an engine index, {MOST_ROOM!r} or None")
-        rooms = [e.room_at(self.now) for e in engines] if route == MOST_ROOM else []
+        if isinstance(route, str) and route not in (MOST_ROOM, BY_GROUP):
+            raise SchedulerError(f"Submit.route {route!r}: an engine index, {MOST_ROOM!r}, "
+                                 f"{BY_GROUP!r} or None")
+        rooms = self._rooms() if route == MOST_ROOM else []
         loads = [e.load for e in engines]
         share, retain = self.spec.shares_prefixes, self.spec.retains_prefixes
         migrate = place.keep_kv and not share and not retain  # the caches have their own rule
         per_engine: dict[int, list[Request]] = {}
+        moving: dict[float, dict[int, list[Request]]] = {}  # transfer delay -> engine -> requests
         for k, s in enumerate(samples):
             g, t = s.generated, s._target_len
             assert t is not None  # a simulated sample carries its length
@@ -419,36 +429,76 @@ class Simulation:
                 req.input_len -= req.shared
             if retain:
                 req.seq = s.uid
+            wait = 0.0
             if migrate and g:
                 req.migrated = req.input_len - 1
+                wait = transfer_delay(self.spec, req.migrated)  # through the KV pool
             if s.start_s < 0:  # not yet scheduled on an engine: the engine stamps it (queue wait)
                 req.owner = s
-            if route is None:
-                i = self.router.pick(loads, s.group_id)
-            elif route == MOST_ROOM:
-                i = max(range(len(rooms)), key=rooms.__getitem__)  # ties: the lowest index
-                rooms[i] -= req.input_len + req.shared + req.max_new
-            else:
-                i = route  # type: ignore[assignment]
+            i = self._placed_engine(route, rooms, loads, s.group_id, req)
             loads[i] += 1
-            per_engine.setdefault(i, []).append(req)
+            dest = per_engine if wait <= 0 else moving.setdefault(wait, {})
+            dest.setdefault(i, []).append(req)
         if self._siblings:
-            self._stamp_groups(samples, first_rid, per_engine)
-        self._hand_over(per_engine, version)
+            self._stamp_groups(samples, first_rid, per_engine, version)
+            for late in moving.values():
+                self._stamp_groups(samples, first_rid, late, version)
+        if per_engine or not moving:
+            self._hand_over(per_engine, version)
+        for wait, late in moving.items():  # migrated KV: the piece starts once it has arrived
+            self._hand_over(late, version, wait)
+
+    def _placed_engine(self, route: int | str | None, rooms: list[int], loads: list[int],
+                       group: int, req: Request) -> int:
+        """The engine a placed request goes to: the router's, the one with the most room (its
+        room then counts the request: input plus max_new), its group's, or the named one."""
+        if route is None:
+            return self.router.pick(loads, group)
+        if route == MOST_ROOM:
+            i = max(range(len(rooms)), key=rooms.__getitem__)  # ties: the lowest index
+            rooms[i] -= req.input_len + req.shared + req.max_new
+            return i
+        if route == BY_GROUP:
+            return self._by_group.pick(loads, group)
+        return route  # type: ignore[return-value]
+
+    def _rooms(self) -> list[int]:
+        """Each engine's room (`room_at`), less the input of requests on their way to it (a
+        client overhead, a KV transfer): they count as queued there already."""
+        rooms = [e.room_at(self.now) for e in self.engines]
+        for per_engine in self._pending.values():
+            for i, reqs in per_engine.items():
+                rooms[i] -= sum(r.input_len + r.shared for r in reqs)
+        return rooms
 
     def _stamp_groups(self, samples: Sequence[Sample], first_rid: int,
-                      per_engine: dict[int, list[Request]]) -> None:
-        """Speculative decoding with "siblings" acceptance: each request names its group."""
+                      per_engine: dict[int, list[Request]], version: int) -> None:
+        """Speculative decoding with per-request acceptance: each request names its group, and
+        the run's draft board learns what it continues (`draft_board.Stamp`)."""
         n = self.workload.group_size
+        board = self._board
         for reqs in per_engine.values():
             for r in reqs:
-                r.group, r.group_n = samples[r.rid - first_rid].group_id, n
+                s = samples[r.rid - first_rid]
+                r.group, r.group_n = s.group_id, n
+                if board is not None:
+                    t = s._target_len
+                    left = (t if t is not None else s.max_len) - s.generated
+                    board.stamp(r.rid, Stamp(s.group_id, n, s.uid, self._prompt_of(s.group_id),
+                                             version, s.generated, left))
 
-    def _hand_over(self, per_engine: dict[int, list[Request]], version: int) -> None:
-        """Submit each engine's requests now (and open their trace spans)."""
+    def _prompt_of(self, gid: int) -> int:
+        """The prompt id of group `gid` (-1: unknown)."""
+        g = self.core.groups.get(gid)
+        return g.prompt_id if g is not None else -1
+
+    def _hand_over(self, per_engine: dict[int, list[Request]], version: int,
+                   extra_s: float = 0.0) -> None:
+        """Submit each engine's requests now, or `client_overhead_s` (plus `extra_s`: a KV
+        transfer) later; open their trace spans now."""
         spans = self._spans if self.trace is not None else None
         inflight = self.core.inflight
-        delay = self.spec.client_overhead_s
+        delay = self.spec.client_overhead_s + extra_s
         if delay > 0:  # each request reaches its engine that much later (the client's own time)
             self._n_sent += 1
             self._pending[self._n_sent] = per_engine

@@ -115,6 +115,30 @@ class Constraint:
         return lo - self.bound, mean, lo, hi
 
 
+class Infeasible(ValueError):
+    """No setting meets the constraints: `setting` is the closest one tried and `misses` what it
+    misses there, one dict per failed constraint (constraint, mean, lo, hi, margin_at_interval
+    < 0, seeds: "tuning" or "fresh")."""
+
+    def __init__(self, message: str, setting: dict[str, Any],
+                 misses: list[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.setting, self.misses = setting, misses
+
+
+def _misses(constraints: list[Constraint], rows: Any, conservative: bool,
+            seeds: str) -> list[dict[str, Any]]:
+    """The constraints `rows` (one setting's runs) fail, each with its figures."""
+    out = []
+    for con in constraints:
+        margin, mean, lo, hi = con.margin(rows[con.metric].to_numpy(dtype=float), conservative)
+        if margin < 0:
+            out.append({"constraint": str(con), "metric": con.metric, "bound": con.bound,
+                        "mean": mean, "lo": lo, "hi": hi, "margin_at_interval": margin,
+                        "seeds": seeds})
+    return out
+
+
 @dataclass
 class Candidate:
     values: dict[str, Any]  # knob name -> value
@@ -205,7 +229,7 @@ def tune(
     search = _Search(scenario, knobs, maximize, constraints, name, seeds, jobs, ray, log)
     best = search.refine(grid or {1: 7, 2: 4}.get(len(knobs), 3), rounds)
     if best is None:
-        raise ValueError(search.nothing_feasible())
+        raise search.nothing_feasible()
     chosen, fdf = search.fresh_check()
     mean, _, lo, hi = t_interval(fdf[maximize].to_numpy(dtype=float))
     cons = []
@@ -322,18 +346,21 @@ class _Search:
                    for k, (lo, hi) in zip(self.knobs, box)]
         return best
 
-    def nothing_feasible(self) -> str:
-        """Why no setting is a result: none trains, or the closest one to the constraints."""
+    def nothing_feasible(self) -> ValueError:
+        """Why no setting is a result: none trains, or the closest one to the constraints (an
+        `Infeasible` with what it misses)."""
         ran = [c for c in self.cands.values() if not c.infeasible]
         if not ran:
             first = next(iter(self.cands.values()))
-            return (f"no setting in the knob box trains any sample (e.g. "
-                    f"{_fmt_setting(first.values)}: {first.infeasible})")
+            return ValueError(f"no setting in the knob box trains any sample (e.g. "
+                              f"{_fmt_setting(first.values)}: {first.infeasible})")
         closest = max(ran, key=lambda c: min(
             (con.margin(c.rows[con.metric].to_numpy(dtype=float), True)[0]
              for con in self.constraints), default=0.0))
-        return (f"no setting in the knob box satisfies {', '.join(map(str, self.constraints))} "
-                f"(closest: {_fmt_setting(closest.values)})")
+        return Infeasible(f"no setting in the knob box satisfies "
+                          f"{', '.join(map(str, self.constraints))} (closest: "
+                          f"{_fmt_setting(closest.values)})", closest.values,
+                          _misses(self.constraints, closest.rows, True, "tuning"))
 
     def fresh_check(self):
         """(the chosen candidate, its runs on the fresh seeds): the best of the top three whose
@@ -342,6 +369,7 @@ class _Search:
                            for c in self.cands.values() if c.infeasible]
         ranked = sorted((c for c in self.cands.values() if _feasible(c, self.constraints)),
                         key=lambda c: -c.objective(self.maximize))
+        missed: tuple[dict[str, Any], list[dict[str, Any]]] | None = None
         for c in ranked[:3]:
             fdf = self.measure([c.point], self.fresh_seeds)
             if _untrained(fdf):
@@ -353,11 +381,15 @@ class _Search:
             if all(con.margin(fdf[con.metric].to_numpy(dtype=float), False)[0] >= 0
                    for con in self.constraints):
                 return c, fdf
+            if missed is None:
+                missed = (c.values, _misses(self.constraints, fdf, False, "fresh"))
             if self.log:
                 self.log(f"{_fmt_setting(c.values)} misses a constraint on fresh seeds; trying "
                          "the next")
-        raise ValueError("the best settings miss their constraints on fresh seeds: the "
-                         "constraints sit inside the seed noise; use more --seeds")
+        setting, misses = missed or ({}, [])
+        raise Infeasible("the best settings miss their constraints on fresh seeds: the "
+                         "constraints sit inside the seed noise; use more --seeds", setting,
+                         misses)
 
     def binding(self, chosen: Candidate) -> list[dict[str, Any]]:
         """The constraints that rule out settings with a better objective than `chosen` (on the

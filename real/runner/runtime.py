@@ -34,9 +34,10 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from aprilsim.engine.router import GroupAffinity
 from aprilsim.metrics.records import RunResult, StepRecord
 from aprilsim.metrics.trace import EngineSample, PhaseSpan, RequestSpan, Trace
-from aprilsim.policies.base import MOST_ROOM, Scheduler, SchedulerError
+from aprilsim.policies.base import BY_GROUP, MOST_ROOM, Scheduler, SchedulerError
 from aprilsim.rollout.core import MAX_FAULT_RESUBMITS, RolloutCore, effective_cap
 from aprilsim.rollout.ports import Meter, Placement
 from aprilsim.types import Group, Sample, SampleStatus
@@ -116,6 +117,7 @@ class LiveRuntime:
         self._parked: list[tuple[int, Sample, int | None, Placement | None, int]] = []
         self._n_sends = 0
         self._room: tuple[int, Callable[[GenerateRequest], Slot]] | None = None
+        self._by_group = GroupAffinity()  # `Submit.route = BY_GROUP`: each group's engine
         self._aborting = 0  # AbortAlls on their way (sends wait for every one to land)
         self._landings: list[asyncio.Task] = []  # AbortAll's on their way (the pump goes on)
         self._io: deque[Callable[[], Awaitable[None]]] = deque()  # engine I/O the core asked for
@@ -343,8 +345,17 @@ class LiveRuntime:
             if self._room is None or self._room[0] != send:
                 self._room = (send, self.cluster.most_room())
             return self._room[1](req)
+        if route == BY_GROUP:  # the group's engine, as the simulator's GroupAffinity picks it
+            live = self.cluster.alive
+            if not live:
+                return self.cluster.pick(s.group_id)  # raises AllEnginesDown
+            slot = live[self._by_group.pick([sl.outstanding + sl.picked for sl in live],
+                                            s.group_id)]
+            slot.picked += 1
+            return slot
         if not isinstance(route, int) or not 0 <= route < len(self.cluster.slots):
-            raise SchedulerError(f"Submit.route {route!r}: an engine index, {MOST_ROOM!r} or None")
+            raise SchedulerError(f"Submit.route {route!r}: an engine index, {MOST_ROOM!r}, "
+                                 f"{BY_GROUP!r} or None")
         slot = self.cluster.slots[route]
         return slot if slot.alive else self.cluster.pick(s.group_id)  # a dead one: the router's
 

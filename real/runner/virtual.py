@@ -34,6 +34,7 @@ from aprilsim.config import Scenario
 from aprilsim.conformance import ConformanceRun, recorder_for
 from aprilsim.engine.cost import slowed
 from aprilsim.engine.fast import FastEngine
+from aprilsim.engine.kv_transfer import transfer_delay
 from aprilsim.engine.request import Completion, Request
 from aprilsim.engine.router import make_router
 from aprilsim.metrics.records import RunResult
@@ -128,6 +129,7 @@ class VirtualEngine:
         self._next = 0
         self._pending: list[Request] = []
         self._transit: dict[int, list[Request]] = {}  # on their way (`client_overhead_s`)
+        self._moving: list[tuple[float, Request]] = []  # migrated KV on its way (`kv_transfer`)
         self._n_sent = 0
         self._waiting: dict[int, tuple[asyncio.Future, GenerateRequest, float]] = {}
         self.version: str | None = None
@@ -153,7 +155,11 @@ class VirtualEngine:
                 req.migrated = req.input_len - 1  # all but the last input token
             if s.start_s < 0:  # the engine stamps its first scheduling
                 req.owner = s
-        self._pending.append(req)
+        wait = transfer_delay(self.spec, req.migrated) if req.migrated else 0.0
+        if wait > 0:  # its KV crosses the pool first, as the simulator's send charges
+            self._moving.append((wait, req))
+        else:
+            self._pending.append(req)
         fut = self.loop.create_future()
         self._waiting[rid] = (fut, request, self.loop.time())
         return fut
@@ -164,13 +170,27 @@ class VirtualEngine:
         where the spec charges the client's own time per request."""
         if self._pending:
             reqs, self._pending = self._pending, []
-            delay = self.spec.client_overhead_s
-            if delay > 0:
-                self._n_sent += 1
-                self._transit[self._n_sent] = reqs
-                self.loop.call_at(self.loop.time() + delay, self._arrive, self._n_sent)
-            else:
-                self.engine.submit(reqs, self.loop.time())
+            self._send(reqs, self.spec.client_overhead_s)
+        if self._moving:  # one submission per transfer delay, as the simulator's send
+            by_wait: dict[float, list[Request]] = {}
+            for wait, req in self._moving:
+                by_wait.setdefault(wait, []).append(req)
+            self._moving = []
+            for wait, reqs in by_wait.items():
+                self._send(reqs, self.spec.client_overhead_s + wait)
+
+    def _send(self, reqs: list[Request], delay: float) -> None:
+        if delay > 0:
+            self._n_sent += 1
+            self._transit[self._n_sent] = reqs
+            self.loop.call_at(self.loop.time() + delay, self._arrive, self._n_sent)
+        else:
+            self.engine.submit(reqs, self.loop.time())
+
+    def room_at(self, now: float) -> int:
+        """The engine's room less the input of requests on their way to it (as simulated)."""
+        on_way = [r for reqs in self._transit.values() for r in reqs]
+        return self.engine.room_at(now) - sum(r.input_len + r.shared for r in on_way)
 
     def _arrive(self, key: int) -> None:
         reqs = self._transit.pop(key, None)
@@ -265,8 +285,9 @@ class VirtualCluster(Cluster):
 
     def most_room(self) -> Callable[[GenerateRequest], Slot]:
         """The simulator's rule (`Simulation._send_placed`): each engine's room at the send
-        (`room_at`: free KV less its queue's input, with what was sent before on it), less what
-        this send already put there (input plus max_new); ties to the lowest index."""
+        (`room_at`: free KV less its queue's input and the input on its way to it, with what
+        was sent before on it), less what this send already put there (input plus max_new);
+        ties to the lowest index."""
         live = self.alive
         if not live:
             return super().most_room()
@@ -274,7 +295,7 @@ class VirtualCluster(Cluster):
         for e in engines:
             e.flush()  # what earlier sends put on an engine is on it (as simulated) before a read
         now = engines[0].loop.time()
-        rooms = [e.engine.room_at(now) for e in engines]
+        rooms = [e.room_at(now) for e in engines]
 
         def choose(request: GenerateRequest) -> Slot:
             k = max(range(len(rooms)), key=rooms.__getitem__)

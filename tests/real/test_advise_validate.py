@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from aprilsim.advise import VERL_HINTS
+from aprilsim.advise_format import VERL_HINTS
 from aprilsim.cli import main
 
 pytest.importorskip("pandas")
@@ -44,7 +44,8 @@ def test_advises_validate_command_runs_on_bundled_engines(tmp_path, setup):
     advice = json.loads((out / "advice.json").read_text())
     args = _printed_validate(r.output)
     assert args[:4] == ["validate", str(out / "advised.toml"), "--local", "2"]
-    want = ["sync"] if advice["winner"] == "sync" else ["sync", advice["winner"]]
+    base = advice["baseline"]  # what the config runs: april (slime), dynamic_sampling (verl)
+    want = [base] if advice["winner"] == base else [base, advice["winner"]]
     assert [a for i, a in enumerate(args) if i and args[i - 1] == "-s"] == want
     v = CliRunner().invoke(main, [*args, "--no-figures"])
     assert v.exit_code == 0, v.output

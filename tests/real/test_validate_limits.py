@@ -25,7 +25,7 @@ def test_vllm_s_concurrency_is_probed_and_its_blocks_read():
     overlapping requests sees 6 (and aborts the rest); the KV capacity and blocks come from its
     metrics; its family is vLLM's."""
     async def main():
-        async with FakeVLLM(max_running=6, step_s=0.001) as fake:
+        async with FakeVLLM(max_running=6, step_s=0.005) as fake:  # a wave outlasts the settle
             e = VLLMEngine(fake.url)
             try:
                 limits, notes, facts = await engine_limits(e, _opts(fake.url), 16, 1000)
@@ -43,7 +43,7 @@ def test_vllm_s_concurrency_is_probed_and_its_blocks_read():
 
 def test_given_or_reported_limits_are_not_probed():
     async def main():
-        async with FakeVLLM(max_running=6, step_s=0.001) as fake:
+        async with FakeVLLM(max_running=6, step_s=0.005) as fake:  # a wave outlasts the settle
             e = VLLMEngine(fake.url)
             try:
                 got = await engine_limits(e, SimpleNamespace(target=EngineTarget(engines=("x",)),
@@ -68,7 +68,7 @@ def test_dev_mode_s_scheduler_config_gives_the_step_budget(monkeypatch):
     monkeypatch.setattr(VLLMEngine, "_request", fake_request)
 
     async def main():
-        async with FakeVLLM(max_running=6, step_s=0.001) as fake:
+        async with FakeVLLM(max_running=6, step_s=0.005) as fake:  # a wave outlasts the settle
             e = VLLMEngine(fake.url)
             try:
                 return await engine_limits(e, _opts(fake.url), 16, 1000)

@@ -205,7 +205,8 @@ def _speculative(info: dict[str, Any], spec_log: Path | None, sglang_log: Path |
     info["speculative_preset"] = fit.preset()  # the preset file's [speculative] table
     info.setdefault("measured", []).append(
         f"speculative decoding: accept length {fit.accept_len:.3f} tokens per verify step at "
-        f"k = {fit.k} over {fit.steps:,.0f} request-steps ({fit.source}): p = {fit.p:.4f}")
+        f"k = {fit.k} over {fit.steps:,.0f} request-steps ({fit.source}): p = {fit.p:.4f}; "
+        f"{fit.range_note()}")
 
 
 def _write_outputs(cal: CostCalibrator, info: dict[str, Any], out: Path | None,

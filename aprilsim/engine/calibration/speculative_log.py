@@ -16,8 +16,10 @@ and the draft length k, from which p solves E(k, p) = accept length (`speculativ
   ``..._num_accepted_tokens_total``; accept length = 1 + accepted / drafts, k = draft tokens /
   drafts. Counters with several label sets (engines) are summed.
 
-The fit is the "constant" acceptance model (`[speculative]` of the preset file); the logs carry
-no per-group information to fit "siblings".
+The fit is the "model" acceptance (`[speculative]` of the preset file: one p for every request,
+as a draft model gives; add `staleness` to have it fall as the policy moves); the logs carry no
+per-group or per-prompt information to fit "group" or "history". `range_note` says where the
+measured accept length stands against the published figures for RL rollouts.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from aprilsim.engine.speculative import fit_acceptance
+from aprilsim.engine.speculative_spec import PUBLISHED
 
 _ACCEPT = re.compile(r"accept len:\s*([0-9.eE+-]+)")
 _RATE = re.compile(r"accept rate:\s*([0-9.eE+-]+)")
@@ -46,8 +49,16 @@ class SpeculativeFit:
     source: str
 
     def preset(self) -> dict[str, object]:
-        """The preset file's `[speculative]` table (constant acceptance, k fixed)."""
-        return {"acceptance": "constant", "p": self.p, "k_max": self.k}
+        """The preset file's `[speculative]` table (a draft model's acceptance, k fixed)."""
+        return {"acceptance": "model", "p": self.p, "k_max": self.k}
+
+    def range_note(self) -> str:
+        """Where the measured accept length stands against the published RL figures."""
+        (lo, hi), source = PUBLISHED["model"]
+        where = ("within" if lo <= self.accept_len <= hi else
+                 "above" if self.accept_len > hi else "below")
+        return (f"accept length {self.accept_len:.2f} is {where} the published {lo:.2f}-"
+                f"{hi:.2f} ({source})")
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
