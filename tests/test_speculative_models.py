@@ -139,7 +139,7 @@ def test_an_engine_sees_a_sibling_finish_on_another_engine_at_its_next_event():
     _stamp(board, 2, 2, group=1, n=2, left=120)
     engines[0].submit([Request(0, 10, 50, 50)], 0.0)
     engines[1].submit([Request(1, 10, 400, 400), Request(2, 10, 120, 120)], 0.0)
-    sib1 = engines[1].sib
+    sib1 = engines[1].speculative.sib
     assert sib1.own[1] == round(sp.p0 * Q)
     while not any(c.rid == 0 for c in engines[0].advance()):
         pass
