@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_helpers import aprilsim
+from cli_helpers import aprilsim
 
 DATA = Path(__file__).resolve().parent / "data" / "replay"
 MB = 2**20

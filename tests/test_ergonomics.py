@@ -8,7 +8,7 @@ import pytest
 from sweep_helpers import TINY_TOML
 
 from aprilsim.notebook import Paired
-from tests.cli_helpers import aprilsim
+from cli_helpers import aprilsim
 
 
 def test_paired_gains_carry_their_95_percent_interval():

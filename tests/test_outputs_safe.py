@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_helpers import aprilsim
+from cli_helpers import aprilsim
 
 pytest.importorskip("pandas")
 pytest.importorskip("pyarrow")

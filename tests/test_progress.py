@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from aprilsim.progress import PeriodicLines, period_s
-from tests.cli_helpers import aprilsim
+from cli_helpers import aprilsim
 
 
 def test_periodic_lines_print_at_most_once_a_period():

@@ -16,7 +16,7 @@ import pytest
 from aprilsim.config import ScenarioError, load_scenario, scenario_from_dict
 from aprilsim.scheduler_spec import SchedulerSpec, build_scheduler, check_schedulers
 from aprilsim.sweep.keys import apply, scenario_dict
-from tests.cli_helpers import aprilsim
+from cli_helpers import aprilsim
 
 ROOT = Path(__file__).resolve().parents[1]
 

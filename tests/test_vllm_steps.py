@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings, target
+from hypothesis import HealthCheck, event, example, given, settings, target
 from hypothesis import strategies as st
 
 from aprilsim.engine.families.vllm_blocks import BlockPool
@@ -222,6 +222,15 @@ def workloads(draw):
 @settings(max_examples=60, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(workloads())
+# explicit cases so the reach never rests on what the generator happens to draw: a pool of a few
+# hundred blocks that long responses overrun (preemption), and one long prompt sent four times with
+# prefix caching on (hits)
+@example((VllmConfig(num_blocks=300, max_num_seqs=64, max_num_batched_tokens=512,
+                     max_model_len=4096, enable_prefix_caching=True, watermark=0.0),
+          [600, 3000], [(0, 16384, 400, 0)] * 8 + [(1, 16384, 300, 0)] * 4, {50: 2}))
+@example((VllmConfig(num_blocks=1200, max_num_seqs=8, max_num_batched_tokens=8192,
+                     max_model_len=16384, enable_prefix_caching=True, watermark=0.01),
+          [9000], [(0, 16384, 40, 0)] * 4, {}))
 def _invariants_hold(case) -> None:
     cfg, prompts, reqs, aborts = case
     m = VllmSteps(cfg)
