@@ -13,10 +13,10 @@ rewards) and checks the invariants every scheduler must keep, whatever it promis
 * honest opt-out: a scheduler that sets `sample_events = False` gives the same run when it is sent
   SampleFinished events anyway (it claimed to ignore them).
 
-By default the checks run the simulator; `run=` takes another driver of the same rollout core, e.g.
-`real.runner.virtual.run_under_live` (the live asyncio driver on simulated engines in virtual
-time), so a user's scheduler is checked on both drivers. It lives above `aprilsim.policies` (it runs
-the simulator), so schedulers never import the runtime.
+By default the checks run the simulator; `run=` takes another driver of the same rollout core,
+e.g. `real.runner.live_conformance.run_under_live` (the live asyncio driver on simulated engines
+in virtual time), so a user's scheduler is checked on both drivers. It lives above
+`aprilsim.policies` (it runs the simulator), so schedulers never import the runtime.
 """
 
 from __future__ import annotations

@@ -97,6 +97,9 @@ class Timings:
     submitted: float = 0.0
     first_token: float | None = None
     finished: float | None = None
+    # when the engine first scheduled it (its queue wait ended), on the same clock, where the
+    # engine says (the simulated engines of `real.runner.virtual`); None: not known
+    scheduled: float | None = None
 
     @property
     def latency(self) -> float | None:

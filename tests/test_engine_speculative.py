@@ -259,6 +259,44 @@ def test_whole_runs_agree_with_speculative_decoding(name, acc):
     assert sum(r.trained_tokens for r in steps) == sum(r.trained_tokens for r in plain.result.steps)
 
 
+DISAGGREGATED = ["fully_async", "async_april"]
+
+
+class MidSpan(FastEngine):
+    """A FastEngine that counts the readings taken inside a decode span with a saving in it."""
+
+    readings = 0
+
+    def spec_at(self, now: float) -> float:
+        got = super().spec_at(now)
+        MidSpan.readings += got != self.stats.spec_s
+        return got
+
+
+@pytest.mark.parametrize("engines", [2, 3])
+@pytest.mark.parametrize("name", DISAGGREGATED)
+def test_disaggregated_runs_read_the_speculative_saving_as_of_the_step_boundary(name, engines):
+    """A disaggregated step closes while engines are inside a decode span: its
+    `speculative_time_s` counts the span's iterations ended by then, as its tokens and busy time
+    do (`SimEngine.spec_at`), so fast == reference on every step (the reference counts each
+    iteration as it ends; the fast engine adds a span's saving at its end). The default
+    scenario on a 400k KV cache, unchunked, 12 seeds (the case found by fuzzing: seed 945)."""
+    base = default_scenario()
+    cluster = base.cluster.model_copy(update={"engines": engines, "kv_capacity": 400_000,
+                                              "chunked_prefill_size": 0})
+    MidSpan.readings = 0
+    for seed in range(940, 952):
+        sc = _with_spec(base.model_copy(update={
+            "seed": seed, "steps": 3, "batch_size": 2, "group_size": 4, "max_response_len": 4096,
+            "cluster": cluster}), {"acceptance": "constant", "p": 0.7, "k_max": 4})
+        fast = run(sc, name, {}, engine_factory=MidSpan)
+        ref = run(sc, name, {}, engine_factory=ReferenceEngine)
+        _assert_same_run(fast, ref)  # speculative_time_s included, to 1e-9
+        assert sum(r.speculative_time_s for r in fast.result.steps) < 0
+    # reach: step boundaries that fell inside a decode span, where the old reading was short
+    assert MidSpan.readings >= 10, MidSpan.readings
+
+
 def test_kv_bound_presets_rules_agree_with_speculative_decoding():
     """The presets' SGLang rules (decaying ratio, clip 4,096, tail requeue, 16k cap) on a 100k-token
     cache, "siblings" acceptance with group-affinity routing: fast == reference over a whole APRIL

@@ -234,3 +234,50 @@ def test_real_never_imports_aprilsim_commands():
     assert wrong == []
     assert _command_module("aprilsim.simulate_cli") and _command_module("aprilsim.sweep.cli")
     assert not _command_module("aprilsim.cli_errors")
+
+
+# arrows that once pointed the wrong way (issue 33): module -> what it must not import
+FORBIDDEN = {
+    "real": ("aprilsim.sim.runtime",),  # the simulator's driver: real shares `aprilsim.engine`'s
+    "aprilsim.engine": ("aprilsim.sim",),  # the engines are below the simulator that runs them
+}
+CHECKS = "aprilsim.conformance"
+CHECKS_ADAPTER = "real.runner.live_conformance"  # the one real module that may import the checks
+
+
+def _forbidden_arrows(root: Path = ROOT) -> list[str]:
+    """`importer -> imported` for each import `FORBIDDEN` names (a package counts its
+    submodules), and each real module but `CHECKS_ADAPTER` importing the conformance checks."""
+    found = []
+    mods = {**_modules("aprilsim", root), **_modules("real", root)}
+    for m, path in mods.items():
+        banned = [b for pkg, bs in FORBIDDEN.items() if m == pkg or m.startswith(pkg + ".")
+                  for b in bs]
+        if m.startswith("real.") and m != CHECKS_ADAPTER:
+            banned.append(CHECKS)
+        for base, names, _ in _imports(m, path):
+            targets = [base] + [f"{base}.{n}" for n in names]
+            if any(t == b or t.startswith(b + ".") for t in targets for b in banned):
+                found.append(f"{m} -> {base}")
+    return sorted(set(found))
+
+
+def test_the_wrong_way_arrows_stay_gone():
+    """The live driver's virtual-time engines use the simulated engines' own pieces (the request
+    builder, the abort rule, the meter: `aprilsim.engine`), not the simulator's driver, and only
+    the checks' adapter imports the conformance checks."""
+    assert _forbidden_arrows() == []
+
+
+def test_the_arrow_scan_finds_them(tmp_path):
+    _write(tmp_path, {
+        "aprilsim/__init__.py": "", "aprilsim/conformance.py": "", "aprilsim/sim/__init__.py": "",
+        "aprilsim/sim/runtime.py": "", "aprilsim/engine/__init__.py": "",
+        "aprilsim/engine/x.py": "from aprilsim.sim import runtime\n",
+        "real/__init__.py": "", "real/runner/__init__.py": "",
+        "real/runner/virtual.py": "from aprilsim.conformance import y\nimport aprilsim.sim.runtime\n",
+        "real/runner/live_conformance.py": "from aprilsim.conformance import y\n",
+    })
+    assert _forbidden_arrows(tmp_path) == [
+        "aprilsim.engine.x -> aprilsim.sim", "real.runner.virtual -> aprilsim.conformance",
+        "real.runner.virtual -> aprilsim.sim.runtime"]

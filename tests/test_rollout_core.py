@@ -1,13 +1,15 @@
-"""The sans-I/O rollout core on its own: a recording command sink, a fake meter, no engine, no clock.
+"""The sans-I/O rollout core on its own: a recording sender, a fake meter, no engine, no clock.
 
 What both drivers inherit from it: the sample life cycle (every status change legal, illegal ones
-raise), the decided semantics of AbortAll, Submit during a weight sync, completeness and
-truncation, and the ledger's conservation.
+raise), the decided semantics of AbortAll, Submit during a weight sync, the hold and landing
+rules of engine I/O (sends wait behind an abort or a sync; aborts land in the order asked for),
+completeness and truncation, and the ledger's conservation.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -17,11 +19,13 @@ from hypothesis import strategies as st
 
 from aprilsim.policies.base import (
     AbortAll,
+    Action,
     CloseBatch,
     Discard,
     GroupFinished,
     PauseGeneration,
     ResumeGeneration,
+    RolloutStarted,
     SampleCapped,
     SampleFinished,
     SamplesReturned,
@@ -31,8 +35,9 @@ from aprilsim.policies.base import (
     UpdateWeights,
     WeightsUpdated,
 )
-from aprilsim.rollout import Reading, RolloutCore
-from aprilsim.rollout.lifecycle import LEGAL
+from aprilsim.rollout import Abort, BatchReady, Reading, RolloutCore, SyncWeights
+from aprilsim.rollout.core import ACTION_HANDLERS
+from aprilsim.rollout.lifecycle import DIRECT, LEGAL
 from aprilsim.types import Group, Sample, SampleStatus
 
 S = SampleStatus
@@ -43,6 +48,7 @@ class End:
     rid: int
     tokens: int
     reason: str
+    time: float = 0.0
 
 
 class Meter:
@@ -61,11 +67,13 @@ class Meter:
 
 @dataclass
 class Sink:
-    """Records every command; an abort lands at once (`land_now`) or later."""
+    """A driver with no engine: records every send, carries out the core's commands (an abort,
+    or an interrupting sync's abort, lands at once with nothing generated when `land_now`, else
+    it waits for the test to land it) and drains until the core returns none."""
 
     land_now: bool = True
     sent: list[tuple[list[int], int | None, int]] = field(default_factory=list)
-    aborts: int = 0
+    aborts: list[Abort] = field(default_factory=list)
     syncs: list[bool] = field(default_factory=list)
     batches: list[tuple[Group, ...]] = field(default_factory=list)
     core: RolloutCore | None = None
@@ -73,18 +81,25 @@ class Sink:
     def send(self, samples, first_rid, cap, version):
         self.sent.append(([first_rid + j for j in range(len(samples))], cap, version))
 
-    def abort_all(self):
-        self.aborts += 1
-        if not self.land_now:
-            return None
-        return [End(rid, 0, "abort") for rid in self.core.inflight]
+    def drain(self, now: float) -> None:
+        cmds = self.core.drain(now)
+        while cmds:
+            for cmd in cmds:
+                self.carry_out(cmd, now)
+            cmds = self.core.drain(now)
 
-    def sync_weights(self, interrupt):
-        self.syncs.append(interrupt)
-        return [End(rid, 0, "abort") for rid in self.core.inflight] if interrupt else []
-
-    def batch_ready(self, batch):
-        self.batches.append(batch)
+    def carry_out(self, cmd, now: float) -> None:
+        if isinstance(cmd, BatchReady):
+            self.batches.append(cmd.batch)
+        elif isinstance(cmd, Abort):
+            self.aborts.append(cmd)
+            if self.land_now:
+                self.core.abort_landed(cmd.key, [End(r, 0, "abort", now) for r in cmd.rids], now)
+        else:
+            assert isinstance(cmd, SyncWeights)
+            self.syncs.append(cmd.interrupt)
+            ended = [End(r, 0, "abort", now) for r in cmd.rids] if cmd.interrupt else []
+            self.core.sync_aborted(ended, now)
 
 
 class Groups:
@@ -127,7 +142,7 @@ def make(react, *, mode="colocated", targets=(30, 40), land_now=True, reveal=Non
     sink = Sink(land_now=land_now)
     sched = Scripted(react, mode)
     core = RolloutCore(scheduler=sched, groups=Groups(list(targets)), batch_size=1, steps=steps,
-                       max_len=100, group_size=len(targets), meter=Meter(), commands=sink,
+                       max_len=100, group_size=len(targets), meter=Meter(), sender=sink,
                        expected_length=lambda step: 35.0, reveal=reveal)
     sink.core = core
     return core, sink, sched
@@ -147,12 +162,12 @@ def submit_on_start(ev, ctx):
 def test_a_request_that_ends_at_its_target_finishes_its_sample_and_group():
     core, sink, sched = make(submit_on_start)
     core.start_rollout(0, 0.0)
-    core.drain(0.0)
+    sink.drain(0.0)
     (rids, cap, version), = sink.sent
     a, b = first_group(core)
     assert (a.status, b.status, cap, version) == (S.RUNNING, S.RUNNING, None, 0)
-    core.request_ended(rids[0], 30, "stop")
-    core.request_ended(rids[1], 40, "length")
+    core.request_ended(rids[0], 30, "stop", 1.0)
+    core.request_ended(rids[1], 40, "length", 1.0)
     kinds = [type(e) for e in core.events]
     assert kinds == [SampleFinished, SampleFinished, GroupFinished]
     assert a.status is S.DONE and a.complete and a.segments[0].version == 0
@@ -163,14 +178,14 @@ def test_a_group_counts_down_once_per_sample_and_finishes_once():
     samples, one less per finish, GroupFinished when it reaches zero, and only then."""
     core, sink, _ = make(submit_on_start, targets=(30, 40, 50))
     core.start_rollout(0, 0.0)
-    core.drain(0.0)
+    sink.drain(0.0)
     (rids, _, _), = sink.sent
     samples = first_group(core)
     countdown = samples[0].countdown
     assert countdown is not None and all(s.countdown is countdown for s in samples)
     left = []
     for rid, tokens in zip(rids, (30, 40, 50)):
-        core.request_ended(rid, tokens, "stop")
+        core.request_ended(rid, tokens, "stop", 1.0)
         left.append((countdown.left, sum(isinstance(e, GroupFinished) for e in core.events)))
     assert left == [(2, 0), (1, 0), (0, 1)]
     assert [e.group for e in core.events if isinstance(e, GroupFinished)] == [
@@ -190,20 +205,20 @@ def test_a_sample_of_a_group_never_registered_cannot_finish():
 
     core, sink, _ = make(react)
     core.start_rollout(0, 0.0)
-    core.drain(0.0)
+    sink.drain(0.0)
     (rids, _, _), = sink.sent
     with pytest.raises(SchedulerError, match="group 77 was never registered"):
-        core.request_ended(rids[0], 30, "stop")
+        core.request_ended(rids[0], 30, "stop", 1.0)
 
 
 def test_ended_short_of_its_target_is_capped_not_finished():
     core, sink, _ = make(lambda ev, ctx: submit_on_start(ev, ctx) and [Submit(
         tuple(s for g in ctx.new_groups(1) for s in g.samples), max_new_tokens=5)])
     core.start_rollout(0, 0.0)
-    core.drain(0.0)
+    sink.drain(0.0)
     rids, cap, _ = sink.sent[0]
     assert cap == 5
-    s = core.request_ended(rids[0], 5, "length")
+    s = core.request_ended(rids[0], 5, "length", 1.0)
     assert s.status is S.PARTIAL and not s.complete and isinstance(core.events[-1], SampleCapped)
     assert core.ledger.n_partial == 1
 
@@ -219,10 +234,11 @@ def test_illegal_moves_raise(bad):
             return [Submit(samples), follow]
         return ()
 
-    core, _, _ = make(react)
+    core, sink, _ = make(react)
     core.start_rollout(0, 0.0)
-    with pytest.raises(SchedulerError, match="running|not finished"):
-        core.drain(0.0)
+    with pytest.raises(SchedulerError,
+                       match="cannot (submit|discard|train) sample 0 in status running"):
+        sink.drain(0.0)
 
 
 def test_training_a_group_twice_raises():
@@ -236,11 +252,11 @@ def test_training_a_group_twice_raises():
 
     core, sink, _ = make(react)
     core.start_rollout(0, 0.0)
-    core.drain(0.0)
+    sink.drain(0.0)
     for rid in sink.sent[0][0]:
-        core.request_ended(rid, 40, "stop")
-    with pytest.raises(SchedulerError, match="trained already"):
-        core.drain(1.0)
+        core.request_ended(rid, 40, "stop", 1.0)
+    with pytest.raises(SchedulerError, match=r"cannot train sample \d+ in status trained"):
+        sink.drain(1.0)
 
 
 # ------------------------------------------------------------------------------ the decided divergences
@@ -261,15 +277,15 @@ def test_abort_all_samples_stay_in_flight_until_the_list_ends(land_now):
 
     core, sink, sched = make(react, land_now=land_now)
     core.start_rollout(0, 0.0)
-    core.drain(0.0)
+    sink.drain(0.0)
     rids = sink.sent[0][0]
-    core.request_ended(rids[0], 30, "stop")
-    core.drain(1.0)
-    assert sink.aborts == 1
+    core.request_ended(rids[0], 30, "stop", 1.0)
+    sink.drain(1.0)
+    assert len(sink.aborts) == 1
     if not land_now:
         assert core.inflight and first_group(core)[1].status is S.RUNNING
-        core.abort_landed([End(rids[1], 7, "abort")])
-        core.drain(2.0)
+        core.abort_landed(sink.aborts[0].key, [End(rids[1], 7, "abort", 2.0)], 2.0)
+        sink.drain(2.0)
     assert seen == [[S.PARTIAL]]
     assert first_group(core)[1].generated == (0 if land_now else 7)
 
@@ -286,10 +302,10 @@ def test_a_discard_right_after_abort_all_is_an_error_in_every_driver():
 
     core, sink, _ = make(react)
     core.start_rollout(0, 0.0)
-    core.drain(0.0)
-    core.request_ended(sink.sent[0][0][0], 30, "stop")
+    sink.drain(0.0)
+    core.request_ended(sink.sent[0][0][0], 30, "stop", 1.0)
     with pytest.raises(SchedulerError, match="cannot discard sample 1 in status running"):
-        core.drain(1.0)
+        sink.drain(1.0)
 
 
 def test_submit_during_a_weight_sync_runs_at_once_under_the_new_version():
@@ -305,15 +321,17 @@ def test_submit_during_a_weight_sync_runs_at_once_under_the_new_version():
 
     core, sink, sched = make(react, mode="disaggregated")
     core.start_rollout(0, 0.0)
-    core.drain(0.0)
+    sink.drain(0.0)
     core.train_done(0, 1.0)
-    core.drain(1.0)
+    sink.drain(1.0)
     assert sink.syncs == [False] and core.updating
-    rids, _, version = sink.sent[-1]
-    assert version == 1 and all(core.inflight[r].status is S.RUNNING for r in rids)
-    assert all(core.inflight[r].submit_version == 1 for r in rids)
+    new = [r for r in core.inflight if r >= 2]
+    assert new and all(core.inflight[r].status is S.RUNNING for r in new)
+    assert all(core.inflight[r].submit_version == 1 for r in new)
+    assert len(sink.sent) == 1  # held: they start under the new weights
     core.weights_synced(2.0)
-    core.drain(2.0)
+    assert sink.sent[-1] == (new, None, 1)
+    sink.drain(2.0)
     ev, in_flight = sched.seen[-1]
     assert isinstance(ev, WeightsUpdated) and in_flight == 4  # 2 from step 0, 2 from the sync
 
@@ -332,11 +350,11 @@ def test_completeness_without_a_known_target_asks_the_reveal_hook():
 
     core, sink, _ = make(submit_on_start, targets=(None, None, 50), reveal=reveal)
     core.start_rollout(0, 0.0)
-    core.drain(0.0)
+    sink.drain(0.0)
     r0, r1, r2 = sink.sent[0][0]
-    a = core.request_ended(r0, 12, "stop")
-    b = core.request_ended(r1, 20, "length")  # a token cap, the model did not stop
-    c = core.request_ended(r2, 50, "length")
+    a = core.request_ended(r0, 12, "stop", 1.0)
+    b = core.request_ended(r1, 20, "length", 1.0)  # a token cap, the model did not stop
+    c = core.request_ended(r2, 50, "length", 1.0)
     assert asked == [(a.uid, "stop"), (b.uid, "length")]
     assert (a.status, a._target_len, b.status, c.status) == (S.DONE, 12, S.PARTIAL, S.DONE)
 
@@ -350,19 +368,121 @@ def test_truncated_means_complete_at_max_len():
 
     core, sink, _ = make(react, targets=(100, 40), steps=1)
     core.start_rollout(0, 0.0)
-    core.drain(0.0)
+    sink.drain(0.0)
     for rid, n in zip(sink.sent[0][0], (100, 40), strict=True):
-        core.request_ended(rid, n, "length")
-    core.drain(1.0)
-    core.check_ready()
+        core.request_ended(rid, n, "length", 1.0)
+    sink.drain(1.0)
     rec = core.end_rollout(sink.batches[0], 2.0)
     assert rec.truncated_samples == 1 == sum(s.truncated for s in first_group(core))
 
 
+# ------------------------------------------------------------------- engine I/O: holds and order
+def abort_then_submit(ev, ctx):
+    """Group A at the start; when its first sample finishes: AbortAll, then a fresh group B in
+    the same list (its sends must wait for the abort); a TrainStepDone asks a second AbortAll."""
+    if isinstance(ev, RolloutStarted):
+        return submit_on_start(ev, ctx)
+    if isinstance(ev, SampleFinished) and ev.sample.index == 0 and ev.sample.group_id == 0:
+        return [AbortAll(), Submit(tuple(ctx.new_groups(1)[0].samples))]
+    if isinstance(ev, TrainStepDone):
+        return [AbortAll()]
+    return ()
+
+
+def test_sends_wait_while_an_abort_is_on_its_way():
+    """The hold rule (`RolloutCore._holding`), with no driver: a Submit after AbortAll is taken
+    at once (RUNNING, in flight) but sent only when the abort has landed, in submission order."""
+    core, sink, _ = make(abort_then_submit, land_now=False)
+    core.start_rollout(0, 0.0)
+    sink.drain(0.0)
+    (a_rids, _, _), = sink.sent
+    core.request_ended(a_rids[0], 30, "stop", 1.0)
+    sink.drain(1.0)
+    (abort,) = sink.aborts
+    assert abort.rids == (a_rids[1],)  # what the driver was given: B is not among it
+    b_rids = [r for r in core.inflight if r not in a_rids]
+    assert len(b_rids) == 2 and all(core.inflight[r].status is S.RUNNING for r in b_rids)
+    assert len(sink.sent) == 1, "a send went out while the abort was on its way"
+    core.abort_landed(abort.key, [End(a_rids[1], 7, "abort", 2.0)], 2.0)
+    assert sink.sent[1:] == [(b_rids, None, 0)]  # sent once it landed (before the reaction)
+    sink.drain(2.0)
+    assert first_group(core)[1].generated == 7 and first_group(core)[1].status is S.PARTIAL
+
+
+def test_an_abort_ends_the_sends_it_finds_held_and_aborts_land_in_order():
+    """A second AbortAll while the first is on its way takes the held sends with it (never
+    sent: no token); its landing, reported first, is heard after the first's and after the
+    scheduler's reaction to it (so that reaction still sees those samples in flight)."""
+    core, sink, sched = make(abort_then_submit, land_now=False)
+    core.start_rollout(0, 0.0)
+    sink.drain(0.0)
+    (a_rids, _, _), = sink.sent
+    core.request_ended(a_rids[0], 30, "stop", 1.0)
+    sink.drain(1.0)
+    core.train_done(0, 1.5)  # any event: the scripted scheduler asks AbortAll again
+    sink.drain(1.5)
+    first, second = sink.aborts
+    b_rids = [r for r in core.inflight if r not in a_rids]
+    core.abort_landed(second.key, [], 2.0)  # the engines were done with it first
+    sink.drain(2.0)
+    assert not [e for e, _ in sched.seen if isinstance(e, SamplesReturned)]
+    core.abort_landed(first.key, [End(a_rids[1], 7, "abort", 3.0)], 3.0)
+    sink.drain(3.0)
+    returned = [(e, n) for e, n in sched.seen if isinstance(e, SamplesReturned)]
+    assert [[s.uid for s in e.samples] for e, _ in returned] == [
+        [core_uid(a_rids[1])], [core_uid(b_rids[0]), core_uid(b_rids[1])]]
+    assert [n for _, n in returned] == [2, 0]  # B still in flight when A's return was heard
+    assert len(sink.sent) == 1 and not core.inflight  # B was never sent
+    assert all(s.status is S.PARTIAL and s.generated == 0 for s in returned[1][0].samples)
+
+
+def core_uid(rid: int) -> int:
+    """The uid of the sample request `rid` generates (Groups numbers them in submission order)."""
+    return rid
+
+
+def test_engine_io_waits_for_the_reaction_and_what_it_brings_back_is_heard_first():
+    """`drain` returns at most one abort or sync at a time: an abort that landed at once is
+    heard (and reacted to) before the sync asked for after it starts."""
+    log: list[str] = []
+
+    def react(ev, ctx):
+        log.append(type(ev).__name__)
+        if isinstance(ev, RolloutStarted) and ctx.step == 0:
+            return submit_on_start(ev, ctx)
+        if isinstance(ev, TrainStepDone):
+            return [AbortAll(), UpdateWeights(interrupt=True)]
+        return ()
+
+    core, sink, _ = make(react, mode="disaggregated")
+    core.start_rollout(0, 0.0)
+    sink.drain(0.0)
+    core.train_done(0, 1.0)
+    cmds = core.drain(1.0)
+    assert [type(c) for c in cmds] == [Abort]
+    sink.carry_out(cmds[0], 1.0)
+    log.append("--")
+    cmds = core.drain(1.0)
+    assert [type(c) for c in cmds] == [SyncWeights]
+    assert log[-2:] == ["--", "SamplesReturned"]
+
+
+def test_apply_has_one_handler_per_action_type():
+    """`RolloutCore._apply`'s table: exactly the scheduler's action types, no more, no less."""
+    assert set(ACTION_HANDLERS) == set(typing.get_args(Action))
+
+
+def test_the_writes_the_core_makes_unchecked_are_legal():
+    """The hot paths write without `check` where the in-flight map proves the source
+    (`lifecycle.DIRECT`): each of those changes is in the life-cycle table."""
+    assert DIRECT and all(b in LEGAL[a] for a, b in DIRECT)
+
+
 # ------------------------------------------------------------------------------ property: life cycle
 OPS = st.lists(st.tuples(st.sampled_from(["submit"] * 4 + ["end"] * 4 + [
-    "cap_end", "cap_end", "abort", "discard", "discard_partial", "close", "close", "pause"] + ["resume"] * 3),
-                         st.integers(0, 7), st.integers(0, 60)), min_size=1, max_size=60)
+    "cap_end", "cap_end", "abort", "discard", "discard_partial", "resubmit_partial", "close",
+    "close", "pause"] + ["resume"] * 3), st.integers(0, 7), st.integers(0, 60)),
+               min_size=1, max_size=60)
 
 
 REACH: Counter[str] = Counter()
@@ -379,7 +499,7 @@ def _life_cycle(ops):
     counts: Counter[str] = Counter()
     for op, i, n in ops:
         s = samples[i % len(samples)]
-        if op == "discard_partial":  # a buffered sample, where there is one
+        if op in ("discard_partial", "resubmit_partial"):  # a buffered sample, where there is one
             s = next((x for x in samples if x.status is S.PARTIAL), s)
         before = {x.uid: x.status for x in samples}
         try:
@@ -389,15 +509,17 @@ def _life_cycle(ops):
                 rid = min(core.inflight)
                 x = core.inflight[rid]
                 left = x._target_len - x.generated
-                core.request_ended(rid, min(n, left - 1) if op == "cap_end" else left, "length")
+                tokens = min(n, left - 1) if op == "cap_end" else left
+                core.request_ended(rid, tokens, "length", 1.0)
             else:
                 action = {"submit": Submit((s,), max_new_tokens=n or None), "abort": AbortAll(),
-                          "discard": Discard((s,)), "discard_partial": Discard((s,)), "close": CloseBatch((next((g for g in groups if g.finished and all(
+                          "discard": Discard((s,)), "discard_partial": Discard((s,)),
+                          "resubmit_partial": Submit((s,)), "close": CloseBatch((next((g for g in groups if g.finished and all(
                               x.status is S.DONE for x in g.samples)), groups[i % 8]),)),
                           "pause": PauseGeneration(), "resume": ResumeGeneration()}[op]
                 queue.append(action)
                 core.events.append(SampleFinished(s))  # any event: the scheduler then acts
-                core.drain(float(len(counts)))
+                sink.drain(float(len(counts)))
             counts[op] += 1
         except SchedulerError:
             counts["refused"] += 1
@@ -432,7 +554,7 @@ def test_end_state_counts_what_the_end_of_the_run_stopped():
     had reached their end) and reported as in flight at the end, with their tokens."""
     core, sink, _ = make(submit_on_start)
     core.start_rollout(0, 0.0)
-    core.drain(0.0)
+    sink.drain(0.0)
     r0, r1 = sink.sent[0][0]
     core.finish()
     a = core.final_ended(r0, 30, "length")  # reached its target just as the run ended

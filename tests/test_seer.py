@@ -38,20 +38,11 @@ class PlacedSink:
     def send(self, samples, first_rid, cap, version, place=None):
         self.sent.append(([s.uid for s in samples], cap, place))
 
-    def abort_all(self):
-        return []
-
-    def sync_weights(self, interrupt):
-        return []
-
-    def batch_ready(self, batch):
-        pass
-
 
 def _core(react):
     sink = PlacedSink()
     core = RolloutCore(scheduler=Scripted(react), groups=Groups([30, 40]), batch_size=1, steps=1,
-                       max_len=100, group_size=2, meter=Meter(), commands=sink,
+                       max_len=100, group_size=2, meter=Meter(), sender=sink,
                        expected_length=lambda step: 35.0)
     return core, sink
 

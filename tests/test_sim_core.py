@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from aprilsim.config import load_scenario, scenario_from_dict
@@ -183,6 +184,38 @@ def test_routers():
         assert "least_loaded" in str(e)
     else:
         raise AssertionError("unknown router accepted")
+
+
+TAKES: Counter[str] = Counter()
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(start=st.integers(0, 5_000), sends=st.lists(st.integers(1, 300), min_size=1, max_size=8),
+       engines=st.integers(1, 4_096))
+def _takes_match_picks(start, sends, engines):
+    from aprilsim.engine.router import RoundRobin
+
+    one, many = RoundRobin(_next=start), RoundRobin(_next=start)
+    loads = [0] * engines
+    for count in sends:
+        first = many.take(count, engines)
+        assert [one.pick(loads) for _ in range(count)] == [(first + j) % engines
+                                                          for j in range(count)]
+        assert one._next == many._next
+        reach = f"a send {'wraps round' if count > engines else 'fits in'} the cluster"
+        event(reach)
+        TAKES[reach] += 1
+
+
+def test_round_robin_takes_a_whole_send_as_its_picks_would():
+    """`RoundRobin.take` (the simulator's send: one call, each engine's requests a slice) places
+    every request where one `pick` per request would, and leaves the router where they would,
+    on up to 4,096 engines (the user's regime), for sends that wrap round the cluster and sends
+    that do not (both reached, counted)."""
+    TAKES.clear()
+    _takes_match_picks()
+    assert TAKES["a send wraps round the cluster"] >= 20
+    assert TAKES["a send fits in the cluster"] >= 100
 
 
 _BASE = {

@@ -46,8 +46,8 @@ from aprilsim.engine.parts import (
     PrefillBatch,
     PrefixCache,
     PrefixRefs,
+    note_started,
     prefill_pieces,
-    stamp_started,
 )
 from aprilsim.engine.request import RID_BITS, RID_MASK, Completion, Request, check_requests
 from aprilsim.engine.retraction import RetractionIndex
@@ -135,6 +135,24 @@ class FastEngine(EngineFace):
         if self.phase == DECODE and now > self.t:
             return self.stats.iterations + self._iterations_within(now - self.t)
         return self.stats.iterations
+
+    @property
+    def started(self) -> list[Request]:
+        """Each sample's first request once scheduled, for the driver to record and clear
+        (`parts.note_started`; kept by the prefill batch component)."""
+        return self.pf.started
+
+    def spec_at(self, now: float) -> float:
+        """Speculative decoding's decode seconds less their plain cost as of `now`: a span in
+        progress counts the iterations that have ended by then, as `progress_at` counts their
+        tokens (`stats.spec_s` adds a span's at its end)."""
+        spec = self.stats.spec_s
+        hooks = self.speculative
+        if hooks is not None and self.phase == DECODE and now > self.t:
+            m = self._iterations_within(now - self.t)
+            if m > 0:
+                spec += hooks.saving(m, len(self.running), self.kv)
+        return spec
 
     def submit(self, reqs: list[Request], now: float) -> None:
         """Queue requests arriving at `now`; they are considered at the first boundary >= now."""
@@ -570,7 +588,7 @@ class FastEngine(EngineFace):
             self.waiting, len(running), self.kv, reserve, self.it, refs
         )
         pf.reqs = reqs
-        stamp_started(pf.reqs, self.t)
+        note_started(pf.reqs, self.t, pf.started)
         comp = tokens  # the tokens it computes
         if self.share:
             if self.cache is not None:  # the retained cache may serve some (taken at its end)

@@ -76,14 +76,14 @@ class EngineStats:
         self.multi_pass_batches += batch.passes + joined > 1
 
 
-def stamp_started(reqs: list[Request], t: float) -> None:
-    """Requests scheduled on the engine at `t` (a prefill batch starts): a sample's first
-    request stamps its `start_s` once (the queue wait of docs/metrics.md)."""
+def note_started(reqs: list[Request], t: float, started: list[Request]) -> None:
+    """Requests scheduled on the engine at `t` (a prefill batch starts): each sample's first
+    request (one with a `sample` tag) is reported once in `started`, `started_s` set to `t`, for
+    the driver to record (the queue wait of docs/metrics.md); the engine writes no sample."""
     for r in reqs:
-        owner = r.owner
-        if owner is not None:
-            owner.start_s = t
-            r.owner = None
+        if r.sample is not None and r.started_s < 0.0:
+            r.started_s = t
+            started.append(r)
 
 
 @dataclass(slots=True)
@@ -109,6 +109,9 @@ class PrefillBatch:
     pieces: tuple[list[int], list[int]] = field(default_factory=lambda: ([], []))
     saved: int = 0  # of `tokens` (KV it adds), those the retained cache serves (not computed)
     got: CacheLookup | None = None  # what it takes from the retained cache (`PrefixCache`)
+    # each sample's first request once a batch scheduled it (`note_started`): the engine's
+    # `started`, which the driver records and clears (a batch's `clear` keeps it)
+    started: list[Request] = field(default_factory=list)
 
     def clear(self) -> None:
         """No batch in progress."""

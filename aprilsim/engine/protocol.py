@@ -1,16 +1,20 @@
-"""The simulated-engine contract: what the runtime may ask of an engine, and nothing more.
+"""The simulated-engine contract: what a driver may ask of an engine, and nothing more.
 
 Both `FastEngine` (event jumping) and `ReferenceEngine` (one iteration at a time, the oracle in
-tests) implement it; the runtime (`aprilsim.sim`) is typed against it and never reads or writes an
-engine's internals.
+tests) implement it; the drivers of simulated engines (the simulator, `aprilsim.sim`, and the live
+driver's virtual-time engines, `real.runner.virtual`) are typed against it, never read or write an
+engine's internals, and share its abort rule (`abort_engine`). An engine writes no sample: what a
+driver records of one (its first scheduling) the engine reports (`started`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
+from aprilsim.engine.cost import EngineSpec
 from aprilsim.engine.parts import EngineStats
-from aprilsim.engine.request import Completion, Request
+from aprilsim.engine.request import Completion, Request, RequestBuilder
 
 
 @runtime_checkable
@@ -64,6 +68,17 @@ class SimEngine(Protocol):
         """Decode iterations done as of `now`, counted as `progress_at` counts their tokens."""
         ...
 
+    @property
+    def started(self) -> list[Request]:
+        """Each sample's first request once scheduled (`Request.sample`, `Request.started_s`):
+        the driver records them (the queue wait) and clears the list."""
+        ...
+
+    def spec_at(self, now: float) -> float:
+        """Speculative decoding's decode seconds less their plain cost as of `now`, counted as
+        `progress_at` counts tokens (0 when off)."""
+        ...
+
     def submit(self, reqs: list[Request], now: float) -> None:
         """Queue requests arriving at `now`."""
         ...
@@ -92,3 +107,26 @@ class SimEngine(Protocol):
     def block_until(self, t: float) -> None:
         """Start nothing before time `t` (an interrupting weight update flushed the engine)."""
         ...
+
+
+EngineFactory = Callable[[EngineSpec, int], SimEngine]  # (spec, engine index) -> a new engine
+
+
+def abort_engine(engine: SimEngine, now: float, spec: EngineSpec) -> tuple[float, list[Completion]]:
+    """The abort rule every driver of simulated engines follows (an AbortAll, an interrupting
+    weight sync): an idle engine has nothing to abort; with `abort_steps` -1 everything returns
+    at `now`; else, as a live engine, the step in flight and `abort_steps` more decode steps run
+    first (`abort_after_steps`). Returns when the abort lands and what came back."""
+    if engine.is_idle():
+        return now, []
+    if spec.aborts_at_once:
+        return now, engine.abort_all(now)
+    return engine.abort_after_steps(now, spec.abort_steps)
+
+
+def request_builder(spec: EngineSpec, group_size: int | None) -> RequestBuilder:
+    """The request builder for engines under `spec` (`group_size`: the workload's, which
+    speculative decoding with "siblings" acceptance stamps on each request)."""
+    siblings = spec.speculative is not None and spec.speculative.by_siblings
+    return RequestBuilder(spec.shares_prefixes, spec.retains_prefixes,
+                          (group_size or 0) if siblings else 0)

@@ -25,8 +25,8 @@ from aprilsim.engine.parts import (
     EngineFace,
     EngineStats,
     PrefixCache,
+    note_started,
     prefill_pieces,
-    stamp_started,
 )
 from aprilsim.engine.request import Completion, Request, check_requests
 from aprilsim.engine.speculative import SpeculativeHooks, engine_cost, speculative_hooks
@@ -59,6 +59,7 @@ class ReferenceEngine(EngineFace):
         self.tokens = 0
         self.kv_peak = 0
         self.stats = EngineStats()  # the counters, compared with FastEngine's by tests
+        self.started: list[Request] = []  # first schedulings (`parts.note_started`)
         # chunked prefill: tokens free in the open last pass of a batch the token budget ended
         self.room = self.room_in = self.batch_room = 0
         self.batch_passes = 1  # forward passes the prefill batch in progress starts
@@ -96,6 +97,11 @@ class ReferenceEngine(EngineFace):
     def iterations_at(self, now: float) -> int:
         """Decode iterations done as of `now` (each is counted when it ends)."""
         return self.stats.iterations
+
+    def spec_at(self, now: float) -> float:
+        """Speculative decoding's decode seconds less their plain cost as of `now` (each
+        iteration is counted when it ends)."""
+        return self.stats.spec_s
 
     def submit(self, reqs: list[Request], now: float) -> None:
         check_requests(reqs, self.spec.kv_capacity)
@@ -286,7 +292,7 @@ class ReferenceEngine(EngineFace):
         """A prefill batch starts: priced pass by pass over its requests' pieces."""
         kv = self.kv  # held before it
         self.batch, capped = step.batch, step.capped
-        stamp_started(self.batch, self.t)
+        note_started(self.batch, self.t, self.started)
         resident = {r.prefix for r in self.running if r.shared}
         # recounted: the oracle trusts no shortcut
         if self.cache is not None:

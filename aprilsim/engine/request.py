@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
+
+from aprilsim.types import Sample
 
 # The engines' heaps hold one int per entry, `major << RID_BITS | minor` (an iteration and a
 # request id): ints compare in one step where (int, int) tuples took two and a tuple walk, which
@@ -55,9 +58,10 @@ class Request:
     prefix: int = -1  # key of the shared prefix (the group), -1: none
     shared: int = 0  # its length, not counted in input_len
     seq: int = -1  # the sample it continues (key of its run in the retained cache), -1: none
-    # a sample's first request: what the engine stamps `start_s` on when it first schedules it
-    # (the queue wait of docs/metrics.md); None otherwise, and once stamped
-    owner: Any = None
+    # a sample's first request: the sample, the driver's tag, which the engine never reads or
+    # writes; it reports the request (`started`) when it first schedules it (`started_s`), and
+    # the driver records the queue wait (docs/metrics.md); None for any other request
+    sample: Sample | None = None
     priority: int = 0  # higher is admitted first (`waiting.enqueue`); 0 for every request (default)
     # simulated KV migration (Seer's global KV cache): the first `migrated` input tokens arrive
     # with their KV, held but not recomputed by the prefill; lost if the request is retracted
@@ -70,10 +74,11 @@ class Request:
     # crosses the clip while above it, NEAR (-1) at or below it, ABSENT (-2) in no reserve; and E
     clip_k: int = field(default=-2, init=False)
     clip_e: int = field(default=0, init=False)
+    started_s: float = field(default=-1.0, init=False)  # first scheduled (reported ones only)
 
     def __init__(self, rid: int, input_len: int, max_new: int, target_new: int, gen: int = 0,
                  base: int = 0, retractions: int = 0, prefix: int = -1, shared: int = 0,
-                 seq: int = -1, owner: Any = None, priority: int = 0, migrated: int = 0,
+                 seq: int = -1, sample: Sample | None = None, priority: int = 0, migrated: int = 0,
                  group: int = -1, group_n: int = 1) -> None:
         self.rid = rid
         self.input_len = input_len
@@ -85,13 +90,14 @@ class Request:
         self.prefix = prefix
         self.shared = shared
         self.seq = seq
-        self.owner = owner
+        self.sample = sample
         self.priority = priority
         self.migrated = migrated
         self.group = group
         self.group_n = group_n
         self.clip_k = -2
         self.clip_e = 0
+        self.started_s = -1.0
 
 
 @dataclass(slots=True, init=False)
@@ -108,6 +114,73 @@ class Completion:
         self.tokens = tokens
         self.reason = reason
         self.time = time
+
+
+class RequestBuilder:
+    """The one rule that turns a sample's submission into its engine `Request`, for every driver
+    of simulated engines (the simulator's send, its placed path, the live driver's virtual-time
+    engines): what it prefills (prompt plus what it carries), how many tokens it may generate (its
+    cap where below what it has left) and when it stops (its target), and the engine's own keys.
+
+    `shares` (prefix sharing): the prompt but its last token is a prefix held once per engine,
+    keyed by the group; `retains` (the retained cache): the request names its sample; `group_n`
+    (speculative decoding with "siblings" acceptance): the group size the request carries (0: no
+    group). A sample with no `start_s` yet asks its engine to report its first scheduling.
+    """
+
+    __slots__ = ("group_n", "retains", "shares")
+
+    def __init__(self, shares: bool, retains: bool, group_n: int = 0) -> None:
+        self.shares = shares
+        self.retains = retains
+        self.group_n = group_n
+
+    def build(self, s: Sample, rid: int, cap: int | None, priority: int = 0,
+              keep_kv: bool = False) -> Request:
+        """Request `rid` of `s` (`build_all` of one sample)."""
+        return self.build_all((s,), rid, cap, priority, keep_kv)[0]
+
+    def build_all(self, samples: Sequence[Sample], first_rid: int, cap: int | None,
+                  priority: int = 0, keep_kv: bool = False) -> list[Request]:
+        """Requests first_rid, first_rid + 1, ... of `samples` (one send), at most `cap` new
+        tokens each (None: what it has left). `keep_kv`: a resumed sample's KV comes along
+        (`migrated`: all but the last input token), except with a prefix cache, whose own rule
+        says what a resumed request finds."""
+        out: list[Request] = []
+        append = out.append
+        rid = first_rid
+        for s in samples:
+            g, t = s.generated, s._target_len
+            assert t is not None  # a simulated sample carries its length (a live one may not)
+            left = s.max_len - g
+            if cap is None or cap >= left:  # rollout.core.effective_cap, inlined
+                req = Request(rid, s.prompt_len + g, left, t - g)
+            else:  # a token budget: stop this submission after `cap` tokens
+                req = Request(rid, s.prompt_len + g, cap, min(t - g, cap))
+            if s.start_s < 0.0:  # not yet scheduled on an engine: its engine reports when it is
+                req.sample = s
+            append(req)
+            rid += 1
+        if self.shares or self.retains or self.group_n or priority or keep_kv:
+            for s, req in zip(samples, out):  # the rest of the rule: engine keys, placement
+                self._place(req, s, priority, keep_kv)
+        return out
+
+    def _place(self, req: Request, s: Sample, priority: int, keep_kv: bool) -> None:
+        """`build_all` where an engine feature or a placement is on: the shared prefix, the
+        retained run, the migrated KV, the group, the priority."""
+        if priority:
+            req.priority = priority
+        shares = self.shares
+        if shares and s.prompt_len > 1:  # the prompt but its last token, held once per engine
+            req.prefix, req.shared = s.group_id, s.prompt_len - 1
+            req.input_len -= req.shared
+        if self.retains:  # its run in the retained cache: what its earlier requests left
+            req.seq = s.uid
+        elif keep_kv and s.generated and not shares:
+            req.migrated = req.input_len - 1
+        if self.group_n:
+            req.group, req.group_n = s.group_id, self.group_n
 
 
 def check_requests(reqs: list[Request], kv_capacity: int) -> None:

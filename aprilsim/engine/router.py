@@ -30,6 +30,13 @@ class RoundRobin:
         self._next = i + 1
         return i
 
+    def take(self, count: int, engines: int) -> int:
+        """`count` picks at once among `engines`: the first one's engine (the j-th request goes
+        to engine (first + j) % engines), as `count` calls of `pick` would place them."""
+        i = self._next % engines
+        self._next = (i + count - 1) % engines + 1
+        return i
+
 
 @dataclass
 class LeastLoaded:

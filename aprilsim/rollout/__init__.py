@@ -2,7 +2,17 @@
 
 from aprilsim.rollout.core import MAX_FAULT_RESUBMITS, RolloutCore, effective_cap
 from aprilsim.rollout.ledger import StepLedger
-from aprilsim.rollout.ports import Commands, Ended, Meter, Reading
+from aprilsim.rollout.ports import (
+    Abort,
+    BatchReady,
+    Command,
+    Ended,
+    Meter,
+    Reading,
+    RequestEnd,
+    Sender,
+    SyncWeights,
+)
 
-__all__ = ["MAX_FAULT_RESUBMITS", "Commands", "Ended", "Meter", "Reading", "RolloutCore", "StepLedger",
-           "effective_cap"]
+__all__ = ["MAX_FAULT_RESUBMITS", "Abort", "BatchReady", "Command", "Ended", "Meter", "Reading",
+           "RequestEnd", "RolloutCore", "Sender", "StepLedger", "SyncWeights", "effective_cap"]

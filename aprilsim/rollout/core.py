@@ -1,23 +1,32 @@
 """The sans-I/O rollout core: the RL loop's state machine, shared by the simulator and the live runner.
 
 In the spirit of h11's `Connection`: the core holds the whole state of a rollout (the groups, the
-in-flight map, the scheduler's event queue, the pause and sync holds, the closed batches, the
-sample life cycle and the step ledger) and knows no clock, no engine, no simpy and no asyncio.
-A driver feeds it what happened, with the time (`start_rollout`, `request_ended`, `abort_landed`,
-`weights_synced`, ...), calls `drain` to let the scheduler react, and carries out the engine
-commands the core hands to its `Commands` sink (send, abort, sync, batch ready). Engine figures
-come in through a `Meter`. `aprilsim.sim.runtime` drives it in simulated time, `real.runner.runtime`
-on live engines; whatever the scheduler can observe is decided here, once.
+in-flight map, the scheduler's event queue, the pause and sync holds, the sends held behind
+engine I/O, the closed batches, the sample life cycle and the step ledger) and knows no clock,
+no engine, no simpy and no asyncio. A driver feeds it what happened, with the time (`start_rollout`,
+`request_ended`, `abort_landed`, `weights_synced`, ...), and calls `drain(now)`: the scheduler
+reacts, and `drain` returns the engine commands to carry out (`Abort`, `SyncWeights`,
+`BatchReady`, `aprilsim.rollout.ports`) in order. Requests start through the driver's `Sender`,
+the one direct call (the common path). Engine figures come in through a `Meter`.
+`aprilsim.sim.runtime` drives it in simulated time, `real.runner.runtime` on live engines; whatever
+the scheduler can observe, and the order engine I/O happens in, is decided here, once.
 
 Decided here (docs/concepts.md, "What a scheduler may rely on"):
 
+* Engine I/O waits for the scheduler's reaction: `drain` returns an abort or a sync once every
+  queued event is handled, one at a time (the driver carries it out and drains again, so what an
+  abort that landed at once brought back is heard before the next I/O starts). A batch handed
+  over during the reaction comes first.
+* Sends wait behind I/O on its way: while an abort has not landed or a weight sync is in progress
+  (`_holding`), the core keeps submitted requests (RUNNING, in flight, stamped) and sends them
+  once neither is left, in the order they were submitted. An abort or an interrupting sync ends
+  the sends held when it was asked for without sending them (no token generated).
 * AbortAll: the aborted samples stay RUNNING (in flight) until the abort lands; the actions after
   AbortAll in the same list see them in flight. The landing (SampleFinished/GroupFinished for
   requests that finished first, then one SamplesReturned, in the order the requests were sent)
-  is never before the end of that list. Both drivers tell the engines once the scheduler's
-  reaction is over (`drain` returned: every queued event handled), the abort and a weight sync's
-  pause or abort alike; requests sent meanwhile, or while the abort is on its way, start after
-  it; other events (the trainer, a sync) are heard while it is on its way.
+  is never before the end of that list, and aborts land in the order they were asked for: one
+  reported before an earlier one is heard after it (and after the reaction to it). Other events
+  (the trainer, a sync) are heard while an abort is on its way.
 * A Submit during a weight sync is taken at once: the samples are RUNNING, stamped with the new
   version, and count in flight; their requests start once the new weights are loaded.
 * A sample is complete when it has generated its hidden target length (`_target_len`); where the
@@ -25,13 +34,15 @@ Decided here (docs/concepts.md, "What a scheduler may rely on"):
   decides and sets it. Truncated means complete at max_response_len (`Sample.truncated`).
 * A request that ended (not aborted) short of its target came back at a token cap: PARTIAL and
   SampleCapped, in both drivers.
+* Status writes follow the life-cycle table (`aprilsim.rollout.lifecycle`): a change a scheduler
+  names is checked against it; the hot paths write where the in-flight map proves the source.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from aprilsim.metrics.records import StepRecord
 from aprilsim.policies.base import (
@@ -57,10 +68,21 @@ from aprilsim.policies.base import (
 )
 from aprilsim.rollout.ledger import StepLedger
 from aprilsim.rollout.lifecycle import check
-from aprilsim.rollout.ports import Commands, Ended, Meter, Placement
+from aprilsim.rollout.ports import (
+    Abort,
+    BatchReady,
+    Command,
+    Ended,
+    Meter,
+    Placement,
+    RequestEnd,
+    Sender,
+    SyncWeights,
+)
 from aprilsim.types import Group, GroupCountdown, Sample, SampleStatus, Segment
 
-__all__ = ["MAX_FAULT_RESUBMITS", "GroupMaker", "Reveal", "RolloutCore", "effective_cap"]
+__all__ = ["ACTION_HANDLERS", "MAX_FAULT_RESUBMITS", "GroupMaker", "Reveal", "RolloutCore",
+           "effective_cap"]
 
 # Final: C statics in the compiled build (read on every event), not module-dict lookups
 _PENDING: Final = SampleStatus.PENDING
@@ -70,9 +92,12 @@ _DONE: Final = SampleStatus.DONE
 _TRAINED: Final = SampleStatus.TRAINED
 _DISCARDED: Final = SampleStatus.DISCARDED
 MAX_FAULT_RESUBMITS: Final = 8  # per sample: a request that keeps failing is a bug, not a fault
+_NO_COMMANDS: Final[tuple[Command, ...]] = ()
 
 # free generation: (sample, how its request ended) -> complete? (and then the hook sets the truth)
 Reveal = Callable[[Sample, str], bool]
+# a send the core holds: (samples, first request id, cap, version, placement)
+_Held = tuple[Sequence[Sample], int, int | None, int, Placement | None]
 
 
 class GroupMaker(Protocol):
@@ -134,7 +159,7 @@ class RolloutCore:
         max_len: int,
         group_size: int | None,
         meter: Meter,
-        commands: Commands,
+        sender: Sender,
         expected_length: Callable[[int], float],
         reveal: Reveal | None = None,
         keep_groups: bool = True,
@@ -144,8 +169,8 @@ class RolloutCore:
         self.scheduler = scheduler
         self.colocated = scheduler.mode == "colocated"
         self.steps = steps
-        self.commands = commands
-        self.now = 0.0
+        self.sender = sender
+        self.now = 0.0  # the time of the last input (the ledger's and the actions' clock)
         self.version = 0
         self.groups: dict[int, Group] = {}  # registered (all, or the live ones: `keep_groups`)
         # False: a group whose samples are all trained or discarded is counted by the ledger and
@@ -163,12 +188,23 @@ class RolloutCore:
         self.next_rid = 0
         self.events: deque[Event] = deque()
         self._draining = False
-        self._landed: list[Sequence[Ended]] = []  # aborts that landed at once, heard after the list
+        self._empty_aborts = 0  # AbortAlls with nothing in flight: they land after the list
         self.on_ended: Callable[[Ended, Sample], None] | None = None  # the driver's trace hook
         self.paused = False  # PauseGeneration: submissions are held until ResumeGeneration
-        self._held: list[tuple[Sample, int | None, Placement | None]] = []
+        self._paused: list[tuple[Sample, int | None, Placement | None]] = []
         self.updating = False  # a weight sync is in progress
         self._sync_returned: list[Sample] = []
+        self._sync_covered: list[int] = []  # held sends an interrupting sync ended unsent
+        # engine I/O: commands not yet handed out, aborts on their way (oldest first), landings
+        # reported before an earlier abort's, the held sends each abort ended unsent
+        self._io: deque[Command] = deque()
+        self._batches: list[Command] = []  # batches handed over during the reaction
+        self._aborts: deque[int] = deque()
+        self._early: dict[int, Sequence[Ended]] = {}
+        self._covered: dict[int, list[int]] = {}
+        self._next_abort = 0
+        self._held: list[_Held] = []  # sends waiting behind an abort or a sync (`_holding`)
+        self._unsent: set[int] = set()  # request ids in flight the driver was never given
         self._closed: list[tuple[Group, ...]] = []
         self._want_batch = False  # colocated: the loop waits for a closed batch, nothing in flight
         self.n_closed = 0
@@ -218,8 +254,9 @@ class RolloutCore:
         self.events.append(TrainStepDone(step))
 
     # ------------------------------------------------------------------ the engines' inputs
-    def request_ended(self, rid: int, tokens: int, how: str) -> Sample:
-        """Request `rid` left its engine with `tokens` new tokens ("stop", "length" or "abort").
+    def request_ended(self, rid: int, tokens: int, how: str, now: float) -> Sample:
+        """Request `rid` left its engine at `now` with `tokens` new tokens ("stop", "length" or
+        "abort").
 
         The common path of every run: credit the tokens to the sample's submit version, then
         finish it, return it unfinished (abort), or hold it PARTIAL (a token cap). Returns it.
@@ -238,7 +275,7 @@ class RolloutCore:
         if self._cap:
             self._cap.pop(rid, None)
         if how == "abort":
-            s.status = _PARTIAL
+            s.status = _PARTIAL  # RUNNING (in flight) -> PARTIAL: lifecycle.DIRECT
             self.ledger.n_partial += 1
             return s
         target = s._target_len
@@ -251,19 +288,35 @@ class RolloutCore:
             self.ledger.n_partial += 1
             self.events.append(SampleCapped(s))
             return s
-        s.status = _DONE  # _finish, inlined: the common path of every run
+        s.status = _DONE  # _finish and _count_down, inlined: the common path of every run
         s.complete = True
-        s.finish_s = self.now
+        s.finish_s = now
         if self._sample_events:
             self.events.append(SampleFinished(s))
-        self._count_down(s)
+        countdown = s.countdown
+        if countdown is None:
+            self._count_down(s)  # raises: its group was never registered
+        else:
+            countdown.left -= 1
+            if countdown.left == 0:
+                self.events.append(GroupFinished(self.groups[s.group_id]))
         return s
 
-    def _finish(self, s: Sample) -> None:
+    def requests_started(self, started: Iterable[tuple[int, float]]) -> None:
+        """Each (request id, time): the request was first scheduled on its engine then (its queue
+        wait ended); where it is its sample's first to be, the sample's `start_s`
+        (docs/metrics.md). The engines report it, the drivers pass it on."""
+        inflight = self.inflight
+        for rid, t in started:
+            s = inflight.get(rid)
+            if s is not None and s.start_s < 0.0:
+                s.start_s = t
+
+    def _finish(self, s: Sample, now: float) -> None:
         """A sample reached its end: DONE, its events, the group countdown (`request_ended` inlines it)."""
         s.status = _DONE
         s.complete = True
-        s.finish_s = self.now
+        s.finish_s = now
         if self._sample_events:
             self.events.append(SampleFinished(s))
         self._count_down(s)
@@ -278,30 +331,55 @@ class RolloutCore:
         if countdown.left == 0:
             self.events.append(GroupFinished(self.groups[s.group_id]))
 
-    def abort_landed(self, ended: Iterable[Ended]) -> None:
-        """An AbortAll landed: credit its requests; the unfinished come back in SamplesReturned."""
-        self.events.append(SamplesReturned(tuple(self._credit_all(ended))))
+    def abort_landed(self, key: int, ended: Iterable[Ended], now: float) -> None:
+        """Abort `key` (an `Abort` command) landed at `now` with `ended`: credit them; the
+        unfinished come back in one SamplesReturned. An abort asked for after one still on its
+        way is heard after that one lands (`drain`)."""
+        self.now = now
+        if not self._aborts or key not in self._aborts:
+            raise SchedulerError(f"abort {key} landed, but no such abort is on its way")
+        if self._aborts[0] != key:  # aborts land in the order asked for
+            self._early[key] = list(ended)
+            return
+        self._land(ended)
 
-    def sync_aborted(self, ended: Iterable[Ended]) -> None:
-        """An interrupting weight sync stopped these requests (live: once its abort landed)."""
-        self._sync_returned += self._credit_all(ended)
+    def _land(self, ended: Iterable[Ended]) -> None:
+        """The oldest abort on its way lands: SamplesReturned; held sends go once nothing holds."""
+        key = self._aborts.popleft()
+        covered = self._covered.pop(key, None)
+        self.events.append(SamplesReturned(tuple(self._credit_all(ended, covered))))
+        self._release()
 
-    def _credit_all(self, ended: Iterable[Ended]) -> list[Sample]:
-        # in the order the requests were sent (request id), whatever order the engines gave
+    def sync_aborted(self, ended: Iterable[Ended], now: float) -> None:
+        """A weight sync stopped these requests at `now` (interrupting: once its abort landed;
+        a pause: those that ended by then); the unfinished come back after the sync."""
+        self.now = now
+        covered, self._sync_covered = self._sync_covered, []
+        self._sync_returned += self._credit_all(ended, covered or None)
+
+    def _credit_all(self, ended: Iterable[Ended], covered: list[int] | None) -> list[Sample]:
+        """Credit what an abort or a sync brought back, and end the held sends it `covered`
+        (never sent: no token), in the order the requests were sent (request id), whatever
+        order the engines gave; the driver's trace hook hears the driver's own."""
         returned: list[Sample] = []
         hook = self.on_ended
-        for c in sorted(ended, key=_rid):
-            s = self.request_ended(c.rid, c.tokens, c.reason)
-            if s.status is _DONE:  # it finished before the abort landed: at its own time
-                s.finish_s = getattr(c, "time", s.finish_s)
-            if hook is not None:
+        items: list[Ended] = list(ended)
+        own: set[int] = set()
+        if covered:
+            own = set(covered)
+            self._unsent -= own
+            items += [RequestEnd(rid, 0, "abort", self.now) for rid in covered]
+        for c in sorted(items, key=_rid):
+            s = self.request_ended(c.rid, c.tokens, c.reason, c.time)  # finished first: then
+            if hook is not None and c.rid not in own:
                 hook(c, s)
             if c.reason == "abort":
                 returned.append(s)
         return returned
 
     def weights_synced(self, now: float) -> None:
-        """The engines hold the new weights: WeightsUpdated, then the samples the sync returned."""
+        """The engines hold the new weights: WeightsUpdated, then the samples the sync returned;
+        the sends held during the sync go."""
         self.now = now
         self.version += 1
         self.updating = False
@@ -309,10 +387,13 @@ class RolloutCore:
         returned, self._sync_returned = self._sync_returned, []
         if returned:
             self.events.append(SamplesReturned(tuple(returned)))
+        self._release()
 
-    def request_failed(self, rid: int, tokens: int, error: str = "") -> Sample:
-        """Request `rid` failed without being asked to (live faults): keep its partial output and
-        send the rest again at once, transparently to the scheduler (or finish or cap it)."""
+    def request_failed(self, rid: int, tokens: int, error: str, now: float) -> Sample:
+        """Request `rid` failed at `now` without being asked to (live faults): keep its partial
+        output and send the rest again at once, transparently to the scheduler (or finish or
+        cap it)."""
+        self.now = now
         s = self.inflight.pop(rid)
         cap = self._cap.pop(rid, None)
         place = self._place.pop(rid, None)
@@ -321,7 +402,7 @@ class RolloutCore:
         done = (self._reveal is not None and self._reveal(s, "failed")) if target is None \
             else s.generated >= target
         if done:  # the partial output was the whole response after all
-            self._finish(s)
+            self._finish(s, now)
             return s
         n = self._fault_resubmits.get(s.uid, 0) + 1
         self._fault_resubmits[s.uid] = n
@@ -343,10 +424,7 @@ class RolloutCore:
         if place is not None:
             self._place[rid2] = place
         try:
-            if place is None:
-                self.commands.send((s,), rid2, left, version)
-            else:
-                self.commands.send((s,), rid2, left, version, place)
+            self._send((s,), rid2, left, version, place)
         except BaseException:  # no engine left to take it: it stays in the buffer
             self.inflight.pop(rid2, None)
             self._cap.pop(rid2, None)
@@ -357,76 +435,140 @@ class RolloutCore:
         return s
 
     # ------------------------------------------------------------------ the scheduler
-    def drain(self, now: float) -> None:
-        """Hand every queued event to the scheduler, one at a time, and carry out its actions."""
+    def drain(self, now: float) -> tuple[Command, ...]:
+        """Hand every queued event to the scheduler, one at a time, and carry out its actions;
+        return the engine commands to carry out now, in order (module docstring): the batches
+        handed over, then at most one abort or sync. The driver carries them out (reporting what
+        they bring back) and drains again, until nothing is returned."""
         self.now = now
         if self._draining:
-            return
+            return _NO_COMMANDS
         self._draining = True
         events, ctx, handle, apply = self.events, self.ctx, self.scheduler.handle, self._apply
         try:
-            while events:
-                ev = events.popleft()
-                ctx.version = self.version
-                ctx.in_flight = len(self.inflight)
-                for action in handle(ev, ctx):
-                    apply(action)
-                if self._landed:  # an abort that landed at once: heard after the whole list
-                    landed, self._landed = self._landed, []
-                    for ended in landed:
-                        self.abort_landed(ended)
+            while True:
+                while events:
+                    ev = events.popleft()
+                    ctx.version = self.version
+                    ctx.in_flight = len(self.inflight)
+                    for action in handle(ev, ctx):
+                        apply(action)
+                    while self._empty_aborts:  # nothing was in flight: landed after the list
+                        self._empty_aborts -= 1
+                        events.append(SamplesReturned(()))
+                if not self._early or self._aborts[0] not in self._early:
+                    break
+                # the next abort in order had landed already: heard after the reaction to the last
+                self._land(self._early.pop(self._aborts[0]))
         finally:
             self._draining = False
+        if self._batches or self._io or (self._want_batch and self._closed):
+            return self._commands()
+        return _NO_COMMANDS
 
-    def check_ready(self) -> None:
-        """Colocated: hand over the closed batch once nothing is in flight."""
+    def _commands(self) -> tuple[Command, ...]:
+        """What `drain` returns: the batches handed over, the colocated batch once nothing is in
+        flight, then the next engine I/O (one: what it brings back is heard before the next)."""
         if self._want_batch and self._closed and not self.inflight:
             self._want_batch = False
-            self.commands.batch_ready(self._closed.pop(0))
+            self._batches.append(BatchReady(self._closed.pop(0)))
+        if not self._batches and not self._io:
+            return _NO_COMMANDS
+        out, self._batches = self._batches, []
+        if self._io:
+            out.append(self._io.popleft())
+        return tuple(out)
 
     def _apply(self, action: Action) -> None:
-        if isinstance(action, Submit):
-            if action.max_new_tokens is not None and action.max_new_tokens < 1:
-                raise SchedulerError("Submit.max_new_tokens must be >= 1")
-            place = None
-            if action.priority or action.route is not None or action.keep_kv:
-                place = Placement(action.priority, action.route, action.keep_kv)
-            if self.paused:
-                for s in action.samples:
-                    if s.status is not _PENDING and s.status is not _PARTIAL:
-                        check(s, _RUNNING)
-                self._held.extend((s, action.max_new_tokens, place) for s in action.samples)
-            else:
-                self.submit(action.samples, action.max_new_tokens, place)
-        elif isinstance(action, AbortAll):
-            landed = self.commands.abort_all()
-            if landed is not None:  # landed at once: credited after the whole action list
-                self._landed.append(landed)
-        elif isinstance(action, CloseBatch):
-            self._close_batch(action.groups)
-        elif isinstance(action, Discard):
-            self._discard(action.samples)
-        elif isinstance(action, UpdateWeights):
-            self._update_weights(action.interrupt)
-        elif isinstance(action, PauseGeneration):
-            self.paused = True
-            self.ledger.pause(self.now)
-        elif isinstance(action, ResumeGeneration):
-            self.paused = False
-            self.ledger.resume(self.now)
-            held, self._held = self._held, []
-            by_cap: dict[tuple[int | None, Placement | None], list[Sample]] = {}
-            for s, cap, place in held:
-                by_cap.setdefault((cap, place), []).append(s)
-            for (cap, place), samples in by_cap.items():
-                self.submit(samples, cap, place)
-        else:
-            raise SchedulerError(f"unknown action {action!r}")
+        """Carry out one scheduler action: its handler by type (`ACTION_HANDLERS`)."""
+        handler = ACTION_HANDLERS.get(type(action))
+        if handler is None:  # a subclass of an action is that action
+            handler = next((ACTION_HANDLERS[c] for c in type(action).__mro__
+                            if c in ACTION_HANDLERS), None)
+            if handler is None:
+                raise SchedulerError(f"unknown action {action!r}")
+        handler(self, action)
+
+    def _on_submit(self, action: Submit) -> None:
+        if action.max_new_tokens is not None and action.max_new_tokens < 1:
+            raise SchedulerError("Submit.max_new_tokens must be >= 1")
+        place = None
+        if action.priority or action.route is not None or action.keep_kv:
+            place = Placement(action.priority, action.route, action.keep_kv)
+        if not self.paused:
+            self.submit(action.samples, action.max_new_tokens, place)
+            return
+        for s in action.samples:  # held back until ResumeGeneration: checked now
+            if s.status is not _PENDING and s.status is not _PARTIAL:
+                check(s, _RUNNING)
+        self._paused.extend((s, action.max_new_tokens, place) for s in action.samples)
+
+    def _on_abort(self, action: AbortAll) -> None:
+        """Abort what is in flight: the driver's requests (an `Abort` command, after the
+        reaction) and the sends still held here (ended unsent when it lands)."""
+        if not self.inflight:
+            self._empty_aborts += 1
+            return
+        key = self._next_abort
+        self._next_abort += 1
+        covered = self._cover_held()
+        if covered:
+            self._covered[key] = covered
+        self._aborts.append(key)
+        self._io.append(Abort(key, self._sent_rids()))
+
+    def _cover_held(self) -> list[int]:
+        """An abort takes the held sends with it: their request ids (they are never sent)."""
+        covered = [r for samples, rid0, _, _, _ in self._held
+                   for r in range(rid0, rid0 + len(samples))]
+        self._held = []
+        return covered
+
+    def _sent_rids(self) -> tuple[int, ...]:
+        """The requests in flight the driver was given, in the order sent."""
+        unsent = self._unsent
+        if not unsent:
+            return tuple(self.inflight)
+        return tuple(r for r in self.inflight if r not in unsent)
+
+    def _on_update(self, action: UpdateWeights) -> None:
+        if self.colocated:
+            raise SchedulerError(
+                "UpdateWeights in colocated mode: the runtime syncs after training")
+        if self.updating:
+            raise SchedulerError("UpdateWeights while a weight update is in progress")
+        self.updating = True
+        rids: tuple[int, ...] = ()
+        if action.interrupt:
+            self._sync_covered = self._cover_held()
+            rids = self._sent_rids()
+        self._io.append(SyncWeights(action.interrupt, rids))
+
+    def _on_pause(self, action: PauseGeneration) -> None:
+        self.paused = True
+        self.ledger.pause(self.now)
+
+    def _on_resume(self, action: ResumeGeneration) -> None:
+        self.paused = False
+        self.ledger.resume(self.now)
+        held, self._paused = self._paused, []
+        by_cap: dict[tuple[int | None, Placement | None], list[Sample]] = {}
+        for s, cap, place in held:
+            by_cap.setdefault((cap, place), []).append(s)
+        for (cap, place), samples in by_cap.items():
+            self.submit(samples, cap, place)
+
+    def _on_close(self, action: CloseBatch) -> None:
+        self._close_batch(action.groups)
+
+    def _on_discard(self, action: Discard) -> None:
+        self._discard(action.samples)
 
     def submit(self, samples: Sequence[Sample], cap: int | None = None,
                place: Placement | None = None) -> None:
         """PENDING or PARTIAL samples become RUNNING under the current version (the next one
-        during a weight sync) and go to the driver in one `send` (with `place` where set)."""
+        during a weight sync) and go to the driver in one `send` (with `place` where set), or
+        wait here while an abort or a sync holds sends (`_holding`)."""
         if self.finished or not samples:
             return
         ledger, inflight, caps = self.ledger, self.inflight, self._cap
@@ -435,10 +577,10 @@ class RolloutCore:
         now = self.now
         for s in samples:
             st = s.status
-            if st is _PARTIAL:
-                ledger.n_partial -= 1
+            if st is _PARTIAL:  # the table's sources of RUNNING (lifecycle.DIRECT); any other
+                ledger.n_partial -= 1  # status is asked of the table, which raises
             elif st is not _PENDING:
-                raise SchedulerError(f"cannot submit sample {s.uid} in status {st.value}")
+                check(s, _RUNNING)
             g = s.generated
             if g:
                 ledger.resumed(g)
@@ -452,11 +594,34 @@ class RolloutCore:
             inflight[rid] = s
             rid += 1
         self.next_rid = rid
-        if place is None:
-            self.commands.send(samples, rid0, cap, version)
+        if place is not None:
+            self._place.update((r, place) for r in range(rid0, rid))
+        self._send(samples, rid0, cap, version, place)
+
+    def _holding(self) -> bool:
+        """The hold rule: sends wait while an abort is on its way or a weight sync is on."""
+        return bool(self._aborts) or self.updating
+
+    def _send(self, samples: Sequence[Sample], rid0: int, cap: int | None, version: int,
+              place: Placement | None) -> None:
+        """Hand a submission to the driver, or hold it while I/O is on its way (`_holding`)."""
+        if self._holding():
+            self._held.append((samples, rid0, cap, version, place))
+            self._unsent.update(range(rid0, rid0 + len(samples)))
             return
-        self._place.update((r, place) for r in range(rid0, rid))
-        self.commands.send(samples, rid0, cap, version, place)
+        if place is None:
+            self.sender.send(samples, rid0, cap, version)
+        else:
+            self.sender.send(samples, rid0, cap, version, place)
+
+    def _release(self) -> None:
+        """Nothing holds sends any more: the held ones go, in the order they were submitted."""
+        if not self._held or self._holding():
+            return
+        held, self._held = self._held, []
+        for samples, rid0, cap, version, place in held:
+            self._unsent.difference_update(range(rid0, rid0 + len(samples)))
+            self._send(samples, rid0, cap, version, place)
 
     def _discard(self, samples: Sequence[Sample]) -> None:
         for s in samples:
@@ -469,22 +634,28 @@ class RolloutCore:
             for gid in {s.group_id for s in samples}:
                 self._retire_if_over(gid)
 
-    def _close_batch(self, groups: Sequence[Group]) -> None:
+    def _train(self, groups: Sequence[Group]) -> None:
+        """Every sample of `groups` is TRAINED (each was DONE, as the table asks), and groups
+        all trained now are let go (unless `keep_groups`)."""
         for g in groups:
-            samples = g.samples
-            for s in samples:  # finished and not yet trained: every sample DONE
+            for s in g.samples:
                 if s.status is not _DONE:
-                    raise SchedulerError(f"group {g.gid} is not finished or was trained already")
-            for s in samples:
+                    check(s, _TRAINED)
+        for g in groups:
+            for s in g.samples:
                 s.status = _TRAINED
-        if not self.keep_groups:
-            registered = self.groups
-            for g in groups:
-                if registered.get(g.gid) is g:  # all of it trained just now: nothing to check
-                    self.ledger.retire_trained(g)
-                    del registered[g.gid]
-                else:
-                    self._retire_if_over(g.gid)
+        if self.keep_groups:
+            return
+        registered = self.groups
+        for g in groups:
+            if registered.get(g.gid) is g:  # all of it trained just now: nothing to check
+                self.ledger.retire_trained(g)
+                del registered[g.gid]
+            else:
+                self._retire_if_over(g.gid)
+
+    def _close_batch(self, groups: Sequence[Group]) -> None:
+        self._train(groups)
         batch = tuple(groups)
         if self.n_closed >= self.steps:
             raise SchedulerError(
@@ -497,7 +668,7 @@ class RolloutCore:
             return
         # disaggregated: the batch queues for the trainer; the next rollout starts at once
         rec = self.ledger.close(self.now)
-        self.commands.batch_ready(batch)
+        self._batches.append(BatchReady(batch))
         nxt = rec.step + 1
         if nxt < self.steps:
             self.ctx.step = nxt
@@ -518,16 +689,6 @@ class RolloutCore:
                 return
         self.ledger.retire(g)
         del self.groups[gid]
-
-    def _update_weights(self, interrupt: bool) -> None:
-        if self.colocated:
-            raise SchedulerError("UpdateWeights in colocated mode: the runtime syncs after training")
-        if self.updating:
-            raise SchedulerError("UpdateWeights while a weight update is in progress")
-        self.updating = True
-        ended = self.commands.sync_weights(interrupt)
-        if ended:
-            self.sync_aborted(ended)
 
     # ------------------------------------------------------------------ end of run
     def finish(self) -> None:
@@ -554,8 +715,13 @@ class RolloutCore:
 
     def end_state(self) -> dict[str, int]:
         """Where every sample is, by status, in samples and tokens (the conservation ledger), plus
-        what was still in flight when the run ended (those samples are counted partial or done)."""
+        what was still in flight when the run ended (those samples are counted partial or done).
+        Call it once the driver has stopped what it sent (`final_ended`): what is left in flight
+        was never sent (held behind I/O, or no engine was left) and stops with no token."""
         self.finished = True
+        for rid in list(self.inflight):
+            self.final_ended(rid, 0, "abort")
+        self._held, self._unsent = [], set()
         out = self.ledger.end_state(self.groups.values())
         stopped = {id(s): s for s in self._stopped}.values()
         out["in_flight_at_end"] = len(stopped)
@@ -567,3 +733,15 @@ class RolloutCore:
         return SchedulerError(
             f"{at}: {why}, but the {self.scheduler.mode} loop is still waiting (scheduler "
             f"{self.scheduler.name!r} never closed a batch or never updated weights)")
+
+
+# the scheduler's actions and what the core does with each (`RolloutCore._apply`)
+ACTION_HANDLERS: Final[dict[type, Callable[[RolloutCore, Any], None]]] = {
+    Submit: RolloutCore._on_submit,
+    CloseBatch: RolloutCore._on_close,
+    AbortAll: RolloutCore._on_abort,
+    Discard: RolloutCore._on_discard,
+    UpdateWeights: RolloutCore._on_update,
+    PauseGeneration: RolloutCore._on_pause,
+    ResumeGeneration: RolloutCore._on_resume,
+}

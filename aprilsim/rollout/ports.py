@@ -1,9 +1,11 @@
-"""What the rollout core asks of its driver: engine figures in (a Meter), engine commands out.
+"""What the rollout core and its driver exchange: engine figures in, engine commands out.
 
 The core has no clock and does no I/O. A driver (the simpy simulator, the asyncio live runner)
-gives it two small objects: a `Meter` it reads engine figures through at step boundaries, and a
-`Commands` sink it hands engine commands to. Commands are method calls, not queued objects, so
-the common path (a request ends, the scheduler submits more) allocates nothing for them.
+gives it a `Meter` it reads engine figures through at step boundaries and a `Sender` that starts
+requests; the core returns its other commands as values (`RolloutCore.drain`). Sending is the one
+direct call: it is the common path (a request ends, the scheduler submits more), so it allocates
+nothing; the rare commands (`Abort`, `SyncWeights`, `BatchReady`) come back in the order the
+driver must carry them out, and the core holds sends behind those still on their way.
 """
 
 from __future__ import annotations
@@ -16,12 +18,36 @@ from aprilsim.types import Group, Sample
 
 
 class Ended(Protocol):
-    """A request that left its engine (the simulator's `Completion` is one)."""
+    """A request that left its engine (the simulator's `Completion`, a driver's or the core's
+    `RequestEnd`); read-only, so that frozen records qualify."""
+
+    @property
+    def rid(self) -> int: ...
+
+    @property
+    def tokens(self) -> int:
+        """Tokens it generated in this request."""
+        ...
+
+    @property
+    def reason(self) -> str:
+        """"stop", "length" or "abort"."""
+        ...
+
+    @property
+    def time(self) -> float:
+        """When it ended, on the run's clock (one that finished before an abort landed: then)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class RequestEnd:
+    """An `Ended` made by a driver or by the core itself (a held send an abort ended unsent)."""
 
     rid: int
-    tokens: int  # tokens it generated in this request
-    reason: str  # "stop", "length" or "abort"
-
+    tokens: int
+    reason: str
+    time: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +68,7 @@ class Reading:
 @dataclass(frozen=True, slots=True)
 class Placement:
     """Where and in which order a submission's requests run (`Submit.priority`, `Submit.route`);
-    the core hands one to `Commands.send` only when a scheduler set either."""
+    the core hands one to `Sender.send` only when a scheduler set either."""
 
     priority: int = 0
     route: int | str | None = None
@@ -65,32 +91,48 @@ class Meter(Protocol):
         ...
 
 
-class Commands(Protocol):
-    """Engine commands the core gives its driver; the driver carries them out."""
+class Sender(Protocol):
+    """How the core starts requests: the driver's one direct command."""
 
     def send(self, samples: Sequence[Sample], first_rid: int, cap: int | None, version: int,
              place: Placement | None = None) -> None:
         """Start generating `samples` (request ids first_rid, first_rid + 1, ...) under `version`.
 
         `place` (None: the router decides, priority 0) gives their admission priority and route.
-
         `cap` (when not None) limits what each request may generate where it is below what the
-        sample has left (`effective_cap`). During a weight sync `version` is the new one: the
-        requests must start only once the new weights are loaded.
+        sample has left (`effective_cap`). The core calls it only when nothing holds sends (no
+        abort on its way, no weight sync in progress): the requests may start at once.
         """
         ...
 
-    def abort_all(self) -> Sequence[Ended] | None:
-        """Abort every request in flight: the requests that ended now, or None when the abort
-        lands later (the driver then calls `RolloutCore.abort_landed`)."""
-        ...
 
-    def sync_weights(self, interrupt: bool) -> Sequence[Ended] | None:
-        """Start a weight sync (interrupting: abort in-flight requests; else pause them). Returns
-        the requests that ended now, or None (then `sync_aborted` brings them); the driver calls
-        `RolloutCore.weights_synced` when the new weights are loaded."""
-        ...
+@dataclass(frozen=True, slots=True)
+class Abort:
+    """Abort every request in flight on the engines; report the landing with
+    `RolloutCore.abort_landed(key, ended, now)` (at once, or when the engines are done).
 
-    def batch_ready(self, batch: tuple[Group, ...]) -> None:
-        """A closed batch is ready for the trainer (colocated: and nothing is in flight)."""
-        ...
+    `rids` are the requests the driver was given and that the abort stops (in the order sent);
+    those the core still held were never sent, and the core ends them itself."""
+
+    key: int
+    rids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SyncWeights:
+    """Start a weight sync: interrupting, abort the requests `rids` (as `Abort`) and report what
+    came back with `RolloutCore.sync_aborted`; else pause generation for the sync. Then load
+    the new weights and report `RolloutCore.weights_synced`."""
+
+    interrupt: bool
+    rids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchReady:
+    """A closed batch is ready for the trainer (colocated: and nothing is in flight)."""
+
+    batch: tuple[Group, ...]
+
+
+Command = Abort | SyncWeights | BatchReady

@@ -36,11 +36,13 @@ class TupleClock:
     one `first()` named, was served and its next event is at `nxt` (INF: none, or armed later).
     """
 
-    __slots__ = ("armed", "_heap")
+    __slots__ = ("armed", "heap")
 
     def __init__(self, n_engines: int) -> None:
         self.armed: list[float] = [INF] * n_engines
-        self._heap: list[tuple[float, int]] = []  # (time, engine), lazily invalidated
+        # (time, engine), lazily invalidated; the simulator's engine loop runs `first`, `time`
+        # and `served` inline on it and on `armed` (a Python call per event is dear)
+        self.heap: list[tuple[float, int]] = []
 
     def time(self, i: int) -> float:
         """Engine i's next event time (INF: none)."""
@@ -48,19 +50,19 @@ class TupleClock:
 
     def __bool__(self) -> bool:
         """True while any entry is left (live or not yet found stale)."""
-        return bool(self._heap)
+        return bool(self.heap)
 
     def arm(self, i: int, t: float) -> None:
         """Engine i's next event is at t now (INF: none)."""
         if t != self.armed[i]:
             self.armed[i] = t
             if t < INF:
-                heappush(self._heap, (t, i))
+                heappush(self.heap, (t, i))
 
     def first(self) -> int:
         """The engine whose event comes first (lowest index among ties), or -1 when none is
         armed; stale entries met on the way are dropped."""
-        heap, armed = self._heap, self.armed
+        heap, armed = self.heap, self.armed
         while heap and heap[0][0] != armed[heap[0][1]]:
             heappop(heap)  # stale: that engine re-planned
         return heap[0][1] if heap else -1
@@ -69,9 +71,9 @@ class TupleClock:
         """Engine i, named by `first()`, was served; its next event is at `nxt`."""
         self.armed[i] = nxt
         if nxt < INF:
-            heapreplace(self._heap, (nxt, i))  # pop its event and push its next in one sift
+            heapreplace(self.heap, (nxt, i))  # pop its event and push its next in one sift
         else:
-            heappop(self._heap)
+            heappop(self.heap)
 
 
 class _Armed:

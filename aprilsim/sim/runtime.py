@@ -20,6 +20,7 @@ import math
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
+from heapq import heappop, heapreplace
 from typing import Final
 
 import simpy
@@ -28,7 +29,8 @@ from aprilsim.engine.cost import EngineSpec, slowed
 from aprilsim.engine.draft_board import DraftBoard, Stamp
 from aprilsim.engine.fast import FastEngine
 from aprilsim.engine.kv_transfer import transfer_delay
-from aprilsim.engine.protocol import SimEngine
+from aprilsim.engine.meter import SimMeter
+from aprilsim.engine.protocol import EngineFactory, abort_engine, request_builder
 from aprilsim.engine.request import Completion, Request
 from aprilsim.engine.router import GroupAffinity, RoundRobin, Router, make_router
 from aprilsim.engine.speculative import attach_board, engine_cost
@@ -38,8 +40,8 @@ from aprilsim.metrics.trace import EngineSample, PhaseSpan, RequestSpan, Trace
 from aprilsim.native import mypyc_attr
 from aprilsim.policies.base import BY_GROUP, MOST_ROOM, Scheduler, SchedulerError
 from aprilsim.rollout.core import RolloutCore
-from aprilsim.rollout.ports import Placement, Reading
-from aprilsim.sim.engine_clock import engine_clock
+from aprilsim.rollout.ports import Abort, BatchReady, Command, Placement, SyncWeights
+from aprilsim.sim.engine_clock import TupleClock, engine_clock
 from aprilsim.trainer import TrainerModel
 from aprilsim.types import Group, Sample, SampleStatus
 from aprilsim.workload.generator import Workload
@@ -47,7 +49,7 @@ from aprilsim.workload.generator import Workload
 INF: Final = math.inf  # Final: a C static in the compiled build, not a dict lookup per use
 GC_STEPS: Final = 8  # steps between the garbage collections of a run (`collection_paused`)
 _PARTIAL: Final = SampleStatus.PARTIAL
-EngineFactory = Callable[[EngineSpec, int], SimEngine]
+_SYNC: Final = -1  # `_landing`'s key of a weight sync's abort (an abort's is its own key)
 
 
 __all__ = ["EngineFactory", "SchedulerError", "Simulation", "SimMeter", "collection_paused"]
@@ -89,36 +91,6 @@ def _collect_steps(done: int) -> None:
         gc.collect(1)
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # the live driver's VirtualMeter extends it
-class SimMeter:
-    """The simulated engines' figures for the step ledger, read exactly at the simulated time."""
-
-    __slots__ = ("engines",)
-
-    def __init__(self, engines: Sequence[SimEngine]) -> None:
-        self.engines = engines
-
-    def read(self, now: float) -> Reading:
-        progress = [e.progress_at(now) for e in self.engines]
-        return Reading(
-            tokens=sum(p[0] for p in progress),
-            busy_by_engine=[p[1] for p in progress],
-            retractions=sum(e.retractions for e in self.engines),
-            kv_peak=max(max(e.peak_kv, p[2]) for e, p in zip(self.engines, progress)),
-            iterations=sum(e.iterations_at(now) for e in self.engines),
-            prefill_s=sum(e.stats.prefill_s for e in self.engines),
-            prefill_tokens=sum(e.stats.prefill_tokens for e in self.engines),
-            spec_s=sum(e.stats.spec_s for e in self.engines),
-        )
-
-    def new_window(self, now: float) -> None:
-        for e in self.engines:
-            e.reset_peak(now)
-
-    def engine_tokens(self) -> int:
-        return sum(e.tokens for e in self.engines)
-
-
 class _Workload:
     """The workload as the core's group maker."""
 
@@ -135,7 +107,7 @@ class _Workload:
 
 
 class _Gone:
-    """The commands sink of a finished run (the Simulation is freed by reference counting)."""
+    """The sender of a finished run (the Simulation is freed by reference counting)."""
 
     def __getattr__(self, name: str):
         raise SchedulerError("the simulation is over")
@@ -168,8 +140,7 @@ class Simulation:
             raise ValueError(f"slowdown has {len(slowdown)} values for {n_engines} engines")
         self.workload = workload
         self.spec = engine
-        # speculative decoding with "siblings" acceptance: requests carry their group
-        self._siblings = engine.speculative is not None and engine.speculative.by_siblings
+        self._requests = request_builder(engine, workload.group_size)  # sample -> Request
         # the board models' draft material across engines (`draft_board`): one per run
         sp = engine.speculative
         self._board: DraftBoard | None = DraftBoard(sp) if sp is not None and sp.on_board else None
@@ -189,7 +160,7 @@ class Simulation:
         self.core = RolloutCore(
             scheduler=scheduler, groups=_Workload(workload), batch_size=batch_size, steps=steps,
             max_len=workload.max_len, group_size=workload.group_size, meter=SimMeter(self.engines),
-            commands=self, expected_length=workload.expected_length, keep_groups=keep_groups,
+            sender=self, expected_length=workload.expected_length, keep_groups=keep_groups,
         )
         self.ctx = self.core.ctx
         self.ledger = self.core.ledger
@@ -200,13 +171,9 @@ class Simulation:
         self._ready: simpy.Event | None = None
         self._batches = simpy.Store(self.env)
         self._synced: simpy.Event | None = None
-        self._landing: list[list[Completion]] = []  # aborts on their way (`abort_steps` set)
-        # engine I/O the core asked for (an abort, a weight sync's pause or abort): carried out
-        # once the scheduler's reaction is over, as the live driver does; sends wait behind it
-        self._io: list[Callable[[], None]] = []
-        self._held: list[tuple[Sequence[Sample], int, int | None, int, Placement | None]] = []
-        self._aborting = 0  # AbortAlls on their way: sends wait for them to land (as live)
-        self._last_landing = 0.0  # when the last of them lands
+        # what engine I/O on its way (an abort, a sync's abort: `abort_steps`) brought back, by
+        # abort key (`_SYNC`: the sync's), until it lands; the end of the run stops it
+        self._landing: dict[int, list[Completion]] = {}
         # requests on their way to the engines (`client_overhead_s`): id -> engine -> requests
         self._pending: dict[int, dict[int, list[Request]]] = {}
         self._n_sent = 0
@@ -232,7 +199,7 @@ class Simulation:
             try:
                 return self._run()
             finally:
-                self.core.commands = _Gone()  # the core no longer holds this driver: no cycle
+                self.core.sender = _Gone()  # the core no longer holds this driver: no cycle
                 self.core.on_ended = None
 
     def _run(self) -> RunResult:
@@ -304,6 +271,7 @@ class Simulation:
         for k in range(self.steps):
             groups = yield self._batches.get()
             self._sync_clock()
+            self._record_starts()
             rec = core.train_record(k, groups)
             train = self.trainer.train_time(rec.trained_tokens + rec.trained_prompt_tokens)
             rec.train_time_s = train
@@ -324,87 +292,83 @@ class Simulation:
 
     def _end_rollout(self, groups: tuple[Group, ...]) -> StepRecord:
         """Colocated: the batch is closed and the engines are drained; its record, to train on."""
+        self._record_starts()
         return self.core.end_rollout(groups, self.now)
 
     def _sync_clock(self) -> None:
         self.now = max(self.now, self.env.now)
 
     def _drain(self) -> None:
-        """Let the scheduler react, carry out the engine I/O it asked for (then let it react to
-        that), re-plan the engines it touched and hand over a batch."""
-        core = self.core
-        core.drain(self.now)
-        while self._io:
-            self._io.pop(0)()
-            self._release()
-            core.drain(self.now)
+        """Let the scheduler react, carry out the commands the core returns (and let it react to
+        what they bring back) until none is left, then re-plan the engines they touched."""
+        cmds = self.core.drain(self.now)
+        if cmds:
+            self._carry_out_all(cmds)
         self._rearm()
-        core.check_ready()
 
-    def _release(self) -> None:
-        """What waited behind engine I/O goes to the engines, once none is pending."""
-        if self._held and not self._io and not self._aborting:
-            held, self._held = self._held, []
-            for args in held:
-                self.send(*args)
+    def _carry_out_all(self, cmds: tuple[Command, ...]) -> None:
+        """Carry out the core's commands, in the order given, and drain it again until it
+        returns none."""
+        core = self.core
+        while cmds:
+            for cmd in cmds:
+                self._carry_out(cmd)
+            cmds = core.drain(self.now)
 
-    # ------------------------------------------------------------------ engine commands (the core's sink)
+    def _carry_out(self, cmd: Command) -> None:
+        """One engine command of the core: hand a batch over, abort, or start a weight sync."""
+        if isinstance(cmd, BatchReady):
+            self._batch_ready(cmd.batch)
+        elif isinstance(cmd, Abort):
+            self._abort_engines(cmd.key)
+        elif isinstance(cmd, SyncWeights):
+            self._sync_engines(cmd.interrupt)
+        else:  # pragma: no cover - the core returns no other command
+            raise SchedulerError(f"unknown engine command {cmd!r}")
+
+    # ------------------------------------------------------------ sends (the core's sender)
     def send(self, samples: Sequence[Sample], first_rid: int, cap: int | None, version: int,
              place: Placement | None = None) -> None:
-        if self._io or self._aborting:  # behind an abort or a weight sync the engines have not
-            # been told of yet, or an abort on its way: sent once it is over (as live)
-            self._held.append((samples, first_rid, cap, version, place))
-            return
+        """Route each sample's request (`RequestBuilder`) to an engine and hand them over."""
         if place is not None:
             self._send_placed(samples, first_rid, cap, version, place)
             return
-        # each engine's requests: found through a list indexed by engine (no int-keyed dict
-        # operation per request); the dict, in the order engines were first picked, is what
-        # `_hand_over` and the trace see
+        reqs = self._requests.build_all(samples, first_rid, cap)
+        # each engine's requests, the dict in the order engines were first picked (what
+        # `_hand_over` and the trace see)
         per_engine: dict[int, list[Request]] = {}
-        buckets: list[list[Request] | None] = [None] * len(self.engines)
+        router, n = self.router, len(self.engines)
+        if isinstance(router, RoundRobin):  # the default: engines in turn, whatever the load
+            first = router.take(len(reqs), n)
+            for j in range(min(n, len(reqs))):
+                per_engine[(first + j) % n] = reqs[j::n]
+            if self._board is not None:
+                self._stamp_board(samples, first_rid, per_engine, version)
+            self._hand_over(per_engine, version)
+            return
+        # any other router through its `pick`; each engine's requests found through a list
+        # indexed by engine (no int-keyed dict operation per request)
+        buckets: list[list[Request] | None] = [None] * n
         loads = [e.load for e in self.engines]
-        router = self.router
-        # the default router, called natively in the compiled build (the protocol's call is
-        # generic); any other router through its `pick`
-        rr = router if isinstance(router, RoundRobin) else None
         pick = router.pick
-        share = self.spec.shares_prefixes
-        retain = self.spec.retains_prefixes
-        rid = first_rid
-        for s in samples:
-            g, t = s.generated, s._target_len
-            assert t is not None  # a simulated sample carries its length (a live one may not)
-            if cap is None or cap >= s.max_len - g:  # rollout.core.effective_cap, inlined
-                req = Request(rid, s.prompt_len + g, s.max_len - g, t - g)
-            else:  # a token budget: stop this submission after `cap` tokens
-                req = Request(rid, s.prompt_len + g, cap, min(t - g, cap))
-            if share and s.prompt_len > 1:  # the prompt but its last token, held once per engine
-                req.prefix, req.shared = s.group_id, s.prompt_len - 1
-                req.input_len -= req.shared
-            if retain:  # its run in the retained cache: what its earlier requests left
-                req.seq = s.uid
-            if s.start_s < 0:  # not yet scheduled on an engine: the engine stamps it (queue wait)
-                req.owner = s
-            i = rr.pick(loads, s.group_id) if rr is not None else pick(loads, s.group_id)
+        for s, req in zip(samples, reqs):
+            i = pick(loads, s.group_id)
             loads[i] += 1
-            rid += 1
-            reqs = buckets[i]
-            if reqs is None:
+            bucket = buckets[i]
+            if bucket is None:
                 per_engine[i] = buckets[i] = [req]
             else:
-                reqs.append(req)
-        if self._siblings:
-            self._stamp_groups(samples, first_rid, per_engine, version)
+                bucket.append(req)
+        if self._board is not None:
+            self._stamp_board(samples, first_rid, per_engine, version)
         self._hand_over(per_engine, version)
 
     def _send_placed(self, samples: Sequence[Sample], first_rid: int, cap: int | None,
                      version: int, place: Placement) -> None:
         """`send` with a priority and a route: a named engine, the one with the most room (its
         free KV less its queue's input, less what this send already put there: input plus the
-        piece's max_new), or the router. With `keep_kv` a resumed sample's KV comes along
-        (`Request.migrated`: all but the last input token), except with a prefix cache (it
-        has its own rule for what a resumed request finds)."""
+        piece's max_new), its group's, or the router; `keep_kv` as `RequestBuilder.build` says
+        (the migrated KV reaches the engine after its transfer)."""
         engines = self.engines
         route = place.route
         if isinstance(route, int) and not 0 <= route < len(engines):
@@ -414,35 +378,19 @@ class Simulation:
                                  f"{BY_GROUP!r} or None")
         rooms = self._rooms() if route == MOST_ROOM else []
         loads = [e.load for e in engines]
-        share, retain = self.spec.shares_prefixes, self.spec.retains_prefixes
-        migrate = place.keep_kv and not share and not retain  # the caches have their own rule
+        reqs = self._requests.build_all(samples, first_rid, cap, place.priority, place.keep_kv)
         per_engine: dict[int, list[Request]] = {}
         moving: dict[float, dict[int, list[Request]]] = {}  # transfer delay -> engine -> requests
-        for k, s in enumerate(samples):
-            g, t = s.generated, s._target_len
-            assert t is not None  # a simulated sample carries its length
-            c = cap if cap is not None and cap < s.max_len - g else s.max_len - g
-            req = Request(first_rid + k, s.prompt_len + g, c, min(t - g, c),
-                          priority=place.priority)
-            if share and s.prompt_len > 1:
-                req.prefix, req.shared = s.group_id, s.prompt_len - 1
-                req.input_len -= req.shared
-            if retain:
-                req.seq = s.uid
-            wait = 0.0
-            if migrate and g:
-                req.migrated = req.input_len - 1
-                wait = transfer_delay(self.spec, req.migrated)  # through the KV pool
-            if s.start_s < 0:  # not yet scheduled on an engine: the engine stamps it (queue wait)
-                req.owner = s
+        for s, req in zip(samples, reqs):
+            wait = transfer_delay(self.spec, req.migrated) if req.migrated else 0.0  # KV pool
             i = self._placed_engine(route, rooms, loads, s.group_id, req)
             loads[i] += 1
             dest = per_engine if wait <= 0 else moving.setdefault(wait, {})
             dest.setdefault(i, []).append(req)
-        if self._siblings:
-            self._stamp_groups(samples, first_rid, per_engine, version)
+        if self._board is not None:
+            self._stamp_board(samples, first_rid, per_engine, version)
             for late in moving.values():
-                self._stamp_groups(samples, first_rid, late, version)
+                self._stamp_board(samples, first_rid, late, version)
         if per_engine or not moving:
             self._hand_over(per_engine, version)
         for wait, late in moving.items():  # migrated KV: the piece starts once it has arrived
@@ -471,21 +419,20 @@ class Simulation:
                 rooms[i] -= sum(r.input_len + r.shared for r in reqs)
         return rooms
 
-    def _stamp_groups(self, samples: Sequence[Sample], first_rid: int,
-                      per_engine: dict[int, list[Request]], version: int) -> None:
-        """Speculative decoding with per-request acceptance: each request names its group, and
-        the run's draft board learns what it continues (`draft_board.Stamp`)."""
+    def _stamp_board(self, samples: Sequence[Sample], first_rid: int,
+                     per_engine: dict[int, list[Request]], version: int) -> None:
+        """Speculative decoding read from the run's draft board: it learns what each request
+        continues (`draft_board.Stamp`; the request carries its group: `RequestBuilder`)."""
         n = self.workload.group_size
         board = self._board
+        assert board is not None
         for reqs in per_engine.values():
             for r in reqs:
                 s = samples[r.rid - first_rid]
-                r.group, r.group_n = s.group_id, n
-                if board is not None:
-                    t = s._target_len
-                    left = (t if t is not None else s.max_len) - s.generated
-                    board.stamp(r.rid, Stamp(s.group_id, n, s.uid, self._prompt_of(s.group_id),
-                                             version, s.generated, left))
+                t = s._target_len
+                left = (t if t is not None else s.max_len) - s.generated
+                board.stamp(r.rid, Stamp(s.group_id, n, s.uid, self._prompt_of(s.group_id),
+                                         version, s.generated, left))
 
     def _prompt_of(self, gid: int) -> int:
         """The prompt id of group `gid` (-1: unknown)."""
@@ -526,6 +473,19 @@ class Simulation:
             self._dirty.add(i)
         self._drain()
 
+    def _record_starts(self) -> None:
+        """Record the first schedulings the engines reported: each sample's `start_s` (its queue
+        wait), on the sample the request carries (`RequestBuilder`: only while the sample has
+        none; reported once). Before the ledger reads them (a step's trained batch), so the
+        engine loop pays nothing per event."""
+        for e in self.engines:
+            for r in e.started:  # the first scheduling: the earliest (a sample resubmitted
+                s = r.sample  # within the step may report again, maybe on an engine before)
+                if s.start_s < 0.0 or r.started_s < s.start_s:  # type: ignore[union-attr]
+                    s.start_s = r.started_s  # type: ignore[union-attr]
+            e.started.clear()
+
+    # ------------------------------------------------------------ engine I/O (the core's commands)
     def _drop_pending(self) -> list[Completion]:
         """An abort: requests still on their way never reach an engine (no token generated)."""
         out = [Completion(r.rid, 0, "abort", self.now)
@@ -534,114 +494,66 @@ class Simulation:
         self._pending.clear()
         return out
 
-    def abort_all(self) -> list[Completion] | None:
-        # the engines are told once the scheduler's reaction is over (`_drain`), as live; what is
-        # in flight now is aborted, sends held behind earlier I/O included
-        if not self.core.inflight:
-            return []  # nothing to abort: it lands at once (after the action list)
-        self._io.append(partial(self._abort_engines, frozenset(self.core.inflight)))
-        return None
-
-    def _abort_held(self, rids: frozenset[int]) -> list[Completion]:
-        """The held sends among `rids` (in flight when the abort was asked for) leave unsent."""
-        out: list[Completion] = []
-        keep = []
-        for held in self._held:
-            samples, first_rid = held[0], held[1]
-            if first_rid in rids:  # a send's requests went in flight together
-                out += [Completion(first_rid + j, 0, "abort", self.now) for j in range(len(samples))]
-            else:
-                keep.append(held)
-        self._held = keep
-        return out
-
-    def _abort_engines(self, rids: frozenset[int]) -> None:
-        # with `abort_steps` k, as on a live engine: each engine finishes its step in flight (and
-        # k more decode steps); the samples stay in flight, and the scheduler hears of them, when
-        # the last one lands. Without it the abort lands at once (heard after the action list).
-        k, at_once = self.spec.abort_steps, self.spec.aborts_at_once
-        comps: list[Completion] = self._abort_held(rids) if self._held else []
-        if self._pending:  # requests still on their way (`client_overhead_s`) never arrive
-            comps += self._drop_pending()
-        land = self.now
+    def _abort_engines(self, key: int) -> None:
+        """The `Abort` command `key`: every engine stops by the abort rule (`abort_engine`:
+        with `abort_steps` k, as on a live engine, each finishes its step in flight and k more
+        decode steps), requests on their way never arrive; the core hears it when the last
+        engine's abort lands (at once: now)."""
+        comps = self._drop_pending() if self._pending else []
+        land = now = self.now
         for i, e in enumerate(self.engines):
             if e.is_idle():
                 continue
-            if at_once:
-                comps += e.abort_all(self.now)
-            else:
-                t, got = e.abort_after_steps(self.now, k)
-                comps += got
-                land = max(land, t)
+            t, got = abort_engine(e, now, self.spec)
+            comps += got
+            land = max(land, t)
             self._dirty.add(i)
-        if self._aborting:  # aborts land in the order asked: not before one on its way
-            land = max(land, self._last_landing)
-        if land <= self.now:
-            self.core.abort_landed(comps)
+        if land <= now:
+            self.core.abort_landed(key, comps, now)
             return
-        self._landing.append(comps)
-        self._aborting += 1
-        self._last_landing = land
-        self._at(land).callbacks.append(partial(self._abort_landed_at, comps))
+        self._landing[key] = comps
+        self._at(land).callbacks.append(partial(self._abort_landed_at, key))
 
-    def _abort_landed_at(self, comps: list[Completion], _ev) -> None:
+    def _abort_landed_at(self, key: int, _ev) -> None:
         if self._finished:
             return
         self._sync_clock()
-        self._landing.remove(comps)
-        self._aborting -= 1
-        self.core.now = self.now
-        self.core.abort_landed(comps)
-        self._release()
+        self.core.abort_landed(key, self._landing.pop(key), self.now)
         self._drain()
 
-    def sync_weights(self, interrupt: bool) -> None:
-        # the engines are told once the scheduler's reaction is over (`_drain`), as live
-        rids = frozenset(self.core.inflight) if interrupt else frozenset()
-        self._io.append(partial(self._sync_engines, interrupt, rids))
-        return None
-
-    def _sync_engines(self, interrupt: bool, rids: frozenset[int]) -> None:
-        """Pause the engines for the sync, or abort them (as AbortAll lands: `abort_steps`;
-        `rids`: what was in flight when it was asked for) and sync once the abort has landed;
-        the new weights are loaded `sync_s` later."""
-        now, k, at_once = self.now, self.spec.abort_steps, self.spec.aborts_at_once
-        flush = self.spec.prefix_cache_flush
-        comps = self._abort_held(rids) if interrupt and self._held else []
-        if interrupt and self._pending:  # requests still on their way never arrive
-            comps += self._drop_pending()
+    def _sync_engines(self, interrupt: bool) -> None:
+        """The `SyncWeights` command: pause the engines for the sync, or abort them (the abort
+        rule, as an AbortAll) and sync once the abort has landed; the new weights are loaded
+        `sync_s` later."""
+        now, spec = self.now, self.spec
+        comps = self._drop_pending() if interrupt and self._pending else []
         land = now
         if interrupt:
-            for i, e in enumerate(self.engines):
-                if at_once or e.is_idle():
-                    comps += e.abort_all(now)
-                else:
-                    t, got = e.abort_after_steps(now, k)
-                    comps += got
-                    land = max(land, t)
-                self._dirty.add(i)
+            for e in self.engines:
+                t, got = abort_engine(e, now, spec)
+                comps += got
+                land = max(land, t)
         until = land + self.trainer.sync_s
         for i, e in enumerate(self.engines):
             if interrupt:
                 e.block_until(until)
             else:
                 comps += e.pause(now, until)
-            if flush:
+            if spec.prefix_cache_flush:
                 e.flush_prefix_cache()
             self._dirty.add(i)
         if land > now:  # the requests come back, and the sync starts, once the abort has landed
-            self._landing.append(comps)
-            self._at(land).callbacks.append(partial(self._sync_landed_at, comps, until))
+            self._landing[_SYNC] = comps
+            self._at(land).callbacks.append(partial(self._sync_landed_at, until))
         else:
-            self.core.sync_aborted(comps)
+            self.core.sync_aborted(comps, now)
             self._sync_started(now, until)
 
-    def _sync_landed_at(self, comps: list[Completion], until: float, _ev) -> None:
+    def _sync_landed_at(self, until: float, _ev) -> None:
         if self._finished:
             return
         self._sync_clock()
-        self._landing.remove(comps)
-        self.core.sync_aborted(comps)
+        self.core.sync_aborted(self._landing.pop(_SYNC), self.now)
         self._sync_started(self.now, until)
         self._drain()
 
@@ -657,7 +569,8 @@ class Simulation:
         if self._synced is not None and not self._synced.triggered:
             self._synced.succeed()
 
-    def batch_ready(self, batch: tuple[Group, ...]) -> None:
+    def _batch_ready(self, batch: tuple[Group, ...]) -> None:
+        """`BatchReady`: colocated, the loop trains the batch; else it queues for the trainer."""
         if self.core.colocated:
             assert self._ready is not None and not self._ready.triggered
             self._ready.succeed(batch)
@@ -705,76 +618,107 @@ class Simulation:
 
     def _engine_loop(self) -> Generator[simpy.Event, None, None]:
         """Handle engine events in time order; yield to simpy only when one of its events is due."""
-        env, clock, engines = self.env, self._clock, self.engines
-        # the engines as FastEngines where they all are (every run but the reference's): a
-        # compiled loop then calls them natively instead of through the protocol's attributes
-        fast: list[FastEngine] | None = None
-        if all(isinstance(e, FastEngine) for e in engines):
-            fast = [e for e in engines if isinstance(e, FastEngine)]
+        env, clock = self.env, self._clock
+        fast = self._fast_engines()
         core = self.core
-        ended, events, inflight = core.request_ended, core.events, core.inflight
-        close_span = self._close_span if self.trace is not None else None
+        events, inflight = core.events, core.inflight
+        tracing = self.trace is not None
         peek = env.peek
         # simpy's next event: its queue changes only when this loop yields or the core reacts
         # (a drain, a batch handed over), so it is read again only then
         due = peek()
+        # pure Python: the tuple clock's `first`, `time` and `served` inline, on its heap and
+        # times (three Python calls per engine event were ~7 % of a pure cluster run's CPU,
+        # in the interpreter's dispatch more than in instructions: docs/development.md)
+        tc = clock if isinstance(clock, TupleClock) else None
+        heap: list[tuple[float, int]] = tc.heap if tc is not None else []
+        armed: list[float] = tc.armed if tc is not None else []
         while not self._finished:
-            i = clock.first()
-            if i < 0:
-                self._wake = env.event()
-                yield self._wake
-                due = peek()
-                continue
-            te = clock.time(i)
-            if te > due and te > env.now:
-                # another simpy event comes first: let it run, then look again
-                self._wake = env.event()
-                yield env.timeout(te - env.now) | self._wake
-                due = peek()
+            if tc is not None:
+                while heap and heap[0][0] != armed[heap[0][1]]:
+                    heappop(heap)  # stale: that engine re-planned
+                i = heap[0][1] if heap else -1
+            else:
+                i = clock.first()
+            te = INF if i < 0 else armed[i] if tc is not None else clock.time(i)
+            if i < 0 or (te > due and te > env.now):  # no engine armed, or simpy's event first
+                due = yield from self._let_simpy_run(te)
                 continue
             if te > self.now:
                 self.now = te
-            core.now = self.now  # the requests that end now finish at this time
-            e = engines[i]
-            if fast is not None and close_span is None:  # the common case
-                fe = fast[i]
-                for c in fe.advance():
-                    core.request_ended(c.rid, c.tokens, c.reason)
-                nxt = fe.t_event
-            elif close_span is None:
-                for c in e.advance():
-                    ended(c.rid, c.tokens, c.reason)
-                nxt = e.t_event
+            now = self.now  # the requests that end now finish at this time
+            if fast is not None and not tracing:  # the common case
+                for c in fast[i].advance():
+                    core.request_ended(c.rid, c.tokens, c.reason, now)
+                nxt = fast[i].t_event
             else:
-                for c in e.advance():
-                    close_span(c, ended(c.rid, c.tokens, c.reason))
-                self._sample_engine(i)
-                nxt = e.t_event
+                nxt = self._advance(i, now)
             if events:
-                clock.served(i, INF)  # armed again once the scheduler has reacted
+                nxt = INF  # armed again once the scheduler has reacted
+            if tc is None:
+                clock.served(i, nxt)
+            elif nxt < INF:
+                armed[i] = nxt
+                heapreplace(heap, (nxt, i))  # pop its event and push its next in one sift
+            else:
+                armed[i] = nxt
+                heappop(heap)
+            if events:
                 self._dirty.add(i)
                 self._drain()
                 due = peek()
             else:  # the common case: nothing for the scheduler, only this engine moved on
-                clock.served(i, nxt)
-                if not inflight:
-                    core.check_ready()
+                if not inflight:  # colocated: the batch may be ready now
+                    cmds = core.drain(now)
+                    if cmds:
+                        self._carry_out_all(cmds)
                     due = peek()
+
+    def _fast_engines(self) -> list[FastEngine] | None:
+        """The engines as FastEngines where they all are (every run but the reference's): a
+        compiled loop then calls them natively instead of through the protocol's attributes."""
+        if all(isinstance(e, FastEngine) for e in self.engines):
+            return [e for e in self.engines if isinstance(e, FastEngine)]
+        return None
+
+    def _let_simpy_run(self, te: float) -> Generator[simpy.Event, None, float]:
+        """The engine loop waits: until `te` (its next engine event) or until an engine is
+        re-armed (`_rearm` wakes it); returns simpy's next event time then."""
+        env = self.env
+        self._wake = env.event()
+        if te == INF:
+            yield self._wake
+        else:
+            yield env.timeout(te - env.now) | self._wake
+        return env.peek()
+
+    def _advance(self, i: int, now: float) -> float:
+        """`_engine_loop`'s engine event on engine i through the protocol (a reference engine),
+        or with a trace (the spans closed, the engine sampled); its next event time."""
+        e, core = self.engines[i], self.core
+        for c in e.advance():
+            s = core.request_ended(c.rid, c.tokens, c.reason, now)
+            if self.trace is not None:
+                self._close_span(c, s)
+        if self.trace is not None:
+            self._sample_engine(i)
+        return e.t_event
 
     # ------------------------------------------------------------------ end of run
     def _final_drain(self) -> dict[str, int]:
-        """Stop the engines at the end; count where every sample is (the conservation ledger)."""
-        landing, self._landing = [c for comps in self._landing for c in comps], []
+        """Stop the engines at the end; count where every sample is (the conservation ledger:
+        the core stops what it held, never sent)."""
+        landing = [c for comps in self._landing.values() for c in comps]
+        self._landing = {}
         core = self.core
         pending = self._drop_pending()
-        for comps in [landing, pending, *(e.abort_all(self.now) for e in self.engines)]:
+        stopped = [e.abort_all(self.now) for e in self.engines]
+        self._record_starts()
+        for comps in [landing, pending, *stopped]:
             for c in comps:
                 s = core.final_ended(c.rid, c.tokens, c.reason)
                 if self.trace is not None:
                     self._close_span(c, s)
-        self._held = []
-        for rid in list(core.inflight):  # held behind engine I/O, never sent (as live)
-            core.final_ended(rid, 0, "abort")
         return core.end_state()
 
     def _peak_tokens_per_s(self) -> float:

@@ -6,12 +6,12 @@ engines, the trainer stand-in, faults, the stall watchdog and the load sampler. 
 is the only caller of the core: everything that happens (a request ended, the RL loop starts a
 rollout, the trainer finished, a weight sync finished) is posted to its inbox and handed to the
 core in order (what arrived together is credited together), then the core drains the scheduler's
-events. Engine I/O the core asks for starts right after the drain: a weight sync's pause or
-abort in the pump (nothing else reaches the ledger meanwhile), an AbortAll in the background
-(its landing is posted like any result, and other events are heard while it is on its way, as
-in simulation); the requests an abort or a sync holds up are parked here and sent once it is
-over (the core has them RUNNING already, as in simulation). The clock is injectable (the
-parity test runs this driver in virtual time: `real.runner.virtual`).
+events and returns the engine commands, which the pump carries out in that order: a weight
+sync's pause or abort in the pump (nothing else reaches the ledger meanwhile), an AbortAll in the
+background (its landing is posted like any result, and other events are heard while it is on
+its way, as in simulation). The core decides when requests may start (it holds them behind an
+abort or a sync) and in which order aborts land; this driver only does the I/O. The clock is
+injectable (the parity test runs this driver in virtual time: `real.runner.virtual`).
 
 Faults that the scheduler did not ask for (an engine died, a stream was cut or timed out for good,
 a 5xx after retries) keep the partial output (its ids are re-sent as prompt + partial) and the core
@@ -30,8 +30,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from aprilsim.engine.router import GroupAffinity
@@ -39,7 +38,7 @@ from aprilsim.metrics.records import RunResult, StepRecord
 from aprilsim.metrics.trace import EngineSample, PhaseSpan, RequestSpan, Trace
 from aprilsim.policies.base import BY_GROUP, MOST_ROOM, Scheduler, SchedulerError
 from aprilsim.rollout.core import MAX_FAULT_RESUBMITS, RolloutCore, effective_cap
-from aprilsim.rollout.ports import Meter, Placement
+from aprilsim.rollout.ports import Abort, BatchReady, Command, Meter, Placement, SyncWeights
 from aprilsim.types import Group, Sample, SampleStatus
 from real.protocol import GenerateRequest, GenerateResult
 
@@ -67,12 +66,14 @@ class _Flight:
 @dataclass(frozen=True, slots=True)
 class _Ended:
     """A request that came back, as the core reads it (rid, tokens, reason, and when it ended
-    on the run's clock: a request that finished while an abort landed finished then)."""
+    on the run's clock: a request that finished while an abort landed finished then), and when
+    its engine first scheduled it where the engine says (`Timings.scheduled`; -1: not known)."""
 
     rid: int
     tokens: int
     reason: str
     time: float
+    started: float = -1.0
 
 
 def _how(res: GenerateResult) -> str:
@@ -104,7 +105,7 @@ class LiveRuntime:
         self.meter: Meter = meter if meter is not None else LiveMeter(cluster, clock)
         self.core = RolloutCore(
             scheduler=scheduler, groups=source, batch_size=batch_size, steps=steps,
-            max_len=source.max_len, group_size=source.group_size, meter=self.meter, commands=self,
+            max_len=source.max_len, group_size=source.group_size, meter=self.meter, sender=self,
             expected_length=source.expected_length, reveal=self._reveal,
         )
         self.core.on_ended = self._ended_hook
@@ -112,15 +113,10 @@ class LiveRuntime:
         self._ids: dict[int, list[int]] = {}  # sample uid -> every output id it holds
         self._flights: dict[int, _Flight] = {}
         self._closing: dict[int, _Flight] = {}  # brought back by an abort, its span still open
-        # sends an abort or a sync holds up
-        # (rid, sample, cap, placement, the send it came in: one MOST_ROOM chooser per send)
-        self._parked: list[tuple[int, Sample, int | None, Placement | None, int]] = []
-        self._n_sends = 0
+        self._n_sends = 0  # sends so far (one MOST_ROOM chooser per send)
         self._room: tuple[int, Callable[[GenerateRequest], Slot]] | None = None
         self._by_group = GroupAffinity()  # `Submit.route = BY_GROUP`: each group's engine
-        self._aborting = 0  # AbortAlls on their way (sends wait for every one to land)
-        self._landings: list[asyncio.Task] = []  # AbortAll's on their way (the pump goes on)
-        self._io: deque[Callable[[], Awaitable[None]]] = deque()  # engine I/O the core asked for
+        self._aborts: dict[int, asyncio.Task] = {}  # AbortAlls on their way, by key
         self._training = False
         self._finished = False
         self._ready: asyncio.Future | None = None
@@ -288,26 +284,33 @@ class LiveRuntime:
             await self._drain()
 
     async def _drain(self) -> None:
+        """Let the scheduler react and carry out the commands the core returns, in order, until
+        none is left."""
         core = self.core
-        while True:
-            core.drain(self.now())
-            core.check_ready()
-            if not self._io:
-                return
-            while self._io:
-                await self._io.popleft()()
+        cmds = core.drain(self.now())
+        while cmds:
+            for cmd in cmds:
+                await self._carry_out(cmd)
+            cmds = core.drain(self.now())
 
-    # ------------------------------------------------------------------ engine commands (the core's sink)
+    async def _carry_out(self, cmd: Command) -> None:
+        """One engine command of the core: hand a batch over, abort, or start a weight sync."""
+        if isinstance(cmd, BatchReady):
+            self._batch_ready(cmd.batch)
+        elif isinstance(cmd, Abort):
+            self._start_abort(cmd)
+        elif isinstance(cmd, SyncWeights):
+            await self._start_sync(cmd)
+        else:  # pragma: no cover - the core returns no other command
+            raise SchedulerError(f"unknown engine command {cmd!r}")
+
+    # ------------------------------------------------------------ sends (the core's sender)
     def send(self, samples: Sequence[Sample], first_rid: int, cap: int | None, version: int,
              place: Placement | None = None) -> None:
-        held = self._aborting or self.core.updating
+        """Start each sample's request (the core sends only when nothing holds them)."""
         self._n_sends += 1
         for j, s in enumerate(samples):
-            c = effective_cap(s, cap)
-            if held:  # new work starts once the abort has landed, or under the new weights
-                self._parked.append((first_rid + j, s, c, place, self._n_sends))
-            else:
-                self._start(first_rid + j, s, c, place, self._n_sends)
+            self._start(first_rid + j, s, effective_cap(s, cap), place, self._n_sends)
 
     def _start(self, rid: int, s: Sample, cap: int | None, place: Placement | None = None,
                send: int = 0) -> None:
@@ -359,76 +362,57 @@ class LiveRuntime:
         slot = self.cluster.slots[route]
         return slot if slot.alive else self.cluster.pick(s.group_id)  # a dead one: the router's
 
-    def _release(self) -> None:
-        if self._aborting or self.core.updating:
-            return
-        parked, self._parked = self._parked, []
-        for rid, s, cap, place, send in parked:
-            self._start(rid, s, cap, place, send)
-
-    def abort_all(self) -> list[_Ended] | None:
-        if not self.core.inflight:
-            return []
-        self._aborting += 1
-        rids = list(self.core.inflight)
+    # ------------------------------------------------------------ engine I/O (the core's commands)
+    def _start_abort(self, cmd: Abort) -> None:
+        """An `Abort`: abort the requests it names in the background (the pump goes on); its
+        landing is posted like any result, and the core hears it in the order asked for."""
         # their results are the abort's from now on (the pump must not take one for a fault)
-        flights = [self._flights.pop(r) for r in rids if r in self._flights]
+        flights = [self._flights.pop(r) for r in cmd.rids if r in self._flights]
+        task = asyncio.create_task(self._abort(flights), name="abort")
+        self._aborts[cmd.key] = task
+        task.add_done_callback(
+            lambda t, key=cmd.key: self._post(lambda: self._abort_landed(key, t)))
 
-        async def land(prev: asyncio.Task | None) -> list[_Ended]:
-            ended = await self._abort(rids, flights)
-            if prev is not None:  # aborts land in the order asked: not before one on its way
-                await asyncio.wait({prev})
-            return ended
+    def _abort_landed(self, key: int, task: asyncio.Task) -> None:
+        self._aborts.pop(key, None)
+        ended: list[_Ended] = task.result()
+        self._note_started(ended)
+        self.core.abort_landed(key, ended, self.now())
 
-        async def start() -> None:  # the abort lands in the background: the pump goes on
-            prev = self._landings[-1] if self._landings else None
-            task = asyncio.create_task(land(prev), name="abort")
-            self._landings.append(task)
-            task.add_done_callback(lambda t: self._post(lambda: self._abort_landed(t)))
+    def _note_started(self, ended: Sequence[_Ended]) -> None:
+        """Tell the core when the engines first scheduled these requests, where they said."""
+        self.core.requests_started([(e.rid, e.started) for e in ended if e.started >= 0])
 
-        self._io.append(start)
-        return None
+    async def _start_sync(self, cmd: SyncWeights) -> None:
+        """A `SyncWeights`: pause the engines, or abort the requests it names (in the pump:
+        nothing else reaches the core meanwhile); then update them in the background."""
+        t0 = self.now()
+        interrupt = cmd.interrupt
+        if interrupt:
+            flights = [self._flights.pop(r) for r in cmd.rids if r in self._flights]
+            ended = await self._abort(flights)
+            self._note_started(ended)
+            self.core.sync_aborted(ended, self.now())
+        else:
+            await self.cluster.pause()
+        version = self.core.version + 1
 
-    def _abort_landed(self, task: asyncio.Task) -> None:
-        self._landings.remove(task)
-        self._aborting -= 1
-        self.core.now = self.now()
-        self.core.abort_landed(task.result())
-        self._release()
+        async def sync() -> None:
+            await self._sync_weights(version)
+            if not interrupt:
+                await self.cluster.resume()
+            if self.trace is not None:
+                self.trace.phases.append(PhaseSpan("sync", self.core.version, t0, self.now()))
+            self._post(self._weights_synced)
 
-    def sync_weights(self, interrupt: bool) -> None:
-        rids = list(self.core.inflight)
-
-        async def start() -> None:
-            t0 = self.now()
-            if interrupt:
-                ended = await self._abort(rids)
-                self.core.now = self.now()
-                self.core.sync_aborted(ended)
-            else:
-                await self.cluster.pause()
-            version = self.core.version + 1
-
-            async def sync() -> None:
-                await self._sync_weights(version)
-                if not interrupt:
-                    await self.cluster.resume()
-                if self.trace is not None:
-                    self.trace.phases.append(PhaseSpan("sync", self.core.version, t0, self.now()))
-                self._post(self._weights_synced)
-
-            asyncio.create_task(sync(), name="weight-sync")
-
-        self._io.append(start)
-        return None
+        asyncio.create_task(sync(), name="weight-sync")
 
     def _weights_synced(self) -> None:
         self.core.weights_synced(self.now())
-        self._release()
         if self._synced is not None and not self._synced.done():
             self._synced.set_result(None)
 
-    def batch_ready(self, batch: tuple[Group, ...]) -> None:
+    def _batch_ready(self, batch: tuple[Group, ...]) -> None:
         if self.core.colocated:
             assert self._ready is not None and not self._ready.done()
             self._ready.set_result(batch)
@@ -438,26 +422,17 @@ class LiveRuntime:
             self.trace.phases.append(PhaseSpan("rollout", rec.step, rec.rollout_start_s, self.now()))
         self._batches.put_nowait(batch)
 
-    async def _abort(self, rids: Sequence[int], flights: Sequence[_Flight] | None = None) -> list[_Ended]:
-        """Abort requests ``rids`` (sent or parked; ``flights``: those sent, taken from the map
-        already); what each brought back, in order."""
-        if flights is None:
-            flights = [self._flights.pop(r) for r in rids if r in self._flights]
+    async def _abort(self, flights: Sequence[_Flight]) -> list[_Ended]:
+        """Abort the requests of ``flights`` (taken from the map already); what each brought
+        back, in order."""
         if flights:
             with contextlib.suppress(Exception):
                 await self.cluster.abort(list({f.slot for f in flights}))
             await asyncio.gather(*(f.task for f in flights), return_exceptions=True)
-        parked, wanted = {p[0] for p in self._parked}, set(rids)
-        self._parked = [p for p in self._parked if p[0] not in wanted]
-        sent = {f.rid: f for f in flights}
         ended: list[_Ended] = []
-        for rid in rids:
-            f = sent.get(rid)
-            if f is not None:
-                ended.append(self._took(f, f.task.result()))
-                self._closing[rid] = f
-            elif rid in parked:
-                ended.append(_Ended(rid, 0, "abort", self.now()))
+        for f in flights:
+            ended.append(self._took(f, f.task.result()))
+            self._closing[f.rid] = f
         return ended
 
     # ------------------------------------------------------------------ results
@@ -470,8 +445,10 @@ class LiveRuntime:
             flight.span.end_s, flight.span.tokens = self.now(), n
             if res.timings.first_token is not None:
                 flight.span.first_token_s = res.timings.first_token - self._t0
-        end = res.timings.finished
-        return _Ended(flight.rid, n, how or _how(res), self.now() if end is None else end - self._t0)
+        end, started = res.timings.finished, res.timings.scheduled
+        return _Ended(flight.rid, n, how or _how(res),
+                      self.now() if end is None else end - self._t0,
+                      -1.0 if started is None else started - self._t0)
 
     def _ended_hook(self, c: _Ended, s: Sample) -> None:
         """The core credited a request that an abort or a sync brought back: close its span."""
@@ -496,8 +473,9 @@ class LiveRuntime:
             await self._fault(flight, res)
         else:
             e = self._took(flight, res)
-            self.core.now = self.now()  # its finish time (request latency)
-            s = self.core.request_ended(e.rid, e.tokens, e.reason)
+            if e.started >= 0:
+                self.core.requests_started(((e.rid, e.started),))
+            s = self.core.request_ended(e.rid, e.tokens, e.reason, self.now())  # its finish time
             self._close_span(flight, e.reason, s)
         self.overhead_s += time.monotonic() - t0
 
@@ -513,8 +491,9 @@ class LiveRuntime:
                       res.error or res.abort_message or "aborted by the engine")
         slot.faults.append(fault)
         self.faults.append(fault)
-        self.core.now = self.now()
-        self.core.request_failed(e.rid, e.tokens, fault.message)
+        if e.started >= 0:
+            self.core.requests_started(((e.rid, e.started),))
+        self.core.request_failed(e.rid, e.tokens, fault.message, self.now())
 
     # ------------------------------------------------------------------ end of run
     async def final_drain(self) -> dict[str, int]:
@@ -522,14 +501,14 @@ class LiveRuntime:
         self._finished = True
         core = self.core
         core.finish()
-        for task in self._landings:  # an AbortAll on its way: what it brought back is final
+        for task in self._aborts.values():  # an AbortAll on its way: what it brought back is final
             with contextlib.suppress(Exception):
                 for e in await task:
                     s = core.final_ended(e.rid, e.tokens, e.reason)
                     f = self._closing.pop(e.rid, None)
                     if f is not None:
                         self._close_span(f, e.reason, s)
-        self._landings = []
+        self._aborts = {}
         flights = list(self._flights.values())
         if flights:
             with contextlib.suppress(Exception):
@@ -541,10 +520,7 @@ class LiveRuntime:
             e = self._took(f, f.task.result())
             s = core.final_ended(e.rid, e.tokens, e.reason)
             self._close_span(f, e.reason, s)
-        self._parked = []
-        for rid in list(core.inflight):  # parked, or never sent (no engine was left)
-            core.final_ended(rid, 0, "abort")
-        return core.end_state()
+        return core.end_state()  # the core stops what it held, or what no engine took
 
 
 __all__ = ["MAX_FAULT_RESUBMITS", "AllEnginesDown", "LiveRuntime"]

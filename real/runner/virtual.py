@@ -5,8 +5,8 @@ the simulator's engines (`aprilsim.engine.fast.FastEngine`) behind the live `Eng
 on an asyncio event loop whose clock is virtual: time moves only when nothing is ready to run,
 to the earliest of the next timer (the trainer, a weight sync, an abort landing) and the next
 engine event, so a run is deterministic and takes no wall time. Its records must equal those of
-`aprilsim simulate` (`tests/real/test_parity.py`); `check_scheduler(..., run=run_under_live)`
-runs the conformance checks through this driver too.
+`aprilsim simulate` (`tests/real/test_parity.py`); `real.runner.live_conformance.run_under_live`
+runs the conformance checks through it too.
 
 The pieces, each the live counterpart of a piece of `aprilsim.sim.runtime`:
 
@@ -14,11 +14,13 @@ The pieces, each the live counterpart of a piece of `aprilsim.sim.runtime`:
   engines the requests sent since, then carries out one engine event (the simulator's engine loop
   also handles one engine event, then lets the scheduler react, before the next);
 * `VirtualEngine`: one FastEngine as an `Engine` + `WeightSync`: a request is queued on it at the
-  moment the driver sends it (`VirtualCluster.generate`), its result comes when the engine ends it;
-  an abort lands as the simulator's does (`abort_steps`), a pause lasts the modelled sync time;
+  moment the driver sends it (`VirtualCluster.generate`), built from its sample as the simulator
+  builds it (`RequestBuilder`), its result comes when the engine ends it (with when it was first
+  scheduled: `Timings.scheduled`); an abort follows the simulator's rule (`abort_engine`), a pause
+  lasts the modelled sync time;
 * `VirtualCluster`: the live `Cluster`, routing included, whose requests reach their engine at once
   (as the simulator's `send`), so a router sees every request of a batch;
-* `VirtualMeter`: the simulator's meter (`SimMeter`), reading the engines exactly at the time given.
+* `VirtualMeter`: the simulated engines' meter (`SimMeter`), reading them exactly at the time given.
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from aprilsim.config import Scenario
-from aprilsim.conformance import ConformanceRun, recorder_for
 from aprilsim.engine.cost import slowed
 from aprilsim.engine.fast import FastEngine
 from aprilsim.engine.kv_transfer import transfer_delay
+from aprilsim.engine.meter import SimMeter
+from aprilsim.engine.protocol import EngineFactory, abort_engine, request_builder
 from aprilsim.engine.request import Completion, Request
 from aprilsim.engine.router import make_router
 from aprilsim.metrics.records import RunResult
@@ -42,7 +45,6 @@ from aprilsim.metrics.trace import Trace
 from aprilsim.metrics.warmup import scaled_warmup
 from aprilsim.policies.base import Scheduler
 from aprilsim.scheduler_spec import build_scheduler
-from aprilsim.sim.runtime import EngineFactory, SimMeter
 from aprilsim.types import FinishReason, Sample
 from real.protocol import (
     GenerateRequest,
@@ -58,8 +60,8 @@ from .runtime import LiveRuntime
 from .source import ReplaySource
 from .trainer import TrainerStandIn
 
-__all__ = ["VirtualCluster", "VirtualEngine", "VirtualLoop", "VirtualMeter", "VirtualRun",
-           "run_under_live", "run_virtual"]
+__all__ = ["SampleLookup", "VirtualCluster", "VirtualEngine", "VirtualLoop", "VirtualMeter",
+           "VirtualRun", "run_virtual"]
 
 INF = math.inf
 _TOKEN = 7  # the id every simulated output token carries (a replayed run reads lengths only)
@@ -116,45 +118,50 @@ class VirtualLoop(asyncio.SelectorEventLoop):
             raise RuntimeError(f"virtual loop stalled at t={self._vt:.3f}s: no timer, no engine event")
 
 
+@dataclass(frozen=True)
+class SampleLookup:
+    """How a virtual engine finds the sample a request generates (by the request's `tag`), so
+    that its request is the simulator's; `group_size`: the workload's (speculative decoding
+    with "siblings" acceptance stamps it on each request)."""
+
+    find: Callable[[GenerateRequest], Sample]
+    group_size: int | None = None
+
+
 class VirtualEngine:
     """One simulated engine (`FastEngine`) behind the live `Engine` and `WeightSync` protocols."""
 
     def __init__(self, engine: FastEngine, loop: VirtualLoop, sync_s: float, name: str,
-                 sample_of: Callable[[GenerateRequest], Sample] | None = None) -> None:
+                 samples: SampleLookup | None = None) -> None:
         self.engine, self.loop, self.sync_s, self.name = engine, loop, sync_s, name
-        # the sample a request generates (its group's prefix, its retained run, its first
-        # scheduling), as the simulator's send reads them
-        self.sample_of = sample_of
+        # the sample a request generates: its request is then the simulator's (its group's
+        # prefix, its retained run, its first scheduling reported); without, the request's own
+        self.samples = samples
         self.spec = engine.spec
+        self._requests = request_builder(self.spec, None if samples is None else samples.group_size)
         self._next = 0
         self._pending: list[Request] = []
         self._transit: dict[int, list[Request]] = {}  # on their way (`client_overhead_s`)
         self._moving: list[tuple[float, Request]] = []  # migrated KV on its way (`kv_transfer`)
         self._n_sent = 0
         self._waiting: dict[int, tuple[asyncio.Future, GenerateRequest, float]] = {}
+        self._scheduled: dict[int, float] = {}  # request id -> its first scheduling (reported)
         self.version: str | None = None
         loop.engines.append(self)
 
     # ---- what the virtual cluster and loop use
     def submit(self, request: GenerateRequest, keep_kv: bool = False) -> asyncio.Future:
-        """Queue ``request`` now; the future gets its result when the engine ends it. With
-        ``keep_kv`` a resumed sample's KV comes along (`Request.migrated`), as the simulator's
-        send migrates it (a live HTTP engine re-prefills instead)."""
+        """Queue ``request`` now; the future gets its result when the engine ends it. With a
+        sample to read, the request is the simulator's (`RequestBuilder`: ``keep_kv``, a
+        resumed sample's KV comes along; a live HTTP engine re-prefills instead)."""
         rid = self._next
         self._next += 1
-        req = Request(rid, len(request.prompt_ids), request.max_new_tokens,
-                      request.tokens_to_generate, priority=request.priority)
-        if self.sample_of is not None:  # as the simulator's send
-            s, spec = self.sample_of(request), self.spec
-            if spec.shares_prefixes and s.prompt_len > 1:  # the prompt but its last token
-                req.prefix, req.shared = s.group_id, s.prompt_len - 1
-                req.input_len -= req.shared
-            if spec.retains_prefixes:
-                req.seq = s.uid
-            if keep_kv and s.generated and not spec.shares_prefixes and not spec.retains_prefixes:
-                req.migrated = req.input_len - 1  # all but the last input token
-            if s.start_s < 0:  # the engine stamps its first scheduling
-                req.owner = s
+        if self.samples is not None:
+            req = self._requests.build(self.samples.find(request), rid, request.max_new_tokens,
+                                       request.priority, keep_kv)
+        else:
+            req = Request(rid, len(request.prompt_ids), request.max_new_tokens,
+                          request.tokens_to_generate, priority=request.priority)
         wait = transfer_delay(self.spec, req.migrated) if req.migrated else 0.0
         if wait > 0:  # its KV crosses the pool first, as the simulator's send charges
             self._moving.append((wait, req))
@@ -186,6 +193,7 @@ class VirtualEngine:
             self.loop.call_at(self.loop.time() + delay, self._arrive, self._n_sent)
         else:
             self.engine.submit(reqs, self.loop.time())
+            self._take_started()
 
     def room_at(self, now: float) -> int:
         """The engine's room less the input of requests on their way to it (as simulated)."""
@@ -196,19 +204,29 @@ class VirtualEngine:
         reqs = self._transit.pop(key, None)
         if reqs:  # unless an abort dropped them on their way
             self.engine.submit(reqs, self.loop.time())
+            self._take_started()
 
     def step(self) -> None:
         """Carry out the engine's next event (the loop's clock is at it)."""
-        self._deliver(self.engine.advance())
+        comps = self.engine.advance()
+        self._take_started()
+        self._deliver(comps)
+
+    def _take_started(self) -> None:
+        """Keep the first schedulings the engine reported, for the results (`Timings.scheduled`)."""
+        started = self.engine.started
+        if started:
+            self._scheduled.update((r.rid, r.started_s) for r in started)
+            started.clear()
 
     def _deliver(self, comps: Sequence[Completion]) -> None:
         for c in comps:  # each ended at its own time (an abort's steps: before it landed)
             fut, req, t0 = self._waiting.pop(c.rid)
             reason = FinishReason(c.reason)
+            timings = Timings(t0, None, c.time, self._scheduled.pop(c.rid, None))
             if not fut.done():
                 fut.set_result(GenerateResult(f"{self.name}-{c.rid}", req, [_TOKEN] * c.tokens,
-                                              reason, Timings(t0, None, c.time),
-                                              prompt_tokens=len(req.prompt_ids),
+                                              reason, timings, prompt_tokens=len(req.prompt_ids),
                                               weight_version=self.version, worker=self.name))
 
     # ---- Engine
@@ -220,20 +238,16 @@ class VirtualEngine:
         return stream_via_generate(self, request)
 
     async def abort_all(self) -> None:
-        """Abort everything: at once (``abort_steps`` -1), or (k >= 0) once the step in flight
-        and k more decode steps have run, as the simulator's AbortAll lands."""
+        """Abort everything by the simulator's rule (`abort_engine`: at once with
+        ``abort_steps`` -1, else once the step in flight and k more decode steps have run)."""
         self.flush()
-        e, now = self.engine, self.loop.time()
+        now = self.loop.time()
         if self._transit:  # requests on their way never reach the engine (no token generated)
             dropped = [r for reqs in self._transit.values() for r in reqs]
             self._transit.clear()
             self._deliver([Completion(r.rid, 0, "abort", now) for r in dropped])
-        if e.is_idle():
-            return
-        if self.spec.aborts_at_once:  # `abort_steps` -1
-            self._deliver(e.abort_all(now))
-            return
-        land, comps = e.abort_after_steps(now, self.spec.abort_steps)
+        land, comps = abort_engine(self.engine, now, self.spec)
+        self._take_started()
         if land > now:
             landed = self.loop.create_future()
             self.loop.call_at(land, landed.set_result, None)
@@ -265,7 +279,9 @@ class VirtualEngine:
         what was due by now ends as usual."""
         self.flush()
         now = self.loop.time()
-        self._deliver(self.engine.pause(now, now + self.sync_s))
+        comps = self.engine.pause(now, now + self.sync_s)
+        self._take_started()
+        self._deliver(comps)
         return True
 
     async def resume(self) -> bool:
@@ -374,12 +390,14 @@ async def _run(loop: VirtualLoop, scenario: Scenario, policy: Scheduler, seed: i
         return samples[uid]  # type: ignore[index]
 
     slow = scenario.cluster.engine_slowdown or [1.0] * scenario.cluster.engines
+    source = ReplaySource(scenario.workload_for(seed), vocab_size)
     engines = [VirtualEngine(engine_factory(slowed(spec, slow[i]), i), loop, tm.sync_s,  # type: ignore[arg-type]
-                             f"sim-{i}", sample_of) for i in range(scenario.cluster.engines)]
+                             f"sim-{i}", SampleLookup(sample_of, source.group_size))
+               for i in range(scenario.cluster.engines)]
     cluster = VirtualCluster(engines, progress_deadline_s=None)
     cluster.router = make_router(scenario.cluster.router)
     rt = LiveRuntime(
-        source=ReplaySource(scenario.workload_for(seed), vocab_size), cluster=cluster,
+        source=source, cluster=cluster,
         scheduler=policy, batch_size=scenario.batch_size,
         steps=steps if steps is not None else scenario.steps,
         trainer=TrainerStandIn(replace(tm), clock=loop.time), trace=trace,
@@ -389,11 +407,3 @@ async def _run(loop: VirtualLoop, scenario: Scenario, policy: Scheduler, seed: i
     result.warmup_steps = scaled_warmup(scenario.warmup_steps, scenario.steps, len(result.steps))
     return VirtualRun(result, rt)
 
-
-def run_under_live(scheduler: str | type, settings: dict[str, Any] | None, scenario: Scenario,
-                   *, force_sample_events: bool = False, **build: Any) -> ConformanceRun:
-    """`aprilsim.conformance.run_under_check` through the live driver in virtual time: pass it as
-    `check_scheduler(..., run=run_under_live)` to check a scheduler on both drivers."""
-    rec = recorder_for(scheduler, settings, force_sample_events=force_sample_events)
-    run = run_virtual(scenario, rec, **build)  # type: ignore[arg-type]
-    return ConformanceRun(run.runtime, rec, scenario, run.result)

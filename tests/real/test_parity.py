@@ -50,8 +50,9 @@ from aprilsim.sim.run import simulate
 from aprilsim.types import FinishReason
 from real.protocol import Engine, GenerateRequest, WeightSync
 from real.runner.cluster import Cluster
+from real.runner.live_conformance import run_under_live
 from real.runner.runtime import LiveRuntime
-from real.runner.virtual import VirtualEngine, VirtualLoop, run_under_live, run_virtual
+from real.runner.virtual import VirtualEngine, VirtualLoop, run_virtual
 
 TOL = 1e-9
 FIELDS = [f.name for f in dataclasses.fields(StepRecord)]
