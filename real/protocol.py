@@ -13,7 +13,7 @@ that the caller can resume it like any aborted sample: no sample is ever lost si
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
@@ -287,6 +287,3 @@ async def stream_via_generate(
             task.cancel()
 
 
-def count_tokens(results: Sequence[GenerateResult]) -> int:
-    """Total output tokens over results (a conservation helper for tests and runners)."""
-    return sum(len(r.output_ids) for r in results)

@@ -28,7 +28,7 @@ What a scheduler may rely on, the same in both runtimes (decided in `aprilsim.ro
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, Literal, Protocol, runtime_checkable
 
 from aprilsim.types import Group, Sample
@@ -189,15 +189,6 @@ class GroupSource(Protocol):
     def new_groups(self, n: int, step: int) -> list[Group]: ...
 
 
-class RegeneratingSource(GroupSource, Protocol):
-    """A source that can also re-run prompts from scratch (tail batching's long rounds) and draw
-    groups of another size (over-provisioned responses)."""
-
-    def new_groups(self, n: int, step: int, group_size: int | None = None) -> list[Group]: ...
-
-    def regenerate(self, groups: Sequence[Group], step: int, group_size: int) -> list[Group]: ...
-
-
 @dataclass
 class Context:
     """What a scheduler may read about the world when it handles an event."""
@@ -210,7 +201,6 @@ class Context:
     in_flight: int = 0  # samples submitted and not yet returned
     total_steps: int | None = None  # steps the runtime will train (None: unbounded)
     group_size: int | None = None  # samples per prompt of the workload
-    extra: dict = field(default_factory=dict)
 
     def new_groups(self, n: int, group_size: int | None = None) -> list[Group]:
         """`n` new prompts; `group_size` asks for more (or fewer) samples per prompt than usual."""

@@ -51,11 +51,6 @@ class BatchRecorder:
         return getattr(self.inner, name)
 
 
-def trained_lengths(rec: BatchRecorder) -> list[list[list[int]]]:
-    """Per closed batch, per group, the generated length of each sample (as trained)."""
-    return [[[s.generated for s in g.samples] for g in groups] for _, groups in rec.batches]
-
-
 @dataclass
 class OfflineRun:
     """One scheduler replayed: its simulation, what it trained, and the workload's usage."""

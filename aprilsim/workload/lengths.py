@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -32,6 +32,17 @@ class LengthModel(Protocol):
     def mean(self) -> float: ...
     def rvs(self, size: int, random_state: np.random.Generator) -> np.ndarray: ...
     def to_dict(self) -> dict[str, Any]: ...
+
+
+M = TypeVar("M")
+
+
+def expect_model(model: LengthModel, kind: type[M]) -> M:
+    """`model` as the concrete law `kind` a caller relies on (its params, weights or values), or a
+    TypeError naming both: fitting code reads each family's own fields through this."""
+    if not isinstance(model, kind):
+        raise TypeError(f"expected a {kind.__name__} length model, got {type(model).__name__}")
+    return model
 
 
 def _scipy_dist(family: str, p: dict[str, float]):

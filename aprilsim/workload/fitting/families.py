@@ -16,7 +16,7 @@ from scipy import special
 
 from aprilsim.workload.fitting.names import ALL_FAMILIES as ALL_FAMILIES  # re-exported
 from aprilsim.workload.fitting.names import PARAMETRIC_FAMILIES
-from aprilsim.workload.lengths import LengthModel, LognormalMixture, Parametric
+from aprilsim.workload.lengths import LengthModel, LognormalMixture, Parametric, expect_model
 
 Array = np.ndarray
 
@@ -237,7 +237,7 @@ def _parametric(
         }
 
     def unconstrain(model: LengthModel) -> Array:
-        p = model.params  # type: ignore[attr-defined]
+        p = expect_model(model, Parametric).params
         return np.array(
             [np.log(p[k]) if is_log else p[k] for k, is_log in zip(keys, log_keys, strict=True)]
         )
@@ -303,12 +303,13 @@ def mixture_family(k: int) -> Family:
         )
 
     def unconstrain(model: LengthModel) -> Array:
-        w = np.asarray(model.weights)  # type: ignore[attr-defined]
+        mix = expect_model(model, LognormalMixture)
+        w = np.asarray(mix.weights)
         return np.concatenate(
             [
                 np.log(np.maximum(w[1:], 1e-12) / max(w[0], 1e-12)),
-                model.mus,  # type: ignore[attr-defined]
-                np.log(model.sigmas),  # type: ignore[attr-defined]
+                mix.mus,
+                np.log(mix.sigmas),
             ]
         )
 

@@ -29,7 +29,14 @@ from aprilsim.workload.fitting.goodness import ad_statistic, aic, bic, ks_statis
 from aprilsim.workload.fitting.likelihood import Grid, inverse_hessian, maximise, model_loglik
 from aprilsim.workload.fitting.mixture_em import em_lognormal_mixture
 from aprilsim.workload.fitting.quantiles import capped_quantiles, capped_share
-from aprilsim.workload.lengths import Empirical, LengthModel, LognormalMixture, cap_lengths
+from aprilsim.workload.lengths import (
+    Empirical,
+    LengthModel,
+    LognormalMixture,
+    Parametric,
+    cap_lengths,
+    expect_model,
+)
 
 CRITERIA = ("aic", "bic")
 
@@ -210,14 +217,14 @@ class LengthFitter:
                 if nested not in done:
                     done[nested] = self._fit_one(nested, data, Grid.of(data), done)
             if "gamma" in done:
-                p = done["gamma"].model.params  # type: ignore[attr-defined]
+                p = expect_model(done["gamma"].model, Parametric).params
                 starts.append(np.log([p["shape"], 1.0, p["scale"]]))
             if "weibull" in done:
-                p = done["weibull"].model.params  # type: ignore[attr-defined]
+                p = expect_model(done["weibull"].model, Parametric).params
                 starts.append(np.log([1.0, p["shape"], p["scale"]]))
             if "lognormal" in done:
                 # the lognormal is the limit a -> inf, c -> 0; start far along that path
-                p = done["lognormal"].model.params  # type: ignore[attr-defined]
+                p = expect_model(done["lognormal"].model, Parametric).params
                 a = 500.0
                 c = float(np.sqrt(special.polygamma(1, a))) / p["sigma"]
                 starts.append(np.array([np.log(a), np.log(c), p["mu"] - special.digamma(a) / c]))
@@ -304,7 +311,7 @@ class LengthFitter:
 
             def stats(model: LengthModel) -> dict[str, float]:  # noqa: F811 - discrete law
                 out = capped_quantiles(model, max_len)
-                v = np.asarray(model.values)  # type: ignore[attr-defined]
+                v = np.asarray(expect_model(model, Empirical).values)
                 out["capped_share"] = float(np.mean(v >= max_len)) if max_len else 0.0
                 return out
 
@@ -361,7 +368,7 @@ class LengthFitter:
             "best": best.family,
             "model": self.model_.to_dict()
             if best.family != "empirical"
-            else {"family": "empirical", "points": len(self.model_.values)},  # type: ignore[attr-defined]
+            else {"family": "empirical", "points": len(expect_model(self.model_, Empirical).values)},
             "ranking": [
                 {**r.to_dict(), f"delta_{key}": getattr(r, key) - getattr(best, key)}
                 for r in self.results_
