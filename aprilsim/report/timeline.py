@@ -144,8 +144,6 @@ def timeline_figure(trace: Trace, labels: Sequence[int] | None = None):
     `labels`: the original engine numbers of a `select`ed trace."""
     import matplotlib.pyplot as plt
     from matplotlib.collections import LineCollection
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
 
     n = trace.n_engines
     k = 2 if trace.engine_samples else 1  # axes per engine: the lane, and the curves if any
@@ -205,6 +203,18 @@ def timeline_figure(trace: Trace, labels: Sequence[int] | None = None):
     if trace.requests or trace.phases:
         axes[-1].set_xlim(left=min([r.submit_s for r in trace.requests]
                                    + [p.start_s for p in trace.phases]))
+    handles = _legend_handles(trace)
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 7),
+               frameon=False, fontsize=9)
+    fig.suptitle(_title(trace), fontsize=11)
+    return fig
+
+
+def _legend_handles(trace: Trace) -> list[Any]:
+    """The figure's legend: versions (first 10), markers, queued spans and the phases shown."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     versions = sorted({r.version for r in trace.requests})
     handles: list[Any] = [Line2D([], [], color=version_color(v), lw=4, label=f"version {v}")
                           for v in versions[:10]]
@@ -217,10 +227,7 @@ def timeline_figure(trace: Trace, labels: Sequence[int] | None = None):
                               label="queued (submit to first token)"))
     handles += [Patch(color=PHASE_COLORS[k], label=PHASE_LABELS[k])
                 for k in ("rollout", "train", "sync") if any(p.phase == k for p in trace.phases)]
-    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 7),
-               frameon=False, fontsize=9)
-    fig.suptitle(_title(trace), fontsize=11)
-    return fig
+    return handles
 
 
 def write_png(trace: Trace, path: str | Path, labels: Sequence[int] | None = None) -> Path:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -82,8 +82,7 @@ def fit_log(
         split = PromptSplit(n_bootstrap=n_bootstrap, random_state=random_state).fit(
             data.lengths, data.groups, fitter.model_, fitter.max_len_
         )
-    drift = None
-    drift_source = None
+    drift, drift_source = None, None
     if data.steps is not None and data.lengths is not None:
         drift = DriftFitter().fit(data.steps, data.lengths)
         # the pooled fit is the average over steps; move it to step 0, where drift scale is 1
@@ -94,17 +93,17 @@ def fit_log(
     if drift_from is not None:
         if drift is not None:
             raise LengthDataError("give either a step column or --drift-from, not both")
-        curve = read_lengths(drift_from, drift_column, "none", None, round_values=True)
-        check_skipped(curve, max_skipped)
-        if curve.steps is None or curve.lengths is None:
-            raise LengthDataError(f"{drift_from}: no step column found; name it with a step column")
-        drift = DriftFitter().fit(curve.steps, curve.lengths)
-        drift_source = str(drift_from)
-    return FitReport(
-        data=data,
-        fitter=fitter,
-        model=model,
-        prompt_split=split,
-        drift=drift,
-        drift_source=drift_source,
-    )
+        drift, drift_source = _drift_of_curve(drift_from, drift_column, max_skipped), str(drift_from)
+    return FitReport(data=data, fitter=fitter, model=model, prompt_split=split, drift=drift,
+                     drift_source=drift_source)
+
+
+def _drift_of_curve(path: str | Path, column: str | None, max_skipped: float | None) -> Any:
+    """The drift fitted on a mean-length curve file (`--drift-from`)."""
+    from aprilsim.workload.fitting.drift_fit import DriftFitter
+
+    curve = read_lengths(path, column, "none", None, round_values=True)
+    check_skipped(curve, max_skipped)
+    if curve.steps is None or curve.lengths is None:
+        raise LengthDataError(f"{path}: no step column found; name it with a step column")
+    return DriftFitter().fit(curve.steps, curve.lengths)

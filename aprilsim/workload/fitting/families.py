@@ -305,13 +305,8 @@ def mixture_family(k: int) -> Family:
     def unconstrain(model: LengthModel) -> Array:
         mix = expect_model(model, LognormalMixture)
         w = np.asarray(mix.weights)
-        return np.concatenate(
-            [
-                np.log(np.maximum(w[1:], 1e-12) / max(w[0], 1e-12)),
-                mix.mus,
-                np.log(mix.sigmas),
-            ]
-        )
+        logits = np.log(np.maximum(w[1:], 1e-12) / max(w[0], 1e-12))
+        return np.concatenate([logits, mix.mus, np.log(mix.sigmas)])
 
     def starts(s: Summary) -> list[Array]:
         # equal-weight slices of the sorted log lengths (refined by EM before optimisation)
@@ -328,17 +323,8 @@ def mixture_family(k: int) -> Family:
         return [np.concatenate([np.zeros(k - 1), mus, np.log(sds)])]
 
     bounds = ((-12.0, 12.0),) * (k - 1) + (_MU,) * k + ((-5.0, 3.0),) * k
-    return Family(
-        f"lognormal_mixture{k}",
-        3 * k - 1,
-        natural,
-        cdf_sf,
-        starts,
-        build,
-        bounds,
-        unconstrain,
-        cdf_sf_grad,
-    )
+    return Family(f"lognormal_mixture{k}", 3 * k - 1, natural, cdf_sf, starts, build, bounds,
+                  unconstrain, cdf_sf_grad)
 
 
 FAMILY_SPECS: dict[str, Family] = {
