@@ -101,6 +101,32 @@ def form_advice(records: list[Record], cal: CostCalibrator, form: str, max_knots
                        f"--form {other}")}
 
 
+def _check_output_paths(out: Path | None, plot: Path | None, records_out: Path | None) -> None:
+    """Every output's folder exists and the plot's format is one matplotlib writes."""
+    for flag, path in (("--out", out), ("--plot", plot), ("--records-out", records_out)):
+        if path is not None and not path.parent.is_dir():
+            raise ValueError(f"{flag} {path}: folder {path.parent} does not exist")
+    if plot is not None and plot.suffix.lower() not in (".png", ".pdf", ".svg"):
+        raise ValueError(f"--plot {plot}: the file must end in .png, .pdf or .svg")
+
+
+def _live_progress(as_json: bool) -> Callable[[str], None] | None:
+    """A live sweep's progress: one rewritten line on a terminal, the finished parts in a log."""
+    if sys.stderr.isatty():
+        def rewrite(msg: str) -> None:
+            click.echo(f"\r\033[K{msg}", err=True, nl=False)
+
+        return rewrite
+    if as_json:
+        return None
+
+    def finished(msg: str) -> None:
+        if msg.endswith("done"):
+            click.echo(msg, err=True)
+
+    return finished
+
+
 def make_calibrate_command(live: LiveMeasure | None) -> click.Command:
     """The `calibrate` command; `live` measures engines for --local / --engines."""
 
@@ -142,19 +168,8 @@ def make_calibrate_command(live: LiveMeasure | None) -> click.Command:
             return
         (kind, value), = given.items()
         try:
-            for flag, path in (("--out", out), ("--plot", plot), ("--records-out", records_out)):
-                if path is not None and not path.parent.is_dir():
-                    raise ValueError(f"{flag} {path}: folder {path.parent} does not exist")
-            if plot is not None and plot.suffix.lower() not in (".png", ".pdf", ".svg"):
-                raise ValueError(f"--plot {plot}: the file must end in .png, .pdf or .svg")
-            progress = None
-            if kind in ("local", "engines") and sys.stderr.isatty():
-                def progress(msg: str) -> None:
-                    click.echo(f"\r\033[K{msg}", err=True, nl=False)
-            elif kind in ("local", "engines") and not as_json:
-                def progress(msg: str) -> None:
-                    if msg.endswith("done"):
-                        click.echo(msg, err=True)
+            _check_output_paths(out, plot, records_out)
+            progress = _live_progress(as_json) if kind in ("local", "engines") else None
             opts = {"layers": layers, "tp": tp, "progress": progress,
                     "batch_sizes": _ints(batch_sizes, "--batch-sizes"),
                     "kv_loads": _ints(kv_loads, "--kv-loads"), "max_batch": max_batch,
