@@ -10,7 +10,6 @@ import types
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import aprilsim
 
 DATA = Path(__file__).resolve().parent / "data" / "replay"

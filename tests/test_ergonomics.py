@@ -5,10 +5,10 @@ unless asked, run folders with safe names, and `plot sweep`'s ticks, separators 
 from __future__ import annotations
 
 import pytest
+from cli_helpers import aprilsim
 from sweep_helpers import TINY_TOML
 
 from aprilsim.notebook import Paired
-from cli_helpers import aprilsim
 
 
 def test_paired_gains_carry_their_95_percent_interval():

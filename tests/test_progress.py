@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-from aprilsim.progress import PeriodicLines, period_s
 from cli_helpers import aprilsim
+
+from aprilsim.progress import PeriodicLines, period_s
 
 
 def test_periodic_lines_print_at_most_once_a_period():

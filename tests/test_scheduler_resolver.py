@@ -12,11 +12,11 @@ import re
 from pathlib import Path
 
 import pytest
+from cli_helpers import aprilsim
 
 from aprilsim.config import ScenarioError, load_scenario, scenario_from_dict
 from aprilsim.scheduler_spec import SchedulerSpec, build_scheduler, check_schedulers
 from aprilsim.sweep.keys import apply, scenario_dict
-from cli_helpers import aprilsim
 
 ROOT = Path(__file__).resolve().parents[1]
 
