@@ -100,11 +100,12 @@ def _options(f: dict[str, Any]):
 @click.option("--max-running", type=click.IntRange(min=1), help="Concurrency of engines that do not report it (vLLM without dev mode; default: probed on the engine).")
 @click.option("--pin", is_flag=True, help="Put the client on one core and the engines (in-process, or servers on this machine) on the others.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted validate: run only what --out does not hold yet, then report.")
+@click.option("--force", is_flag=True, help="Write into an --out that holds files (files of the same name replaced, an earlier validate's finished runs removed); without it (or --resume) such an --out is refused.")
 @click.option("--no-figures", is_flag=True, help="Write report.md and report.json only.")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for report.md, report.json, the figures, calibration.toml and runs/ (every finished live run, kept as it finishes).")
 def validate_command(scenario, schedulers, local, engines, router, from_log, calibration, steps,
                      warmup, seed, scale, vocab_size, repeats, cross_fit, max_running, pin, resume,
-                     no_figures, out) -> None:
+                     force, no_figures, out) -> None:
     """Run SCENARIO's schedulers live (replay) and in simulation with a calibrated cost; report
     predicted vs measured rollout time, throughput, step time, off-policy share, wasted tokens,
     the gain over sync and the decisions step by step, with the targets (10 % per-step error,
@@ -138,7 +139,7 @@ def validate_command(scenario, schedulers, local, engines, router, from_log, cal
                               scale=scale if scale is not None else (local_scale(sc.max_response_len) if local else 1.0))
     store = RunStore(out)
     try:
-        had = store.begin(identity(sc, specs, opts.live_rounds, opts), resume)
+        had = store.begin(identity(sc, specs, opts.live_rounds, opts), resume, force)
     except (ValueError, OSError) as e:
         fail(str(e))
         return

@@ -49,10 +49,12 @@ class RunStore:
     def dir(self) -> Path:
         return self.out / "runs"
 
-    def begin(self, key: dict[str, Any], resume: bool) -> int:
+    def begin(self, key: dict[str, Any], resume: bool, force: bool = False) -> int:
         """Start (or, ``resume``, continue) this validate's store; the finished runs it holds.
         ValueError (one line) when ``--resume`` finds nothing or another validate's runs, or when
-        finished runs would be overwritten without it."""
+        finished runs would be overwritten without it (``force``: they are removed, the new
+        validate's runs take their names), or when ``out`` holds other files (the rule of
+        `aprilsim.outputs.claim_dir`: refused unless ``force``)."""
         self.key = key
         state = self.dir / STATE
         if resume:
@@ -65,9 +67,21 @@ class RunStore:
                                  f"(it differs in: {', '.join(diff)})")
             self.setup = old.get("setup", {})
             return len(self._files())
+        if not self._files():
+            from aprilsim.outputs import OutputTaken, claim_dir
+
+            try:
+                claim_dir(self.out, "--out", force)
+            except OutputTaken as e:
+                more = "; --resume continues the validate it holds" if state.is_file() else ""
+                raise OutputTaken(f"{e}{more}") from None
+        elif force:
+            for old in self._files():
+                old.unlink()
         if self._files():
             raise ValueError(f"{self.dir} holds {len(self._files())} finished runs of an earlier "
-                             "validate: give --resume to continue it, or another --out")
+                             "validate: give --resume to continue it, another --out, or --force "
+                             "to start over")
         self.dir.mkdir(parents=True, exist_ok=True)
         self._write_state()
         return 0

@@ -101,11 +101,15 @@ def form_advice(records: list[Record], cal: CostCalibrator, form: str, max_knots
                        f"--form {other}")}
 
 
-def _check_output_paths(out: Path | None, plot: Path | None, records_out: Path | None) -> None:
-    """Every output's folder exists and the plot's format is one matplotlib writes."""
+def _check_output_paths(out: Path | None, plot: Path | None, records_out: Path | None,
+                        force: bool = False) -> None:
+    """Every output's folder exists, none is a file already (unless ``force``: the rule of
+    `aprilsim.outputs`), and the plot's format is one matplotlib writes."""
+    from aprilsim.outputs import claim_files
+
     for flag, path in (("--out", out), ("--plot", plot), ("--records-out", records_out)):
-        if path is not None and not path.parent.is_dir():
-            raise ValueError(f"{flag} {path}: folder {path.parent} does not exist")
+        if path is not None:
+            claim_files([path], flag, force)
     if plot is not None and plot.suffix.lower() not in (".png", ".pdf", ".svg"):
         raise ValueError(f"--plot {plot}: the file must end in .png, .pdf or .svg")
 
@@ -154,9 +158,10 @@ def make_calibrate_command(live: LiveMeasure | None) -> click.Command:
     @click.option("--vocab-size", type=click.IntRange(min=17), help="Live: the engines' vocabulary (default: what the server states, else probed).")
     @click.option("--speculative-log", type=click.Path(dir_okay=False, path_type=Path), help="Fit speculative decoding's acceptance p from an SGLang log ('accept len' decode lines) or a saved vLLM /metrics page (spec_decode counters); written as the preset's [speculative]. An --sglang-log with 'accept len' lines is read for it too.")
     @click.option("--draft-tokens", type=click.IntRange(min=1), help="With the speculative fit: the draft length k (default: read from the log).")
+    @click.option("--force", is_flag=True, help="Replace existing --out, --plot or --records-out files (else refused before any work).")
     def calibrate(csv_path, sglang_log, iteration_log, vidur, local, engines, form, out, plot,
                   as_json, records_out, layers, tp, max_knots, batch_sizes, kv_loads, max_batch,
-                  scenario, scale, vocab_size, speculative_log, draft_tokens) -> None:
+                  scenario, scale, vocab_size, speculative_log, draft_tokens, force) -> None:
         """Fit t(B, K) = f(B) + g(B)*K and prefill p0 + p1*sum(n) + p2*sum(n^2) to timings from
         ONE source (a CSV, logs, Vidur profiles, or live engines), print the per-regime error
         table, and write a preset file scenarios load by path."""
@@ -168,7 +173,7 @@ def make_calibrate_command(live: LiveMeasure | None) -> click.Command:
             return
         (kind, value), = given.items()
         try:
-            _check_output_paths(out, plot, records_out)
+            _check_output_paths(out, plot, records_out, force)
             progress = _live_progress(as_json) if kind in ("local", "engines") else None
             opts = {"layers": layers, "tp": tp, "progress": progress,
                     "batch_sizes": _ints(batch_sizes, "--batch-sizes"),

@@ -119,6 +119,9 @@ def _families(value: str | None) -> tuple[str, ...]:
 @click.option(
     "--plot", type=click.Path(dir_okay=False), help="Write the fit figure (e.g. fit.png)."
 )
+@click.option(
+    "--force", is_flag=True, help="Replace an existing --out or --plot file (else refused)."
+)
 def fit_command(
     path: str,
     column: str | None,
@@ -135,6 +138,7 @@ def fit_command(
     as_json: bool,
     out: str | None,
     plot: str | None,
+    force: bool,
 ) -> None:
     """Fit response-length models to a log (CSV/TSV, JSONL, Parquet, plain; .gz ok; - for stdin).
 
@@ -147,7 +151,7 @@ def fit_command(
 
         # fail before a long fit, not after it
         fams = _families(families)
-        out_path, plot_path = check_outputs(out, plot, (path, drift_from))
+        out_path, plot_path = check_outputs(out, plot, (path, drift_from), force)
         report = fit_log(
             path,
             column=column,
