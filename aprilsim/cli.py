@@ -52,6 +52,11 @@ class _LazyGroup(OneLineGroup):
 
     def main(self, args=None, *rest, **kwargs):
         self.argv = list(sys.argv[1:] if args is None else args)  # the command line, for metadata
+        if self.argv[:1] == ["run"]:  # a signal from now on: one line, exit 130, not `Aborted!`
+            from aprilsim.interrupts import exit_130
+
+            with exit_130("before the run started; nothing was sent to the engines"):
+                return super().main(args, *rest, **kwargs)
         return super().main(args, *rest, **kwargs)
 
     def resolve_command(self, ctx, args):

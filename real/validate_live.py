@@ -341,6 +341,7 @@ async def run_live(sc: Scenario, specs: list[str], opts: ValidateOptions, progre
     vocab, notes = await precheck(opts)
     conn = await connect_cluster(replace(opts.target, vocab_size=vocab or opts.target.vocab_size),
                                  max_context_of(sc, opts.scale))
+    conn.cluster.readmit_dead = False  # a run that lost an engine is no measurement: not healed
     for sl in conn.cluster.slots:
         sl.engine = stamped(sl.engine)
     live = Live(sc, opts, conn, progress)

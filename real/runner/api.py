@@ -20,6 +20,7 @@ from typing import Any
 
 from aprilsim.config import Scenario
 from aprilsim.engine.router import make_router
+from aprilsim.interrupts import handlers_kept
 from aprilsim.metrics.end_state import with_end_state
 from aprilsim.metrics.records import RunResult
 from aprilsim.metrics.trace import Trace
@@ -30,6 +31,7 @@ from aprilsim.workload.truth import scaled_length
 from real.protocol import SamplingParams
 
 from .cluster import AllEnginesDown, Cluster, Fault, check_reachable
+from .faults import fault_line
 from .options import EXIT_ENGINES_GONE, EXIT_INTERRUPTED, EngineTarget, FreeMode, RunOptions
 from .runtime import LiveRuntime
 from .source import FreeSource, LiveSource, ReplaySource
@@ -105,6 +107,7 @@ async def run_live(scenario: Scenario, scheduler: str | Scheduler, cluster: Clus
 
 
 ProgressFor = Callable[[str, int, int], None]  # (scheduler, steps done, steps in all)
+Notify = Callable[[str], None]  # a line to show now (an engine dropped, re-admitted, silent)
 
 
 @dataclass
@@ -118,6 +121,7 @@ class Outcome:
     written: list[Path] = field(default_factory=list)
     error: str | None = None
     code: int = 0
+    notify: Notify | None = None  # hears engine events as they happen, not only in the notes
 
 
 @dataclass
@@ -220,7 +224,8 @@ def _write_outputs(trace: Trace | None, paths: dict[str, Path], out: Outcome) ->
 async def run_all(scenario: Scenario, names: list[str], opts: RunOptions, out: Outcome,
                   progress_for: ProgressFor = lambda *a: None) -> None:
     """Run every scheduler of ``names`` in turn on one cluster; fill ``out`` as steps finish
-    (what finished is kept when a run fails or is cancelled)."""
+    (what finished is kept when a run fails or is cancelled); ``out.notify`` hears of engine
+    events as they happen, each line led by the scheduler's name."""
     from .source import load_callable
 
     scale = opts.scale
@@ -247,6 +252,7 @@ async def run_all(scenario: Scenario, names: list[str], opts: RunOptions, out: O
                                scale=scale, source=source, train_fn=train_fn,
                                checkpoint=opts.checkpoint, temperature=opts.temperature,
                                progress=progress, trace=trace)
+            rt.notify = cluster.on_note = _said(out.notify, name)
             t0 = time.monotonic()
             try:
                 result = await rt.run()
@@ -257,8 +263,7 @@ async def run_all(scenario: Scenario, names: list[str], opts: RunOptions, out: O
                 out.records += [{"scheduler": name, "warmup": r.step < warm, **r.to_dict()}
                                 for r in rt.records[:n]]
                 _write_outputs(trace, paths, out)
-                for f in rt.faults:
-                    out.notes.append(f"{name}: fault at {f.t:.1f}s on {f.engine}: {f.kind} ({f.message})")
+                out.notes += [f"{name}: {fault_line(f, rt.steps)}" for f in rt.faults]
             result.warmup_steps = clamp_warmup(scenario.warmup_steps, len(result.steps))
             result.scheduler = run_name(name, result.scheduler)
             out.rows.append(with_end_state(result.summary(), result.end_state))
@@ -267,7 +272,7 @@ async def run_all(scenario: Scenario, names: list[str], opts: RunOptions, out: O
             out.notes.append(
                 f"{name}: {wall:.1f}s wall, {wall / len(result.steps):.2f}s per step, "
                 f"{gen / wall:.0f} tokens/s, {rt.requests} requests, runner overhead "
-                f"{per_req:.3f} ms/request, {len(rt.faults)} faults ({conn.what})")
+                f"{per_req:.3f} ms/request, {_faults(rt.faults)} ({conn.what})")
     except AllEnginesDown as e:
         out.error, out.code = f"all engines are gone: {e}; finished steps were written", EXIT_ENGINES_GONE
     finally:
@@ -279,12 +284,25 @@ async def run_all(scenario: Scenario, names: list[str], opts: RunOptions, out: O
             log.close()
 
 
+def _said(notify: Notify | None, name: str) -> Notify | None:
+    """``notify`` with every line led by the scheduler's name."""
+    return None if notify is None else (lambda line: notify(f"{name}: {line}"))
+
+
+def _faults(faults: list[Fault]) -> str:
+    """"0 faults", "1 fault", "2 faults, 1 engine death": engine events, not requests."""
+    deaths = sum(f.kind == "engine_died" for f in faults)
+    n = f"{len(faults)} fault{'s' if len(faults) != 1 else ''}"
+    return n + (f", {deaths} engine death{'s' if deaths != 1 else ''}" if deaths else "")
+
+
 def run_schedulers(scenario: Scenario, names: list[str], opts: RunOptions,
-                   progress_for: ProgressFor = lambda *a: None) -> Outcome:
+                   progress_for: ProgressFor = lambda *a: None,
+                   notify: Notify | None = None) -> Outcome:
     """``aprilsim run`` without its printing: :func:`run_all` under asyncio, with Ctrl-C and
     SIGTERM turned into an orderly interruption (in-flight work aborted, finished steps kept,
-    exit code 130 in the outcome)."""
-    out = Outcome()
+    exit code 130 in the outcome); ``notify`` hears of engine events as they happen."""
+    out = Outcome(notify=notify)
 
     async def guarded() -> None:
         task = asyncio.current_task()
@@ -297,7 +315,8 @@ def run_schedulers(scenario: Scenario, names: list[str], opts: RunOptions,
         except asyncio.CancelledError:
             out.error, out.code = "interrupted: in-flight work aborted, finished steps written", EXIT_INTERRUPTED
 
-    asyncio.run(guarded())
+    with handlers_kept():  # asyncio leaves the default handlers behind
+        asyncio.run(guarded())
     return out
 
 

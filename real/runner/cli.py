@@ -11,23 +11,24 @@ steps written, engines the command started stopped).
 S seconds is health-checked, and declared dead when it does not answer (its requests are
 resubmitted to the others and the fault is reported); 0 turns it off. ``--stalled-after N``
 (default 3): an engine that answers healthy but streams no token for N such deadlines in a row
-is treated as dead the same way (0: a healthy engine never is).
+is treated as dead the same way (0: a healthy engine never is). Engine events are said on stderr
+as they happen (an engine dropped, silent, re-admitted between steps) and, after the run, one
+fault line per event with the requests it cost (docs/real.md).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import signal
 import sys
 from pathlib import Path
 
 import click
 
 from aprilsim.cli_errors import FiniteFloatRange, OneLineCommand, fail
+from aprilsim.interrupts import set_phase
 from aprilsim.metrics.end_state import end_state_lines
 
-from .options import EXIT_INTERRUPTED, EngineTarget, FreeMode, RunOptions, local_scale
+from .options import EngineTarget, FreeMode, RunOptions, local_scale
 
 
 @click.command("run", cls=OneLineCommand, short_help="Run schedulers on live engines and record what simulate records.")
@@ -66,31 +67,28 @@ def run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, t
                      local_step_s, stalled_after)
 
 
-class Interrupted(BaseException):
-    """SIGTERM before the asyncio loop took the signals over (like KeyboardInterrupt)."""
-
-
-@contextlib.contextmanager
 def early_signals_interrupt():
     """Until the run loop installs its own handlers, SIGINT/SIGTERM end the command with one
-    line and exit 130 (not a silent 143 or a traceback while torch imports)."""
-    def on_term(signum, frame):
-        raise Interrupted
+    line and exit 130 (not a silent 143 or a traceback while torch imports); `aprilsim run`
+    is under the same rule from before the command loads (`aprilsim.cli`)."""
+    from aprilsim.interrupts import exit_130
 
-    import threading
+    return exit_130("before the run started; nothing was sent to the engines")
 
-    if threading.current_thread() is not threading.main_thread():  # signals are the main's
-        yield
-        return
-    old = signal.signal(signal.SIGTERM, on_term)
-    try:
-        yield
-    except (KeyboardInterrupt, Interrupted):
-        click.echo("aprilsim: error: interrupted before the run started; nothing was sent to "
-                   "the engines", err=True)
-        sys.exit(EXIT_INTERRUPTED)
-    finally:
-        signal.signal(signal.SIGTERM, old)
+
+def _printers(live: bool, as_json: bool):
+    """(progress, notify) of a run on stderr: steps done (one rewritten line on a terminal), and
+    engine events (dropped, re-admitted, silent) at once, each on a line of its own."""
+    def progress_for(name: str, done: int, total: int) -> None:
+        if live:
+            click.echo(f"\r\033[Krunning {name}: step {done}/{total}", err=True, nl=False)
+        elif not as_json:
+            click.echo(f"{name}: step {done}/{total}", err=True)
+
+    def notify(line: str) -> None:
+        click.echo(("\r\033[K" if live else "") + line, err=True)
+
+    return progress_for, notify
 
 
 def _run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trace, timeline,
@@ -124,18 +122,12 @@ def _run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, 
         fail(str(e))
         return
     live = sys.stderr.isatty()
-
-    def progress_for(name: str, done: int, total: int) -> None:
-        if live:
-            click.echo(f"\r\033[Krunning {name}: step {done}/{total}", err=True, nl=False)
-        elif not as_json:
-            click.echo(f"{name}: step {done}/{total}", err=True)
-
     try:
-        out = run_schedulers(sc, names, opts, progress_for)
+        out = run_schedulers(sc, names, opts, *_printers(live, as_json))
     except (ScenarioError, SchedulerError, ValueError) as e:
         fail(str(e))
         return
+    set_phase("while the results were written; what was written is kept")
     if live:
         click.echo("\r\033[K", err=True, nl=False)
     for path in out.written:

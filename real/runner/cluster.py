@@ -20,6 +20,14 @@ healthy but without a token (default :data:`DEFAULT_STALLED_AFTER`: 3 minutes at
 deadline) it is treated as dead the same way. Deadlines while the cluster is paused for a weight
 sync do not count, nor do engines that cannot stream (no ``on_progress``: silence is all they
 show). :func:`check_reachable` asks every engine once before a run.
+
+A dead slot is not gone for good (a restarted server, a SIGCONTed one): the same watchdog probes
+it with back-off (:data:`READMIT_FIRST_S`, doubling up to :data:`READMIT_MAX_S`): /health, then
+a one-token request. One that serves again is brought back between steps by :meth:`Cluster.readmit`
+(what it held is aborted and it loads the run's weights first). While a slot holds requests and
+streams nothing, ``on_note`` hears of it after ``stall_note_s`` seconds (then at twice, four
+times that...) and again when tokens flow: a silence shorter than the deadline is said, not
+only waited out.
 """
 
 from __future__ import annotations
@@ -37,6 +45,8 @@ from real.protocol import Engine, GenerateRequest, GenerateResult, WeightSync
 from .options import DEFAULT_PROGRESS_DEADLINE_S, DEFAULT_STALLED_AFTER
 
 DEFAULT_HEALTH_TIMEOUT_S = 5.0
+READMIT_FIRST_S, READMIT_MAX_S = 1.0, 10.0  # a dead slot's probe back-off: first, longest
+STALL_NOTE_S = 10.0  # a silent slot is noted after this (at most half the progress deadline)
 
 
 class AllEnginesDown(RuntimeError):
@@ -55,6 +65,9 @@ class Fault:
     engine: str
     kind: str  # "engine_died" | "request_failed"
     message: str
+    requests: int = 1  # requests it cost (ended, resubmitted): one Fault per engine event
+    step: int = -1  # the rollout step it happened in
+    back_at: int | None = None  # engine_died: the step it was re-admitted for (None: never)
 
 
 @dataclass(eq=False)
@@ -76,6 +89,12 @@ class Slot:
     hung: str | None = None  # why the progress deadline declared it dead
     stalls: int = 0  # consecutive deadlines it answered /health healthy but streamed nothing
     quiet_since: float = 0.0  # monotonic time of its last token (not moved by a healthy answer)
+    noted: int = 0  # silence notes said since its last token
+    noted_since: float = 0.0  # the quiet_since those notes were about
+    next_probe: float = 0.0  # dead: monotonic time of its next revival probe
+    backoff: float = READMIT_FIRST_S
+    serving_since: float | None = None  # dead, but a probe found it serving: readmit() takes it
+    readmissions: int = 0
     _dead: asyncio.Event | None = None
     _dead_loop: object = None
     _probing: bool = False
@@ -91,11 +110,29 @@ class Slot:
         return self._dead
 
     def mark_dead(self, why: str | None = None) -> None:
+        if self.alive:
+            self.next_probe = time.monotonic() + self.backoff
         self.alive = False
         if why is not None and self.hung is None:
             self.hung = why
         if self._dead is not None:
             self._dead.set()
+
+    def back_off(self) -> None:
+        """A revival probe or a re-admission failed: the next probe waits twice as long."""
+        self.serving_since = None
+        self.backoff = min(READMIT_MAX_S, self.backoff * 2)
+        self.next_probe = time.monotonic() + self.backoff
+
+    def revive(self) -> None:
+        """Back in the cluster (`Cluster.readmit`): alive, its death forgotten; a later death
+        is probed after a longer first wait (an engine that keeps dying is not re-admitted
+        every step)."""
+        self.alive, self.hung, self._dead, self.serving_since = True, None, None, None
+        self.stalls = self.picked = self.noted = 0
+        self.readmissions += 1
+        self.backoff = min(READMIT_MAX_S, READMIT_FIRST_S * 2 ** self.readmissions)
+        self.last_progress = self.quiet_since = time.monotonic()
 
     def busy_time(self, now: float | None = None) -> float:
         """Seconds with at least one request outstanding (up to ``now``)."""
@@ -109,6 +146,7 @@ class Slot:
         if self.outstanding == 0:
             self._since = time.monotonic()
             self.last_progress = self.quiet_since = self._since
+            self.noted = 0
         self.outstanding += 1
 
     def progressed(self) -> None:
@@ -133,9 +171,12 @@ class Cluster:
     """The slots of a run, with routing and cluster-wide control (abort, pause, weight sync).
 
     ``progress_deadline_s``: seconds without a token from a slot that holds requests before it
-    is health-checked (and, failing that, declared dead); None or 0 turns the watchdog off.
+    is health-checked (and, failing that, declared dead); None or 0 turns the deadline off.
     ``stalled_after``: consecutive deadlines answered healthy without a token before the slot is
-    declared dead anyway; None or 0: a healthy engine is never declared dead.
+    declared dead anyway; None or 0: a healthy engine is never declared dead. Attributes a
+    caller may set: ``readmit_dead`` (default True: probe dead slots, and let :meth:`readmit`
+    bring back those that serve again), ``stall_note_s`` (seconds of silence before ``on_note``
+    hears of it; default :data:`STALL_NOTE_S`, at most half the deadline; None: never).
     """
 
     def __init__(self, engines: Sequence[Engine], names: Sequence[str] | None = None, *,
@@ -154,6 +195,10 @@ class Cluster:
         self.progress_deadline_s = progress_deadline_s or None
         self.health_timeout_s = health_timeout_s
         self.stalled_after = stalled_after or None
+        self.readmit_dead = True
+        self.stall_note_s: float | None = min(
+            STALL_NOTE_S, (self.progress_deadline_s or 2 * STALL_NOTE_S) / 2)
+        self.on_note: Callable[[str], None] | None = None  # silences and their end, as they come
         self._paused = False  # between pause() and resume(): silence is expected
         self._watchdog: asyncio.Task | None = None
         self._probes: set[asyncio.Task] = set()
@@ -198,9 +243,9 @@ class Cluster:
         return choose
 
     # ---- the progress deadline -------------------------------------------------------------
-    def _ensure_watchdog(self) -> None:
-        if self.progress_deadline_s is None:
-            return
+    def watch(self) -> None:
+        """Start the watchdog (progress deadlines, silence notes, revival probes) in this loop,
+        unless it runs already; every request starts it."""
         loop = asyncio.get_running_loop()
         if self._watchdog is None or self._watchdog.done() or self._watchdog.get_loop() is not loop:
             for s in self.slots:
@@ -208,21 +253,82 @@ class Cluster:
             self._watchdog = loop.create_task(self._watch(), name="progress-deadline")
 
     async def _watch(self) -> None:
-        """Every fraction of the deadline, health-check the slots that hold requests and have
-        streamed nothing for ``progress_deadline_s``."""
+        """Every fraction of the deadline (or half a second): health-check the slots that hold
+        requests and have streamed nothing for ``progress_deadline_s``, note long silences, and
+        probe the dead slots whose back-off is over."""
         deadline = self.progress_deadline_s
-        assert deadline is not None
-        every = min(1.0, deadline / 4)
         while True:
-            await asyncio.sleep(every)
+            await asyncio.sleep(min(1.0, (deadline or 2.0) / 4, (self.stall_note_s or 1.0) / 2))
             now = time.monotonic()
             for s in self.slots:
-                if s.alive and s.outstanding and not s._probing \
-                        and now - s.last_progress > deadline:
-                    s._probing = True
-                    t = asyncio.get_running_loop().create_task(self._probe(s, now - s.last_progress))
-                    self._probes.add(t)
-                    t.add_done_callback(self._probes.discard)
+                if s._probing:
+                    continue
+                if not s.alive:
+                    if self.readmit_dead and s.serving_since is None and now >= s.next_probe:
+                        self._spawn(s, self._revival_probe(s))
+                    continue
+                self._note_silence(s, now)
+                if deadline and s.outstanding and now - s.last_progress > deadline:
+                    self._spawn(s, self._probe(s, now - s.last_progress))
+
+    def _spawn(self, slot: Slot, probe: Awaitable[None]) -> None:
+        """Run one probe of ``slot`` in the background (one at a time per slot)."""
+        slot._probing = True
+        t = asyncio.ensure_future(probe)
+        self._probes.add(t)
+        t.add_done_callback(self._probes.discard)
+
+    def _note_silence(self, s: Slot, now: float) -> None:
+        """Tell ``on_note`` of a live slot's silence (after stall_note_s, then 2x, 4x...) and
+        of the first token after it."""
+        if self.on_note is None or self.stall_note_s is None or self._paused:
+            return
+        if s.noted and s.quiet_since != s.noted_since:
+            self.on_note(f"{s.name} streams again after {s.quiet_since - s.noted_since:.1f}s "
+                         "without a token")
+            s.noted = 0
+        silent = now - s.quiet_since
+        if s.outstanding and silent >= self.stall_note_s * 2 ** s.noted \
+                and _takes_progress(s.engine):
+            s.noted, s.noted_since = s.noted + 1, s.quiet_since
+            deadline = self.progress_deadline_s
+            check = f"; health check after {deadline:g}s without one" if deadline else ""
+            self.on_note(f"waiting on {s.name}: no token for {silent:.1f}s from its "
+                         f"{s.outstanding} requests{check}")
+
+    async def _revival_probe(self, slot: Slot) -> None:
+        """Ask a dead slot whether it serves again: /health, then a one-token request (a wedged
+        engine answers /health); yes: `readmit` takes it at the next step, no: back off."""
+        try:
+            ok = False
+            with contextlib.suppress(Exception):
+                ok = bool(await asyncio.wait_for(slot.engine.health(), self.health_timeout_s)) \
+                    and await asyncio.wait_for(_serves(slot.engine), self.health_timeout_s)
+            if ok:
+                slot.serving_since = time.monotonic()
+            else:
+                slot.back_off()
+        finally:
+            slot._probing = False
+
+    async def readmit(self, version: int, path: str | None = None) -> list[Slot]:
+        """Bring back the dead slots a probe found serving (call it between steps): each has
+        what it still held aborted and loads weights ``version`` (``path`` first when given);
+        one that fails waits for its next probe. Returns the slots brought back."""
+        back = []
+        for s in self.slots:
+            if s.alive or s.serving_since is None:
+                continue
+            ok = False
+            with contextlib.suppress(Exception):
+                ok = await asyncio.wait_for(_rejoin(s.engine, version, path),
+                                            2 * self.health_timeout_s)
+            if ok:
+                s.revive()
+                back.append(s)
+            else:
+                s.back_off()
+        return back
 
     async def _probe(self, slot: Slot, silent_s: float) -> None:
         try:
@@ -274,7 +380,7 @@ class Cluster:
         """Run ``request`` on ``slot``. ``keep_kv`` (`Submit.keep_kv`) is ignored: an HTTP
         engine cannot take a resumed sample's KV from another, so it re-prefills."""
         slot.started()
-        self._ensure_watchdog()
+        self.watch()
         streamed: list[int] = []
 
         def progressed(p) -> None:
@@ -335,7 +441,7 @@ class Cluster:
         now = time.monotonic()
         for s in self.slots:  # the pause was no stall: every slot's silence starts again
             s.last_progress = s.quiet_since = now
-            s.stalls = 0
+            s.stalls = s.noted = 0
 
     async def update_weights(self, version: int, path: str | None = None) -> None:
         """Every live engine serves ``version`` (loads ``path`` first when given)."""
@@ -366,6 +472,20 @@ def _takes_progress(engine: Engine) -> bool:
     except (TypeError, ValueError):
         return False
     return "on_progress" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+async def _serves(engine: Engine) -> bool:
+    """Whether ``engine`` generates: one token of a three-token prompt, without an error."""
+    res = await engine.generate(GenerateRequest((1, 2, 3), 1))
+    return not res.failed
+
+
+async def _rejoin(engine: Engine, version: int, path: str | None) -> bool:
+    """Make a returning engine like the others: nothing left running, the run's weights."""
+    await engine.abort_all()
+    if isinstance(engine, WeightSync):
+        await engine.update_weights(str(version), path)
+    return True
 
 
 def _failed(request: GenerateRequest, slot: Slot, error: str, output: list[int]) -> GenerateResult:

@@ -16,7 +16,9 @@ injectable (the parity test runs this driver in virtual time: `real.runner.virtu
 Faults that the scheduler did not ask for (an engine died, a stream was cut or timed out for good,
 a 5xx after retries) keep the partial output (its ids are re-sent as prompt + partial) and the core
 sends the remainder to another engine at once, transparently to the scheduler; if no engine is
-left, :class:`AllEnginesDown` ends the run.
+left, :class:`AllEnginesDown` ends the run. Each engine event is one fault (`real.runner.faults`):
+a death counts the requests it cost, those an abort was waiting for included. Between steps, dead
+engines that serve again are re-admitted (`Cluster.readmit`, on the run's weights).
 
 Colocated mode: RolloutStarted, wait for the batch with nothing in flight, train (sleep or user
 callable), update weights on every engine, next step. Disaggregated: batches queue for a trainer
@@ -43,6 +45,7 @@ from aprilsim.types import Group, Sample, SampleStatus
 from real.protocol import GenerateRequest, GenerateResult
 
 from .cluster import AllEnginesDown, Cluster, Fault, Slot
+from .faults import FaultLog
 from .records import LiveMeter, peak_tokens_per_s
 from .source import LiveSource
 from .trainer import TrainerStandIn
@@ -126,7 +129,8 @@ class LiveRuntime:
         self._progress = progress
         self.trace = trace
         self._stall_s = stall_s
-        self.faults: list[Fault] = []
+        self.notify: Callable[[str], None] | None = None  # hears engine events as they come
+        self._log = FaultLog(self.now, lambda: self.ctx.step, self._say)
         self.overhead_s = 0.0  # runner time spent per request outside the engines (submit + credit)
         self.requests = 0
         self._t0 = clock()
@@ -140,6 +144,15 @@ class LiveRuntime:
         """The ``time.monotonic()`` the run's clock (:meth:`now`, every record's times) counts
         from, to put other clocks (engines' iteration stamps) on it."""
         return self._t0
+
+    def _say(self, line: str) -> None:
+        if self.notify is not None:
+            self.notify(line)
+
+    @property
+    def faults(self) -> list[Fault]:
+        """The run's faults, one per engine event (a death, a burst of failed requests)."""
+        return self._log.faults
 
     @property
     def version(self) -> int:
@@ -194,6 +207,7 @@ class LiveRuntime:
     async def _colocated(self) -> None:
         core = self.core
         for k in range(self.steps):
+            await self._readmit(k)
             self._ready = asyncio.get_running_loop().create_future()
             self._post(lambda k=k: core.start_rollout(k, self.now()))
             groups = await self._ready
@@ -230,10 +244,20 @@ class LiveRuntime:
             self._synced = asyncio.get_running_loop().create_future()
             self._post(lambda k=k: core.train_done(k, self.now()))
             await self._synced
+            if k + 1 < self.steps:  # the rollout goes on meanwhile: back for the step it is in
+                await self._readmit(self.ctx.step)
             rec.step_time_s = self.now() - last_end
             last_end = self.now()
             if self._progress is not None:
                 self._progress(k + 1, self.steps)
+
+    async def _readmit(self, step: int) -> None:
+        """Between steps: say the deaths that cost no request, and bring back the dead engines
+        that serve again (on the weights the others serve)."""
+        self._log.sweep(self.cluster.slots)
+        version = self.core.version
+        for slot in await self.cluster.readmit(version, self.trainer.checkpoint):
+            self._log.readmitted(slot, step, version)
 
     async def _sync_weights(self, version: int) -> float:
         """Update every engine to ``version``; pad to the modelled sync time. Returns seconds."""
@@ -431,9 +455,18 @@ class LiveRuntime:
             await asyncio.gather(*(f.task for f in flights), return_exceptions=True)
         ended: list[_Ended] = []
         for f in flights:
-            ended.append(self._took(f, f.task.result()))
+            ended.append(self._brought_back(f))
             self._closing[f.rid] = f
         return ended
+
+    def _brought_back(self, flight: _Flight) -> _Ended:
+        """What an abort brought back; a request that failed instead, its engine dead meanwhile
+        (hung while the abort waited on it), counts on that engine's death."""
+        res: GenerateResult = flight.task.result()
+        if res.failed and not flight.slot.alive:
+            why = flight.slot.hung or res.error or "failed"
+            self._log.died(flight.slot, f"{why} (while an abort waited on it)")
+        return self._took(flight, res)
 
     # ------------------------------------------------------------------ results
     def _took(self, flight: _Flight, res: GenerateResult, how: str | None = None) -> _Ended:
@@ -487,13 +520,14 @@ class LiveRuntime:
             flight.span.reason = "failed"
             self.trace.requests.append(flight.span)
         alive = await self.cluster.check(slot)
-        fault = Fault(self.now(), slot.name, "request_failed" if alive else "engine_died",
-                      res.error or res.abort_message or "aborted by the engine")
-        slot.faults.append(fault)
-        self.faults.append(fault)
+        why = res.error or res.abort_message or "aborted by the engine"
+        if alive:
+            self._log.failed(slot, why)
+        else:
+            self._log.died(slot, slot.hung or why)
         if e.started >= 0:
             self.core.requests_started(((e.rid, e.started),))
-        self.core.request_failed(e.rid, e.tokens, fault.message, self.now())
+        self.core.request_failed(e.rid, e.tokens, why, self.now())
 
     # ------------------------------------------------------------------ end of run
     async def final_drain(self) -> dict[str, int]:
@@ -517,9 +551,10 @@ class LiveRuntime:
         for f in flights:
             if self._flights.pop(f.rid, None) is None:
                 continue
-            e = self._took(f, f.task.result())
+            e = self._brought_back(f)
             s = core.final_ended(e.rid, e.tokens, e.reason)
             self._close_span(f, e.reason, s)
+        self._log.sweep(self.cluster.slots)
         return core.end_state()  # the core stops what it held, or what no engine took
 
 

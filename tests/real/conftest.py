@@ -125,8 +125,9 @@ def stop_all(procs: list[Proc]) -> None:
         p.stop()
 
 
-def start_server(tmp: Path, *extra: str) -> Proc:
-    port = free_port()
+def start_server(tmp: Path, *extra: str, port: int | None = None) -> Proc:
+    """A bundled server on ``port`` (default: a free one), ready (its /health answers)."""
+    port = port or free_port()
     log = tmp / f"server-{port}.log"
     tok = [] if "--tokenizer-path" in extra else ["--tokenizer-path", str(tokenizer_dir())]
     popen = subprocess.Popen(

@@ -57,9 +57,12 @@ class LiveCase:
 
 
 async def live_run(scenario: Scenario, name: str, cluster: Cluster, settings: dict | None = None,
-                   vocab: int = LOCAL_VOCAB, **kw: Any) -> LiveCase:
+                   vocab: int = LOCAL_VOCAB, notify: Any = None, **kw: Any) -> LiveCase:
+    """One live run of ``name`` on ``cluster``; ``notify`` hears the engine events and the
+    cluster's silence notes as they happen (as `aprilsim run` prints them)."""
     spy = BatchRecorder(make_scheduler(name, settings if settings is not None else scenario.settings_for(name)))
     rt = build_runtime(scenario, spy, cluster, vocab_size=vocab, **kw)
+    rt.notify = cluster.on_note = notify
     result = await rt.run()
     return LiveCase(LiveRun(result, rt, list(rt.faults)), spy, scenario)
 

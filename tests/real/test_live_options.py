@@ -38,7 +38,7 @@ def _capture_run(monkeypatch) -> list:
 
     seen = []
 
-    def fake(sc, names, opts, progress_for):
+    def fake(sc, names, opts, progress_for, notify=None):
         seen.append((sc, names, opts))
         return Outcome(notes=["fake note"], error="stopped by the test", code=1)
 
