@@ -67,7 +67,7 @@ class RunStore:
                                  f"(it differs in: {', '.join(diff)})")
             self.setup = old.get("setup", {})
             return len(self._files())
-        if not self._files():
+        if not self._files() and not self._nothing_kept():
             from aprilsim.outputs import OutputTaken, claim_dir
 
             try:
@@ -93,6 +93,12 @@ class RunStore:
             old = json.loads(state.read_text())
             self.key, self.setup = old.get("key", {}), old.get("setup", {})
         return self
+
+    def _nothing_kept(self) -> bool:
+        """``out`` holds only a validate's state and no finished run (one that failed before
+        its first run: running it again loses nothing)."""
+        return (self.out.is_dir() and {p.name for p in self.out.iterdir()} == {"runs"}
+                and {p.name for p in self.dir.iterdir()} <= {STATE, STATE + ".tmp"})
 
     def _files(self) -> list[Path]:
         return sorted(self.dir.glob("round*.pkl")) if self.dir.is_dir() else []

@@ -100,3 +100,16 @@ def test_validate_force_starts_over_an_earlier_validates_runs(tmp_path):
     assert r.returncode == 2 and "or --force to start over" in r.stderr
     assert RunStore(out).begin({"scenario": "y"}, resume=False, force=True) == 0
     assert not (out / "runs" / "round0-sync.pkl").exists()
+
+
+def test_validate_may_run_again_where_an_earlier_one_failed_before_its_first_run(tmp_path):
+    """A validate that stopped before any run (engines not up) left only its state: the same
+    command again loses nothing, so it is not refused."""
+    from real.validate_store import RunStore
+
+    out = tmp_path / "out"
+    RunStore(out).begin({"scenario": "x"}, resume=False)
+    assert RunStore(out).begin({"scenario": "x"}, resume=False) == 0
+    (out / "calibration.toml").write_text("[cost]\n")  # something measured: kept unless told
+    r = aprilsim("validate", "--local", "1", "-s", "sync", "--out", out)
+    assert r.returncode == 2 and "--resume continues the validate it holds" in r.stderr
