@@ -110,7 +110,8 @@ def test_a_busy_but_healthy_engine_gets_another_deadline(servers):
         eng = Silent(SGLangClient(servers[0].url))
         cluster = Cluster([eng], progress_deadline_s=0.5, health_timeout_s=1.0, stalled_after=10)
         try:
-            res = await cluster.generate(cluster.slots[0], GenerateRequest((1, 2, 3), 4, replay_len=4))
+            request = GenerateRequest((1, 2, 3), 4, replay_len=4)
+            res = await cluster.generate(cluster.slots[0], request)
             return res, eng.health_calls, cluster.slots[0]
         finally:
             await cluster.close()
