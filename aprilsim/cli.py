@@ -170,12 +170,26 @@ def with_overrides(sc, *, steps: int | None = None, warmup: int | None = None):
     return apply(sc, steps=steps, warmup=warmup)
 
 
+def _print_example(ctx: click.Context, _param: click.Parameter, name: str | None) -> None:
+    """`aprilsim scenario --example NAME`: print that embedded example and exit."""
+    if name is None or ctx.resilient_parsing:
+        return
+    from aprilsim.config import ScenarioError, example_scenario_text
+
+    try:
+        click.echo(example_scenario_text(name), nl=False)
+    except ScenarioError as e:
+        fail(str(e))
+    ctx.exit(0)
+
+
 @main.command(short_help="Print the default scenario, or convert slime/verl launch configs.")
 @click.option("--from-slime", "from_slime", metavar="FILE_OR_ARGS", help="A slime launch script, or its arguments as one string: print the scenario it maps to.")
 @click.option("--from-verl", "from_verl", metavar="CONFIG", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A verl PPO/GRPO config (YAML, or a script of hydra overrides): print the scenario it maps to.")
 @click.option("--to-slime", "to_slime", metavar="SCENARIO.toml", type=click.Path(dir_okay=False, path_type=Path), help="Print the slime flags that launch this scenario.")
 @click.option("--scheduler", "-s", "target", help="With --to-slime: the scheduler to launch (default: the last non-sync one in `compare`).")
 @click.option("--lengths", "lengths", metavar="MODEL.toml", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="With --from-slime or --from-verl: the response-length model to use (one `aprilsim fit` wrote) instead of the per-dataset estimate.")
+@click.option("--example", metavar="NAME", callback=_print_example, expose_value=False, is_eager=True, help="Print an embedded example scenario and exit: `default` (the APRIL paper's setup) or `agentic` (tool-using episodes, docs/agents.md), each saying where its numbers come from.")
 def scenario(from_slime, from_verl, to_slime, target, lengths) -> None:
     """Print the embedded default scenario (a starting point for your own), or convert one.
 

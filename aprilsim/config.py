@@ -32,6 +32,7 @@ from aprilsim.scenario_limits import (
 )
 from aprilsim.suggest import did_you_mean
 from aprilsim.trainer import TrainerModel
+from aprilsim.workload.episodes import EpisodeModel, draw_from_dict
 from aprilsim.workload.generator import RewardModel, Workload
 from aprilsim.workload.lengths import (
     FAMILIES,
@@ -258,11 +259,43 @@ class RewardSection(_Strict):
     difficulty_length_corr: float = Field(default=0.0, ge=-1, le=1)
 
 
+class EpisodesSection(_Strict):
+    """`[workload.episodes]`: every sample is an agentic episode (docs/agents.md). `lengths` is
+    then the per-turn length model; a tool call's seconds and output tokens are uniform
+    (`{low, high}`) or a length model (`{family = ...}`)."""
+
+    max_turns: int = Field(ge=1)
+    min_turns: int = Field(default=1, ge=1)
+    tool_s: dict[str, Any] = {"low": 0.1, "high": 1.0}
+    tool_tokens: dict[str, Any] = {"low": 40, "high": 200}
+    max_turn_len: int | None = Field(default=None, ge=1)  # per-turn max_new_tokens (None: the cap)
+
+    @model_validator(mode="after")
+    def _turns_in_order(self) -> EpisodesSection:
+        if self.min_turns > self.max_turns:
+            raise ValueError(f"min_turns {self.min_turns} is above max_turns {self.max_turns}")
+        return self
+
+    def model(self) -> EpisodeModel:
+        """The episode model this section describes (ScenarioError naming the key)."""
+        draws = {}
+        for key in ("tool_s", "tool_tokens"):
+            d = getattr(self, key)
+            try:
+                draws[key] = (_length_model(d, f"workload.episodes.{key}") if "family" in d
+                              else draw_from_dict(d, f"workload.episodes.{key}"))
+            except ValueError as e:
+                raise ScenarioError(str(e)) from None
+        return EpisodeModel(max_turns=self.max_turns, min_turns=self.min_turns,
+                            max_turn_len=self.max_turn_len, **draws)
+
+
 class WorkloadSection(_Strict):
     prompt_share: float = Field(default=0.3, ge=0, lt=1)
     dataset_prompts: int = Field(default=0, ge=0)  # 0: every prompt new; N: N prompts re-run each epoch
     rewards: RewardSection = RewardSection()
     drift: dict[str, Any] | None = None
+    episodes: EpisodesSection | None = None  # agentic: turns and tool calls (docs/agents.md)
 
 
 class LaunchSection(_Strict):
@@ -446,6 +479,8 @@ class Scenario(_Strict):
         kwargs: dict[str, Any] = {}
         if drift is not None:
             kwargs["drift"] = drift
+        if w.episodes is not None:
+            kwargs["episodes"] = w.episodes.model()
         return Workload(
             lengths=lengths,
             max_len=self.max_response_len,
@@ -623,6 +658,18 @@ def as_scenario(scenario: Scenario | str | Path | dict[str, Any] | None) -> Scen
 def default_scenario() -> Scenario:
     """The embedded default scenario, validated."""
     return load_scenario(None)
+
+
+EXAMPLES = ("default", "agentic")  # `aprilsim scenario --example NAME`: scenarios/NAME.toml
+
+
+def example_scenario_text(name: str) -> str:
+    """An embedded example scenario as TOML text with its comments ("default": the APRIL
+    paper's setup; "agentic": tool-using episodes, docs/agents.md)."""
+    if name not in EXAMPLES:
+        raise ScenarioError(f"unknown example {name!r}{did_you_mean(name, EXAMPLES)}; known: "
+                            f"{', '.join(EXAMPLES)}")
+    return resources.files("aprilsim").joinpath(f"scenarios/{name}.toml").read_text()
 
 
 def default_scenario_text() -> str:

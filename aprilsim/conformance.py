@@ -9,6 +9,9 @@ rewards) and checks the invariants every scheduler must keep, whatever it promis
 * batches: one per step, of N finished groups of full size (fewer only when the step record says
   `short_batch`), each sample trained once and finished exactly where the workload ends it;
 * max length: no sample exceeds max_response_len, its segments add up to what it generated;
+* episodes (agentic scenarios): an episode is at one of its planned turns with exactly the tool
+  tokens of the calls before it appended, never past its plan nor its response budget; a
+  trained one ran every turn and tool call of its plan;
 * determinism: the same seed gives the same run, bit for bit; another seed gives another run;
 * honest opt-out: a scheduler that sets `sample_events = False` gives the same run when it is sent
   SampleFinished events anyway (it claimed to ignore them).
@@ -33,8 +36,9 @@ from aprilsim.sim.build import build_simulation
 from aprilsim.types import Group, SampleStatus
 
 __all__ = [
-    "BatchRecorder", "ConformanceError", "ConformanceRun", "Driver", "RunUnderCheck", "check_scheduler",
-    "conformance_scenario", "recorder_for", "run_under_check", "small_scenario",
+    "BatchRecorder", "ConformanceError", "ConformanceRun", "Driver", "RunUnderCheck",
+    "agentic_scenario", "check_scheduler", "conformance_scenario", "recorder_for",
+    "run_under_check", "small_scenario",
 ]
 
 
@@ -55,6 +59,7 @@ class BatchRecorder:
         self.name = self.inner.name
         self.mode = self.inner.mode
         self.sample_events = self.force_sample_events or getattr(self.inner, "sample_events", True)
+        self.turn_events = getattr(self.inner, "turn_events", False)  # a per-turn barrier
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Action]:
         actions = list(self.inner.handle(event, ctx))
@@ -90,6 +95,22 @@ def small_scenario(*, name: str = "small", seed: int = 0, steps: int = 5, warmup
     if rewards is not None:
         a, b = rewards
         data["workload"] = {"rewards": {"alpha": a, "beta": b, "difficulty_length_corr": 0.5}}
+    return scenario_from_dict(data)
+
+
+def agentic_scenario(*, seed: int = 0, steps: int = 4, max_turns: int = 4,
+                     tool_s: tuple[float, float] = (0.05, 1.5), **cluster: Any) -> Scenario:
+    """A few seconds of simulated cluster running agentic episodes (1 to `max_turns` turns,
+    tool calls of `tool_s` seconds), a retained prefix cache and group-affinity routing."""
+    sc = small_scenario(name="agentic", seed=seed, steps=steps, warmup=0, batch=4, group=3,
+                        max_len=2048, rewards=(1.0, 1.0),
+                        lengths={"family": "lognormal", "mu": 5.0, "sigma": 0.8},
+                        cluster={"prefix_cache": "lru", "router": "group_affinity", **cluster})
+    data = sc.model_dump()
+    data.pop("base_dir")
+    data["workload"]["episodes"] = {"max_turns": max_turns, "min_turns": 1,
+                                    "tool_s": {"low": tool_s[0], "high": tool_s[1]}}
+    data["workload"] = {k: v for k, v in data["workload"].items() if v is not None}
     return scenario_from_dict(data)
 
 
@@ -203,6 +224,26 @@ def check_max_length(r: ConformanceRun, where: str = "") -> None:
                 _fail("max length", where, f"sample {s.uid}: segments do not add up")
 
 
+def check_episodes(r: ConformanceRun, where: str = "") -> None:
+    for g in r.sim.groups.values():
+        for s in g.samples:
+            ep = s.episode
+            if ep is None:
+                continue
+            if not 0 <= ep.turn < len(ep._ends) or s.generated > ep._ends[ep.turn]:
+                _fail("episodes", where, f"sample {s.uid} at turn {ep.turn} with {s.generated} "
+                      f"tokens, past its plan {ep._ends}")
+            if ep.appended != sum(ep._tool_tokens[: ep.turn]):
+                _fail("episodes", where, f"sample {s.uid}: {ep.appended} tool tokens appended "
+                      f"at turn {ep.turn}, its plan's calls before it hold "
+                      f"{sum(ep._tool_tokens[: ep.turn])}")
+            if s.generated + ep.appended > s.max_len:
+                _fail("episodes", where, f"sample {s.uid}: response past max_response_len")
+            if s.status is SampleStatus.TRAINED and (ep.turn != len(ep._ends) - 1 or ep.calling):
+                _fail("episodes", where, f"sample {s.uid} trained at turn {ep.turn} of "
+                      f"{len(ep._ends)}")
+
+
 def _fingerprint(r: ConformanceRun) -> tuple:
     return (r.result.summary(), [s.to_dict() for s in r.result.steps], r.result.end_state)
 
@@ -226,7 +267,7 @@ def check_scheduler(
     opts_out = not getattr(policy, "sample_events", True)
     for label, sc in scenarios.items():
         r = run(scheduler, settings, sc)
-        for check in (check_ledger, check_batches, check_max_length):
+        for check in (check_ledger, check_batches, check_max_length, check_episodes):
             check(r, label)
             passed.append(f"{check.__name__}[{label}]")
         again = run(scheduler, settings, sc)

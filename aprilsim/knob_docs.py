@@ -76,6 +76,21 @@ KNOB_DOCS["seer"] = {
                    "off under a prefix cache); false: each piece re-prefills what it carries",
                    "true, false"),
 }
+KNOB_DOCS["sync"] = {
+    "barrier": ("agentic episodes: \"episode\", each runs its turns and tool calls on its own "
+                "(an agent loop); \"turn\", every turn waits for the whole batch's turn and "
+                "tool calls (batch-synchronous multi-turn; `sync_turns`); the same on "
+                "single-turn workloads", '"episode", "turn"'),
+}
+KNOB_DOCS["env_async"] = {
+    "eta": ("ROLL's async_generation_ratio alpha: the rollout runs at most alpha steps ahead "
+            "of training; no trained token is more than alpha versions old", "an integer >= 0"),
+    "inflight_ratio": ("redundant environment rollout: episode groups running / N (ROLL's "
+                       "num_env_groups over the groups a batch takes)", "> 0"),
+    "interrupt": ("at a weight update, interrupt the turns in flight (re-prefilled under the "
+                  "new weights); false: they finish, and each episode's next turn uses the new "
+                  "weights", "true, false"),
+}
 KNOB_DOCS["april_ds"] = {
     "std_threshold": ("finished groups with reward std <= this are dropped (waste) and replaced",
                       "a finite number >= 0"),

@@ -166,7 +166,9 @@ def _simulate_one(job: _Job, label: str, s: int, got: _Collected) -> None:
 
 
 def _print_results(job: _Job, got: _Collected) -> None:
-    """The table (or --json), the end state, settling and gain lines; summary files in --out."""
+    """The table (or --json), the end state, the episodes' figures (agentic runs), settling and
+    gain lines; summary files in --out."""
+    from aprilsim.metrics.agents import agent_lines
     from aprilsim.metrics.end_state import end_state_lines
     from aprilsim.metrics.gain import gain_lines, gain_vs_sync
     from aprilsim.report import run_output as ro
@@ -193,9 +195,9 @@ def _print_results(job: _Job, got: _Collected) -> None:
     click.echo(head)
     click.echo(table)
     click.echo(end_state_lines([rows[0] for rows in runs.values()]))
-    for line in settle_notes(runs, seeds):
-        click.echo(line)
-    for line in gain_lines({name: g[0] for name, g in gains.items()}):
+    for line in [*agent_lines([mean_row(rows) for rows in runs.values()]),
+                 *settle_notes(runs, seeds),
+                 *gain_lines({name: g[0] for name, g in gains.items()})]:
         click.echo(line)
 
 
@@ -206,6 +208,18 @@ def speculative_notes(sc: Any) -> list[str]:
 
     sp = sc.engine_spec().speculative
     return acceptance_notes(sp) if sp is not None else []
+
+
+def mean_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One scheduler's rows over the seeds: its numeric figures averaged (the first row's
+    others); one row as it is."""
+    if len(rows) == 1:
+        return rows[0]
+    out = dict(rows[0])
+    for k, v in rows[0].items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[k] = sum(r[k] for r in rows) / len(rows)
+    return out
 
 
 def settle_notes(runs: dict[str, list[dict[str, Any]]], seeds: list[int]) -> list[str]:

@@ -51,6 +51,49 @@ class Segment:
         self.tokens = tokens
 
 
+@dataclass(slots=True, eq=False, init=False)
+class Episode:
+    """The turns of an agentic sample (an episode): its hidden plan and where it is.
+
+    The plan is the workload's hidden truth, as a sample's target length: `_ends[k]` is the
+    generated tokens at the end of model turn k (cumulative; the last is the sample's
+    `_target_len`), and after every turn but the last a tool call runs `_tool_s[k]` seconds (no
+    engine work) and appends `_tool_tokens[k]` tokens to the context (prefilled by the next
+    turn, never generated, masked from the loss). `_turn_cap` caps what one turn may generate
+    (the per-turn max_new_tokens). A scheduler may read `turn`, `appended`, `calling` and
+    `tool_time_s`; the rollout core moves them (`aprilsim.rollout.core`).
+    """
+
+    _ends: list[int]
+    _tool_s: list[float]
+    _tool_tokens: list[int]
+    _turn_cap: int
+    turn: int  # the model turn in progress, or whose tool call is pending or running
+    appended: int  # tool tokens appended to the context so far
+    calling: bool  # the turn `turn` ended: its tool call is pending (or running)
+    tool_time_s: float  # seconds of the tool calls that returned
+
+    def __init__(self, _ends: list[int], _tool_s: list[float], _tool_tokens: list[int],
+                 _turn_cap: int) -> None:
+        self._ends = _ends
+        self._tool_s = _tool_s
+        self._tool_tokens = _tool_tokens
+        self._turn_cap = _turn_cap
+        self.turn = 0
+        self.appended = 0
+        self.calling = False
+        self.tool_time_s = 0.0
+
+    @property
+    def turns(self) -> int:
+        """Model turns begun so far (the current one included)."""
+        return self.turn + 1
+
+    def fresh(self) -> Episode:
+        """The same plan, not begun (a re-run of the prompt: `Workload.regenerate`)."""
+        return Episode(self._ends, self._tool_s, self._tool_tokens, self._turn_cap)
+
+
 class GroupCountdown:
     """How many samples of a registered group are not finished yet: the rollout core counts it
     down as they finish (one shared per group; a sample reaches it without a lookup by group id,
@@ -93,12 +136,14 @@ class Sample:
     finish_s: float = -1.0  # it completed (its last request ended at its end)
     # its group's countdown, once the rollout core registered the group (None before)
     countdown: GroupCountdown | None = field(default=None, repr=False, init=False)
+    episode: Episode | None = None  # an agentic sample's turns (None: one response)
 
     def __init__(self, uid: int, group_id: int, index: int, prompt_len: int,
                  _target_len: int | None, max_len: int, _reward: float | None, generated: int = 0,
                  segments: list[Segment] | None = None, status: SampleStatus = SampleStatus.PENDING,
                  submits: int = 0, submit_version: int = -1, complete: bool = False,
-                 first_submit_s: float = -1.0, start_s: float = -1.0, finish_s: float = -1.0) -> None:
+                 first_submit_s: float = -1.0, start_s: float = -1.0, finish_s: float = -1.0,
+                 episode: Episode | None = None) -> None:
         self.uid = uid
         self.group_id = group_id
         self.index = index
@@ -116,6 +161,7 @@ class Sample:
         self.start_s = start_s
         self.finish_s = finish_s
         self.countdown = None
+        self.episode = episode
 
     @property
     def reward(self) -> float:
@@ -127,14 +173,22 @@ class Sample:
         return self._reward
 
     @property
+    def response_len(self) -> int:
+        """Tokens of the response: generated, plus an episode's tool tokens (loss-masked)."""
+        ep = self.episode
+        return self.generated if ep is None else self.generated + ep.appended
+
+    @property
     def truncated(self) -> bool:
-        """True when the response ran into max_response_len (status "truncated" in slime)."""
-        return self.complete and self.generated >= self.max_len
+        """True when the response ran into max_response_len (status "truncated" in slime); an
+        episode's tool tokens count towards it (its context limit)."""
+        return self.complete and self.response_len >= self.max_len
 
     @property
     def max_new_tokens(self) -> int:
-        """What a (re)submission asks the engine for: the remainder of max_response_len."""
-        return self.max_len - self.generated
+        """What a (re)submission asks the engine for: the remainder of max_response_len (an
+        episode's: of its response budget, which its tool tokens use too)."""
+        return self.max_len - self.response_len
 
     @property
     def finished(self) -> bool:
@@ -209,6 +263,18 @@ class Group:
         r = self.rewards
         m = sum(r) / len(r)
         return (sum((x - m) ** 2 for x in r) / len(r)) ** 0.5
+
+
+def turn_request(s: Sample, ep: Episode, cap: int | None) -> tuple[int, int, int]:
+    """The next request of episode `s` (`ep` is `s.episode`): (input tokens: its context so far,
+    max new tokens: the rest of its response budget and of its turn's cap, at most `cap` where
+    given, tokens it will generate: the rest of its turn)."""
+    g = s.generated
+    start = ep._ends[ep.turn - 1] if ep.turn else 0
+    max_new = min(s.max_len - g - ep.appended, ep._turn_cap - (g - start))
+    if cap is not None and cap < max_new:
+        max_new = cap
+    return s.prompt_len + g + ep.appended, max_new, min(ep._ends[ep.turn] - g, max_new)
 
 
 def samples_of(groups: Iterable[Group]) -> tuple[Sample, ...]:

@@ -34,6 +34,29 @@ def prompt_ids_for(sample: Sample, vocab_size: int) -> tuple[int, ...]:
     return synth_token_ids(sample.group_id, max(1, sample.prompt_len), vocab_size)
 
 
+def tool_output_ids(sample: Sample, turn: int, n: int, vocab_size: int) -> tuple[int, ...]:
+    """The ``n`` synthetic ids of episode ``sample``'s tool call after turn ``turn`` (the same
+    in every request that carries them, so a prefix cache can hold them)."""
+    return synth_token_ids(sample.uid, n, vocab_size, salt=2 + turn)
+
+
+def episode_context(sample: Sample, output_ids: Sequence[int], vocab_size: int) -> tuple[int, ...]:
+    """What follows the prompt in the context of episode ``sample``'s next request: the ids it
+    generated (``output_ids``, as many as ``sample.generated``), each turn's followed by its tool
+    call's output ids, for the tool calls that returned."""
+    ep = sample.episode
+    assert ep is not None
+    out: list[int] = []
+    start = 0
+    for k in range(ep.turn):
+        end = ep._ends[k]
+        out += output_ids[start:end]
+        out += tool_output_ids(sample, k, ep._tool_tokens[k], vocab_size)
+        start = end
+    out += output_ids[start:]
+    return tuple(int(t) for t in out)
+
+
 def request_from_sample(
     sample: Sample,
     vocab_size: int,

@@ -36,6 +36,7 @@ class SimMeter:
             prefill_s=sum(e.stats.prefill_s for e in self.engines),
             prefill_tokens=sum(e.stats.prefill_tokens for e in self.engines),
             spec_s=sum(e.spec_at(now) for e in self.engines),
+            cache_hit_tokens=sum(e.stats.cache_hit_tokens for e in self.engines),
         )
 
     def new_window(self, now: float) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from aprilsim.types import Sample
+from aprilsim.types import Episode, Sample, turn_request
 
 # The engines' heaps hold one int per entry, `major << RID_BITS | minor` (an iteration and a
 # request id): ints compare in one step where (int, int) tuples took two and a tuple walk, which
@@ -145,18 +145,23 @@ class RequestBuilder:
         """Requests first_rid, first_rid + 1, ... of `samples` (one send), at most `cap` new
         tokens each (None: what it has left). `keep_kv`: a resumed sample's KV comes along
         (`migrated`: all but the last input token), except with a prefix cache, whose own rule
-        says what a resumed request finds."""
+        says what a resumed request finds. An episode's request is its next turn's
+        (`types.turn_request`): its context so far is the input."""
         out: list[Request] = []
         append = out.append
         rid = first_rid
         for s in samples:
             g, t = s.generated, s._target_len
             assert t is not None  # a simulated sample carries its length (a live one may not)
-            left = s.max_len - g
-            if cap is None or cap >= left:  # rollout.core.effective_cap, inlined
-                req = Request(rid, s.prompt_len + g, left, t - g)
-            else:  # a token budget: stop this submission after `cap` tokens
-                req = Request(rid, s.prompt_len + g, cap, min(t - g, cap))
+            ep = s.episode
+            if ep is not None:
+                req = _turn(s, ep, rid, cap)
+            else:
+                left = s.max_len - g
+                if cap is None or cap >= left:  # rollout.core.effective_cap, inlined
+                    req = Request(rid, s.prompt_len + g, left, t - g)
+                else:  # a token budget: stop this submission after `cap` tokens
+                    req = Request(rid, s.prompt_len + g, cap, min(t - g, cap))
             if s.start_s < 0.0:  # not yet scheduled on an engine: its engine reports when it is
                 req.sample = s
             append(req)
@@ -181,6 +186,12 @@ class RequestBuilder:
             req.migrated = req.input_len - 1
         if self.group_n:
             req.group, req.group_n = s.group_id, self.group_n
+
+
+def _turn(s: Sample, ep: Episode, rid: int, cap: int | None) -> Request:
+    """The request of an episode's next turn (or the rest of one an abort cut short)."""
+    n_in, max_new, target = turn_request(s, ep, cap)
+    return Request(rid, n_in, max_new, target)
 
 
 def check_requests(reqs: list[Request], kv_capacity: int) -> None:

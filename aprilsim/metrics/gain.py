@@ -2,7 +2,9 @@
 
 Rollout throughput is R = G / T (generated tokens per second of rollout). With E engines, the
 engine-seconds of the rollout phase split exactly into E*T = idle + prefill + re-prefill + batch
-+ context + speculative (`engine_time`), so the engine-seconds per generated token are
++ context + speculative (`engine_time`; agentic runs split a tool-wait part off idle: the
+engine-seconds during which every episode in flight waits on a tool call), so the
+engine-seconds per generated token are
 tau = E*T / G = sum_k tau_k with tau_k = C_k / G, and for a scheduler x against a baseline b on
 the same engines
 
@@ -16,12 +18,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["COMPONENTS", "decompose", "engine_time", "fixed_iteration_cost", "mean_parts"]
+__all__ = ["ALL_COMPONENTS", "COMPONENTS", "components", "decompose", "engine_time",
+           "fixed_iteration_cost", "mean_parts"]
 
 # the parts of the engine time, in the order they are printed and stacked
 COMPONENTS = ("idle", "batch", "context", "prefill", "reprefill", "speculative")
-LABELS = {"idle": "idle", "batch": "batch", "context": "context", "prefill": "prefill",
-          "reprefill": "re-prefill", "speculative": "speculative"}
+# with the tool-wait part of agentic runs (in their `engine_time` only), in printing order
+ALL_COMPONENTS = ("idle", "tool_wait", "batch", "context", "prefill", "reprefill", "speculative")
+LABELS = {"idle": "idle", "tool_wait": "tool wait", "batch": "batch", "context": "context",
+          "prefill": "prefill", "reprefill": "re-prefill", "speculative": "speculative"}
+
+
+def components(*times: Mapping[str, Any]) -> tuple[str, ...]:
+    """The parts these engine times (or decompositions' parts) split into: `COMPONENTS`, with
+    the tool-wait part where any of them has it (agentic runs)."""
+    return tuple(k for k in ALL_COMPONENTS if k in COMPONENTS or any(k in t for t in times))
 
 
 def fixed_iteration_cost(cost: Any) -> float:
@@ -43,7 +54,8 @@ def engine_time(steps: Sequence[Any], n_engines: int, iteration_cost_s: float) -
     reprefill = pf * min(1.0, resumed / ptok) if ptok else 0.0
     batch = sum(s.decode_iterations for s in steps) * iteration_cost_s
     spec = sum(getattr(s, "speculative_time_s", 0.0) for s in steps)
-    return {
+    agents = [a for s in steps if (a := getattr(s, "agent", None)) is not None]
+    out = {
         "idle": n_engines * roll - busy,
         "batch": batch,
         "context": busy - pf - batch - spec,
@@ -53,6 +65,11 @@ def engine_time(steps: Sequence[Any], n_engines: int, iteration_cost_s: float) -
         # (negative when it saves; batch and context are then the plain model's)
         "speculative": spec,
     }
+    if agents:  # every episode in flight waits on a tool: the engines have nothing to run
+        wait = n_engines * sum(a.tool_wait_s for a in agents)
+        out["idle"] -= wait
+        out["tool_wait"] = wait
+    return out
 
 
 def decompose(row: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, Any]:
@@ -63,7 +80,8 @@ def decompose(row: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, Any]
     tau_x = sum(t_x.values()) / g_x if g_x else 0.0
     if not tau_x or not g_b:
         return {}
-    parts = {k: (t_b[k] / g_b - t_x[k] / g_x) / tau_x for k in COMPONENTS}
+    parts = {k: (t_b.get(k, 0.0) / g_b - t_x.get(k, 0.0) / g_x) / tau_x
+             for k in components(t_x, t_b)}
     gain = row["rollout_throughput_tok_s"] / base["rollout_throughput_tok_s"] - 1.0
     kept_x = (g_x - row["wasted_tokens"]) / g_x
     kept_b = (g_b - base["wasted_tokens"]) / g_b
@@ -88,7 +106,8 @@ def mean_parts(decs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"baseline": decs[0]["baseline"], "seeds": n}
     for key in ("gain", "wasted", "kept_gain", "offpolicy_token_fraction", "length_bias"):
         out[key] = sum(d[key] for d in decs) / n
-    out["parts"] = {k: sum(d["parts"][k] for d in decs) / n for k in COMPONENTS}
+    keys = components(*(d["parts"] for d in decs))
+    out["parts"] = {k: sum(d["parts"].get(k, 0.0) for d in decs) / n for k in keys}
     return out
 
 
@@ -98,11 +117,12 @@ def gain_lines(decs: Mapping[str, Mapping[str, Any]]) -> list[str]:
     if not decs:
         return []
     base = next(iter(decs.values()))["baseline"]
-    heads = ["scheduler", f"gain vs {base}", *(LABELS[k] for k in COMPONENTS), "| wasted",
+    shown = components(*(d["parts"] for d in decs.values()))  # tool wait: agentic runs
+    heads = ["scheduler", f"gain vs {base}", *(LABELS[k] for k in shown), "| wasted",
              "kept gain", "| off-policy", "len bias"]
     cells = []
     for name, d in decs.items():
-        cells.append([name, f"{d['gain']:+.1%}", *(f"{d['parts'][k]:+.1%}" for k in COMPONENTS),
+        cells.append([name, f"{d['gain']:+.1%}", *(f"{d['parts'].get(k, 0.0):+.1%}" for k in shown),
                       f"{d['wasted']:+.1%}", f"{d['kept_gain']:+.1%}",
                       f"{d['offpolicy_token_fraction']:.0%}", f"{d['length_bias']:+.1%}"])
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]

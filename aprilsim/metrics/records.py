@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from aprilsim.metrics.agents import AgentStep, agent_summary
 from aprilsim.metrics.gain import engine_time
 from aprilsim.metrics.steady import steady_state
 
@@ -58,6 +59,22 @@ class StepRecord:
         d = asdict(self)
         d["staleness"] = {str(k): v for k, v in sorted(self.staleness.items())}
         return d
+
+
+@dataclass
+class AgentStepRecord(StepRecord):
+    """The record of a step of an agentic run: a `StepRecord` with its episodes' figures
+    (`agent`, `aprilsim.metrics.agents`). Only agentic runs use it, so a single-turn run's
+    records keep their exact shape (JSON lines, digests)."""
+
+    agent: AgentStep = field(default_factory=AgentStep)
+
+    @classmethod
+    def of(cls, rec: StepRecord) -> AgentStepRecord:
+        """`rec` with an empty `agent` (a run learns it is agentic when its first groups come)."""
+        if isinstance(rec, AgentStepRecord):
+            return rec
+        return cls(**{f.name: getattr(rec, f.name) for f in fields(StepRecord)})
 
 
 @dataclass
@@ -126,6 +143,7 @@ def summarize(run: RunResult, warmup: int = 0) -> dict[str, Any]:
     for s in st:
         hist.update(s.staleness)
     busy = sum(s.busy_time_s for s in st)
+    samples_per_s = samples / measured_s if measured_s else 0.0
     per_engine = [sum(b) for b in zip(*(s.busy_by_engine_s for s in st))] if st else []
     workload_mean = _mean([s.workload_mean_length for s in st])
     mean_len = trained / samples if samples else 0.0
@@ -135,7 +153,7 @@ def summarize(run: RunResult, warmup: int = 0) -> dict[str, Any]:
         "steps": len(st),
         "warmup_steps": warmup,
         "rollout_throughput_tok_s": gen / roll if roll else 0.0,
-        "samples_per_s": samples / measured_s if measured_s else 0.0,
+        "samples_per_s": samples_per_s,
         "mean_rollout_time_s": roll / len(st) if st else 0.0,
         "mean_step_time_s": _mean([s.step_time_s for s in st]),
         "total_time_s": measured_s,
@@ -170,4 +188,5 @@ def summarize(run: RunResult, warmup: int = 0) -> dict[str, Any]:
         **mean_latency(st),
         "engine_time_s": engine_time(st, run.n_engines, run.iteration_cost_s),
         **steady_state(st),
+        **agent_summary(st, samples_per_s),
     }

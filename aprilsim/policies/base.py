@@ -23,6 +23,14 @@ What a scheduler may rely on, the same in both runtimes (decided in `aprilsim.ro
   model's stop (or max_response_len) in free generation. A request that ends short of it came back
   at a token cap (`SampleCapped`). `Sample.truncated` (complete at max_response_len) is the one
   definition of truncation.
+* An episode (an agentic sample, `Sample.episode`) is one sample to a scheduler: it is submitted
+  once and finishes once (`SampleFinished` at its last turn's end). In between, the core drives
+  its turns: when a turn ends short of the episode's end, the sample stays RUNNING (in flight)
+  while its tool call runs, then its next turn is sent, under the version of that moment. A
+  scheduler that sets `turn_events = True` takes the turns itself: `TurnEnded`, `CallTools`,
+  `ToolReturned`, `Submit`. `AbortAll` stops turns in flight and cancels tool calls running; an
+  episode comes back at the turn where it stopped, and a cancelled tool call runs again when it
+  is resubmitted.
 """
 
 from __future__ import annotations
@@ -79,6 +87,24 @@ class SampleCapped:
 
 
 @dataclass(frozen=True, slots=True)
+class TurnEnded:
+    """An episode's model turn ended and it called a tool; only to a scheduler that sets
+    `turn_events = True` (a per-turn barrier). The episode is PARTIAL with its tool call
+    pending (`sample.episode.calling`): `CallTools` runs it, and a `Submit` runs it, then the
+    next turn."""
+
+    sample: Sample
+
+
+@dataclass(frozen=True, slots=True)
+class ToolReturned:
+    """A tool call started by `CallTools` returned: its tokens are appended and the episode is
+    PARTIAL, ready for its next turn (`Submit`)."""
+
+    sample: Sample
+
+
+@dataclass(frozen=True, slots=True)
 class TrainStepDone:
     """Disaggregated mode: the trainer finished step `step`; new weights wait to be synced."""
 
@@ -98,6 +124,8 @@ Event = (
     | GroupFinished
     | SamplesReturned
     | SampleCapped
+    | TurnEnded
+    | ToolReturned
     | TrainStepDone
     | WeightsUpdated
 )
@@ -170,6 +198,14 @@ class UpdateWeights:
 
 
 @dataclass(frozen=True, slots=True)
+class CallTools:
+    """Run the pending tool calls of these episodes (each PARTIAL after a `TurnEnded`); each
+    comes back in a `ToolReturned` event (a per-turn barrier on tools)."""
+
+    samples: tuple[Sample, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class PauseGeneration:
     """Stop admitting new work (in-flight requests continue); e.g. a staleness bound is hit."""
 
@@ -179,7 +215,8 @@ class ResumeGeneration:
     """Undo PauseGeneration: submissions held back are sent."""
 
 
-Action = Submit | CloseBatch | AbortAll | Discard | UpdateWeights | PauseGeneration | ResumeGeneration
+Action = (Submit | CloseBatch | AbortAll | Discard | UpdateWeights | PauseGeneration
+          | ResumeGeneration | CallTools)
 
 
 # ---------------------------------------------------------------------------------- context

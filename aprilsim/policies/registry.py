@@ -19,10 +19,11 @@ from aprilsim.policies.async_april import AsyncAprilScheduler
 from aprilsim.policies.async_one_step import AsyncOneStepScheduler
 from aprilsim.policies.base import Scheduler
 from aprilsim.policies.dynamic_sampling import DynamicSamplingScheduler
+from aprilsim.policies.env_async import EnvAsyncScheduler
 from aprilsim.policies.fully_async import FullyAsyncScheduler
 from aprilsim.policies.seer import SeerHistoryScheduler, SeerScheduler
 from aprilsim.policies.slime_dapo import SlimeDapoScheduler
-from aprilsim.policies.sync import SyncScheduler
+from aprilsim.policies.sync import SyncScheduler, SyncTurnsScheduler
 from aprilsim.policies.tail_batching import TailBatchingScheduler
 
 REGISTRY: dict[str, type] = {}
@@ -38,11 +39,13 @@ def register(cls: type) -> type:
 
 for _cls in (
     SyncScheduler,
+    SyncTurnsScheduler,
     AprilScheduler,
     AprilDSScheduler,
     AsyncOneStepScheduler,
     AsyncAprilScheduler,
     FullyAsyncScheduler,
+    EnvAsyncScheduler,
     DynamicSamplingScheduler,
     SlimeDapoScheduler,
     TailBatchingScheduler,

@@ -6,6 +6,13 @@ veRL's dispatch: each group whole on one engine, groups balanced over the engine
 `ray_trainer.py` repeats each prompt n times contiguously, `gen_batch.repeat(rollout.n,
 interleave=True)`, and its DP dispatch hands each rollout worker a contiguous chunk). The Seer paper
 (arXiv 2511.14617) measured its gains against veRL.
+
+With agentic episodes (`[workload.episodes]`) the barrier is per episode by default (an agent
+loop, verl's and slime's multi-turn rollouts: each episode runs its turns and tool calls on its
+own, and the step waits for the last episode). `barrier = "turn"` (registered as `sync_turns`)
+is the older batch-synchronous multi-turn rollout (Search-R1's generation loop, RAGEN): every
+live episode of the batch generates turn k, then all their tool calls run, and turn k + 1 starts
+only when the last tool call of turn k has returned. On single-turn workloads both are the same.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from typing import ClassVar
 from aprilsim.policies.base import (
     BY_GROUP,
     Action,
+    CallTools,
     CloseBatch,
     Context,
     Event,
@@ -24,8 +32,12 @@ from aprilsim.policies.base import (
     Mode,
     RolloutStarted,
     Submit,
+    ToolReturned,
+    TurnEnded,
 )
-from aprilsim.types import Group, samples_of
+from aprilsim.types import Group, Sample, samples_of
+
+BARRIERS = ("episode", "turn")
 
 DISPATCH = ("router", "group")
 
@@ -37,29 +49,69 @@ class SyncScheduler:
     name: ClassVar[str] = "sync"
     mode: ClassVar[Mode] = "colocated"
     sample_events: ClassVar[bool] = False  # only group completions matter
-    variants: ClassVar[tuple[dict[str, object], ...]] = ({"dispatch": "group"},)
+    turn_events: ClassVar[bool] = False  # episodes run their turns on their own
+    variants: ClassVar[tuple[dict[str, object], ...]] = ({"dispatch": "group"},
+                                                          {"barrier": "turn"})
     dispatch: str = "router"  # "router": the scenario's; "group": veRL's, a group per engine
+    barrier: str = "episode"  # "episode": each runs its turns on its own; "turn": in lockstep
     _done: list[Group] = field(default_factory=list, repr=False)
+    _turned: list[Sample] = field(default_factory=list, repr=False)  # ended turn k: tool pending
+    _tooled: list[Sample] = field(default_factory=list, repr=False)  # their tools returned
 
     def __post_init__(self) -> None:
         if self.dispatch not in DISPATCH:
             raise ValueError(f"{self.name}: dispatch must be one of {DISPATCH}, not "
                              f"{self.dispatch!r}")
+        if self.barrier not in BARRIERS:
+            raise ValueError(f"{self.name}: barrier must be one of {BARRIERS}, not "
+                             f"{self.barrier!r}")
+        if self.barrier == "turn":  # the turns are the scheduler's: it hears every end
+            self.turn_events = True  # type: ignore[misc]
+            self.sample_events = True  # type: ignore[misc]
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Action]:
         """Submit N groups at the rollout's start; close the batch when all are complete."""
         if isinstance(event, RolloutStarted):
-            self._done = []
-            groups = ctx.new_groups(ctx.batch_size)
-            if self.dispatch == "group":
-                return [Submit(samples_of(groups), route=BY_GROUP)]
-            return [Submit(samples_of(groups))]
-        if isinstance(event, GroupFinished):
+            self._done, self._turned, self._tooled = [], [], []
+            return [self._submit(samples_of(ctx.new_groups(ctx.batch_size)))]
+        if isinstance(event, TurnEnded):
+            self._turned.append(event.sample)
+        elif isinstance(event, ToolReturned):
+            self._tooled.append(event.sample)
+        elif isinstance(event, GroupFinished):
             self._done.append(event.group)
             if len(self._done) == ctx.batch_size:
                 return [CloseBatch(tuple(self._done))]
-        return ()
+        return self._barrier(ctx) if self.barrier == "turn" else ()
+
+    def _barrier(self, ctx: Context) -> list[Action]:
+        """The per-turn barrier: once no turn and no tool call is in flight, the tool calls of
+        the turn that ended all start; once they have all returned, the next turns go."""
+        if ctx.in_flight:
+            return []
+        if self._turned:
+            turned, self._turned = self._turned, []
+            return [CallTools(tuple(turned))]
+        if self._tooled:
+            tooled, self._tooled = self._tooled, []
+            return [self._submit(tuple(tooled))]
+        return []
+
+    def _submit(self, samples: Sequence[Sample]) -> Submit:
+        """Send `samples` by the dispatch: the router's choice, or each group whole on one
+        engine."""
+        if self.dispatch == "group":
+            return Submit(tuple(samples), route=BY_GROUP)
+        return Submit(tuple(samples))
 
     def step_stats(self) -> dict[str, float]:
         """None: sync has no figures of its own."""
         return {}
+
+
+@dataclass
+class SyncTurnsScheduler(SyncScheduler):
+    """sync with a barrier per turn across the batch (batch-synchronous multi-turn rollouts)."""
+
+    name: ClassVar[str] = "sync_turns"
+    barrier: str = "turn"

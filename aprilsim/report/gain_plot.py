@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from aprilsim.metrics.gain import COMPONENTS, LABELS, decompose, mean_parts
+from aprilsim.metrics.gain import LABELS, components, decompose, mean_parts
 
 
 def read_gains(path: str | Path) -> dict[str, dict[str, Any]]:
@@ -58,8 +58,8 @@ def plot_gain(gains: dict[str, dict[str, Any]], out: str | Path | None = None):
     x = range(len(names))
     up = [0.0] * len(names)
     down = [0.0] * len(names)
-    for c, part in enumerate(COMPONENTS):
-        vals = [100 * gains[n]["parts"][part] for n in names]
+    for c, part in enumerate(components(*(gains[n]["parts"] for n in names))):
+        vals = [100 * gains[n]["parts"].get(part, 0.0) for n in names]
         bottoms = [u if v >= 0 else d for v, u, d in zip(vals, up, down)]
         ax.bar(x, vals, 0.55, bottom=bottoms, label=LABELS[part], color=f"C{c}")
         up = [u + max(v, 0.0) for v, u in zip(vals, up)]

@@ -48,6 +48,7 @@ from aprilsim.metrics.records import StepRecord
 from aprilsim.policies.base import (
     AbortAll,
     Action,
+    CallTools,
     CloseBatch,
     Context,
     Discard,
@@ -62,7 +63,9 @@ from aprilsim.policies.base import (
     Scheduler,
     SchedulerError,
     Submit,
+    ToolReturned,
     TrainStepDone,
+    TurnEnded,
     UpdateWeights,
     WeightsUpdated,
 )
@@ -78,6 +81,7 @@ from aprilsim.rollout.ports import (
     RequestEnd,
     Sender,
     SyncWeights,
+    ToolCall,
 )
 from aprilsim.types import Group, GroupCountdown, Sample, SampleStatus, Segment
 
@@ -98,6 +102,10 @@ _NO_COMMANDS: Final[tuple[Command, ...]] = ()
 Reveal = Callable[[Sample, str], bool]
 # a send the core holds: (samples, first request id, cap, version, placement)
 _Held = tuple[Sequence[Sample], int, int | None, int, Placement | None]
+# what follows an episode's tool call: (the token budget left for the turns after it, their
+# placement, whether its next turn follows by itself (else: ToolReturned, a gated scheduler))
+_Then = tuple[int | None, Placement | None, bool]
+_Tool = tuple[Sample, int | None, Placement | None, bool]  # a tool call in flight: (sample, *then)
 
 
 class GroupMaker(Protocol):
@@ -133,14 +141,18 @@ class _Source:
     groups in the core's table (it holds it, not the core: a finished run holds no reference
     cycle, and no weak reference is needed, which a compiled core would not take)."""
 
-    __slots__ = ("_groups", "_maker")
+    __slots__ = ("_groups", "_ledger", "_maker")
 
-    def __init__(self, groups: dict[int, Group], maker: GroupMaker) -> None:
+    def __init__(self, groups: dict[int, Group], maker: GroupMaker, ledger: StepLedger) -> None:
         self._groups = groups
         self._maker = maker
+        self._ledger = ledger
 
     def new_groups(self, n: int, step: int, group_size: int | None = None) -> list[Group]:
-        return _register(self._maker.new_groups(n, step, group_size), self._groups)
+        groups = self._maker.new_groups(n, step, group_size)
+        if groups and not self._ledger.agentic and groups[0].samples[0].episode is not None:
+            self._ledger.agentic = True  # its steps record their episodes' figures
+        return _register(groups, self._groups)
 
     def regenerate(self, groups: Sequence[Group], step: int, group_size: int) -> list[Group]:
         return _register(self._maker.regenerate(groups, step, group_size), self._groups)
@@ -176,7 +188,8 @@ class RolloutCore:
         # False: a group whose samples are all trained or discarded is counted by the ledger and
         # let go (memory bounded in steps); True keeps every group for a look after the run
         self.keep_groups = keep_groups
-        self.ctx = Context(source=_Source(self.groups, groups), batch_size=batch_size,
+        self.ledger = StepLedger(meter, expected_length, scheduler.step_stats)
+        self.ctx = Context(source=_Source(self.groups, groups, self.ledger), batch_size=batch_size,
                            max_len=max_len, total_steps=steps, group_size=group_size)
         self.inflight: dict[int, Sample] = {}  # request id -> the sample it generates
         # its pop, bound once (never rebound): compiled, a call of a bound method skips the
@@ -209,13 +222,21 @@ class RolloutCore:
         self._want_batch = False  # colocated: the loop waits for a closed batch, nothing in flight
         self.n_closed = 0
         self.finished = False
-        self.ledger = StepLedger(meter, expected_length, scheduler.step_stats)
         self.records = self.ledger.records
         # schedulers that ignore SampleFinished may say so (a speed-up on large clusters)
         self._sample_events = bool(getattr(scheduler, "sample_events", True))
         self._reveal = reveal
         self._fault_resubmits: dict[int, int] = {}
         self._stopped: list[Sample] = []  # samples whose requests the end of the run stopped
+        # episodes: tool calls in flight (their own request ids, in the in-flight map), the
+        # timers to hand the driver (`ToolCall`, first in `drain`'s commands); a scheduler with
+        # `turn_events` takes each turn's end itself; `_returning`: crediting what an abort or an
+        # interrupting sync brought back (an episode at its turn's end comes back, tool pending)
+        self._tools: dict[int, _Tool] = {}
+        self.timers: list[Command] = []
+        self._turn_events = bool(getattr(scheduler, "turn_events", False))
+        self._returning = False
+        self._tool_waiting = False  # every sample in flight waits on a tool call
 
     # ------------------------------------------------------------------ groups
     def register(self, groups: list[Group]) -> list[Group]:
@@ -270,23 +291,21 @@ class RolloutCore:
                 last.tokens += tokens
             else:
                 segs.append(Segment(v, tokens))
-        if self._place:
-            self._place.pop(rid, None)
-        if self._cap:
-            self._cap.pop(rid, None)
+        place = self._place.pop(rid, None) if self._place else None
+        cap = self._cap.pop(rid, None) if self._cap else None
         if how == "abort":
             s.status = _PARTIAL  # RUNNING (in flight) -> PARTIAL: lifecycle.DIRECT
             self.ledger.n_partial += 1
+            if self._tools:
+                self._tool_clock(now)
             return s
         target = s._target_len
         if target is None:
             done = self._reveal is not None and self._reveal(s, how)
         else:
             done = s.generated >= target
-        if not done:  # it ended short of its end: a token budget (or an engine's own cap)
-            s.status = _PARTIAL
-            self.ledger.n_partial += 1
-            self.events.append(SampleCapped(s))
+        if not done:  # it ended short of its end: an episode's turn, or a token budget
+            self._ended_short(s, None if cap is None else cap - tokens, place, now)
             return s
         s.status = _DONE  # _finish and _count_down, inlined: the common path of every run
         s.complete = True
@@ -300,6 +319,8 @@ class RolloutCore:
             countdown.left -= 1
             if countdown.left == 0:
                 self.events.append(GroupFinished(self.groups[s.group_id]))
+        if self._tools:
+            self._tool_clock(now)
         return s
 
     def requests_started(self, started: Iterable[tuple[int, float]]) -> None:
@@ -311,6 +332,100 @@ class RolloutCore:
             s = inflight.get(rid)
             if s is not None and s.start_s < 0.0:
                 s.start_s = t
+
+    def _ended_short(self, s: Sample, cap: int | None, place: Placement | None,
+                     now: float) -> None:
+        """A request ended short of its sample's end: at an episode's turn end, or at a token
+        budget (PARTIAL: SampleCapped). `cap`: what is left of its budget."""
+        ep = s.episode
+        if ep is not None and s.generated >= ep._ends[ep.turn]:
+            self._turn_ended(s, (cap, place, True), now)
+            return
+        s.status = _PARTIAL
+        self.ledger.n_partial += 1
+        self.events.append(SampleCapped(s))
+        if self._tools:
+            self._tool_clock(now)
+
+    # ------------------------------------------------------------------ episodes' turns
+    def _turn_ended(self, s: Sample, then: _Then, now: float) -> None:
+        """Episode `s` ended a turn short of its end: its tool call runs now and its next turn
+        follows (`tool_done`); or it waits, PARTIAL with the call pending (`ep.calling`): a
+        scheduler with `turn_events` hears `TurnEnded`, an abort or a sync landing returns it."""
+        s.episode.calling = True  # type: ignore[union-attr]
+        if self._returning or self._turn_events:
+            s.status = _PARTIAL  # RUNNING (in flight) -> PARTIAL: lifecycle.DIRECT
+            self.ledger.n_partial += 1
+            if not self._returning:
+                self.events.append(TurnEnded(s))
+            if self._tools:
+                self._tool_clock(now)
+            return
+        self._start_tool(s, then, now)
+
+    def _start_tool(self, s: Sample, then: _Then, now: float) -> None:
+        """Episode `s` (RUNNING) calls its tool: in flight under a request id of its own, a
+        `ToolCall` timer for the driver (the first of `drain`'s commands); `then`: what follows
+        the call."""
+        ep = s.episode
+        assert ep is not None
+        rid = self.next_rid
+        self.next_rid += 1
+        self.inflight[rid] = s
+        self._tools[rid] = (s, *then)
+        k = ep.turn
+        self.timers.append(ToolCall(rid, s, ep._tool_s[k], ep._tool_tokens[k]))
+        self._tool_clock(now)
+
+    def tool_live(self, rid: int) -> bool:
+        """Whether tool call `rid` still runs (an abort cancels the calls in flight)."""
+        return rid in self._tools
+
+    def tool_done(self, rid: int, now: float) -> Sample | None:
+        """Tool call `rid` (a `ToolCall`) returned at `now`: its tokens join the context and the
+        episode's next turn is sent under the version of this moment (held behind an abort or a
+        sync on its way), or it comes back PARTIAL: `ToolReturned` (a `CallTools`), or
+        `SampleCapped` (the submission's token budget is spent). None: the call was cancelled."""
+        self.now = now
+        got = self._tools.pop(rid, None) if not self.finished else None
+        if got is None:
+            return None
+        s, cap, place, chain = got
+        del self.inflight[rid]
+        ep = s.episode
+        assert ep is not None
+        k = ep.turn
+        ep.appended += ep._tool_tokens[k]
+        ep.tool_time_s += ep._tool_s[k]
+        ep.turn = k + 1
+        ep.calling = False
+        self.ledger.tool_returned(ep._tool_s[k])
+        if not chain or (cap is not None and cap <= 0):
+            s.status = _PARTIAL  # RUNNING (in flight) -> PARTIAL: lifecycle.DIRECT
+            self.ledger.n_partial += 1
+            self.events.append(ToolReturned(s) if not chain else SampleCapped(s))
+        else:
+            rid2 = self.next_rid
+            self.next_rid += 1
+            version = self.version + 1 if self.updating else self.version
+            s.submit_version = version
+            self.inflight[rid2] = s
+            if cap is not None:
+                self._cap[rid2] = cap
+            if place is not None:
+                self._place[rid2] = place
+            self._send((s,), rid2, cap, version, place)
+        self._tool_clock(now)
+        return s
+
+    def _tool_clock(self, now: float) -> None:
+        """Tell the ledger whether every sample in flight now waits on a tool call (the
+        engines have nothing to do: `tool_wait_s`)."""
+        tools = len(self._tools)
+        waiting = tools > 0 and len(self.inflight) == tools
+        if waiting != self._tool_waiting:
+            self._tool_waiting = waiting
+            self.ledger.tool_wait(waiting, now)
 
     def _finish(self, s: Sample, now: float) -> None:
         """A sample reached its end: DONE, its events, the group countdown (`request_ended` inlines it)."""
@@ -369,12 +484,18 @@ class RolloutCore:
             own = set(covered)
             self._unsent -= own
             items += [RequestEnd(rid, 0, "abort", self.now) for rid in covered]
-        for c in sorted(items, key=_rid):
-            s = self.request_ended(c.rid, c.tokens, c.reason, c.time)  # finished first: then
-            if hook is not None and c.rid not in own:
-                hook(c, s)
-            if c.reason == "abort":
-                returned.append(s)
+        self._returning = True  # an episode that ended its turn comes back with its tool call
+        try:
+            for c in sorted(items, key=_rid):
+                s = self.request_ended(c.rid, c.tokens, c.reason, c.time)  # finished first: then
+                if hook is not None and c.rid not in own:
+                    hook(c, s)
+                ep = s.episode
+                if c.reason == "abort" or (ep is not None and ep.calling
+                                           and s.status is _PARTIAL):
+                    returned.append(s)
+        finally:
+            self._returning = False
         return returned
 
     def weights_synced(self, now: float) -> None:
@@ -403,6 +524,10 @@ class RolloutCore:
             else s.generated >= target
         if done:  # the partial output was the whole response after all
             self._finish(s, now)
+            return s
+        ep = s.episode
+        if ep is not None and s.generated >= ep._ends[ep.turn]:  # it had ended its turn
+            self._turn_ended(s, (None if cap is None else cap - tokens, place, True), now)
             return s
         n = self._fault_resubmits.get(s.uid, 0) + 1
         self._fault_resubmits[s.uid] = n
@@ -467,14 +592,18 @@ class RolloutCore:
         return _NO_COMMANDS
 
     def _commands(self) -> tuple[Command, ...]:
-        """What `drain` returns: the batches handed over, the colocated batch once nothing is in
-        flight, then the next engine I/O (one: what it brings back is heard before the next)."""
+        """What `drain` returns: the tool calls begun (timers: they run whatever else is on
+        its way), the batches handed over, the colocated batch once nothing is in flight, then
+        the next engine I/O (one: what it brings back is heard before the next)."""
         if self._want_batch and self._closed and not self.inflight:
             self._want_batch = False
             self._batches.append(BatchReady(self._closed.pop(0)))
-        if not self._batches and not self._io:
+        if not self._batches and not self._io and not self.timers:
             return _NO_COMMANDS
-        out, self._batches = self._batches, []
+        out = self.timers
+        self.timers = []
+        out += self._batches
+        self._batches = []
         if self._io:
             out.append(self._io.popleft())
         return tuple(out)
@@ -496,7 +625,10 @@ class RolloutCore:
         if action.priority or action.route is not None or action.keep_kv:
             place = Placement(action.priority, action.route, action.keep_kv)
         if not self.paused:
-            self.submit(action.samples, action.max_new_tokens, place)
+            samples = action.samples
+            if self.ledger.agentic:  # an episode's pending tool call runs first
+                samples = self._call_pending(samples, action.max_new_tokens, place)
+            self.submit(samples, action.max_new_tokens, place)
             return
         for s in action.samples:  # held back until ResumeGeneration: checked now
             if s.status is not _PENDING and s.status is not _PARTIAL:
@@ -512,10 +644,15 @@ class RolloutCore:
         key = self._next_abort
         self._next_abort += 1
         covered = self._cover_held()
+        rids = self._sent_rids()
+        if self._tools:  # tool calls running are cancelled: they come back with the abort
+            covered += self._tools
+            self._tools.clear()
+            self._tool_clock(self.now)
         if covered:
             self._covered[key] = covered
         self._aborts.append(key)
-        self._io.append(Abort(key, self._sent_rids()))
+        self._io.append(Abort(key, rids))
 
     def _cover_held(self) -> list[int]:
         """An abort takes the held sends with it: their request ids (they are never sent)."""
@@ -525,11 +662,12 @@ class RolloutCore:
         return covered
 
     def _sent_rids(self) -> tuple[int, ...]:
-        """The requests in flight the driver was given, in the order sent."""
-        unsent = self._unsent
-        if not unsent:
+        """The requests in flight the driver was given, in the order sent (tool calls are no
+        engine's requests)."""
+        unsent, tools = self._unsent, self._tools
+        if not unsent and not tools:
             return tuple(self.inflight)
-        return tuple(r for r in self.inflight if r not in unsent)
+        return tuple(r for r in self.inflight if r not in unsent and r not in tools)
 
     def _on_update(self, action: UpdateWeights) -> None:
         if self.colocated:
@@ -556,7 +694,18 @@ class RolloutCore:
         for s, cap, place in held:
             by_cap.setdefault((cap, place), []).append(s)
         for (cap, place), samples in by_cap.items():
-            self.submit(samples, cap, place)
+            self.submit(self._call_pending(samples, cap, place), cap, place)
+
+    def _on_call_tools(self, action: CallTools) -> None:
+        """Run the pending tool calls of these episodes; each comes back in `ToolReturned`."""
+        for s in action.samples:
+            ep = s.episode
+            if ep is None or not ep.calling or s.status is not _PARTIAL:
+                raise SchedulerError(f"CallTools: sample {s.uid} has no tool call pending")
+        for s in action.samples:
+            self.ledger.n_partial -= 1
+            s.status = _RUNNING  # PARTIAL -> RUNNING: lifecycle.DIRECT
+            self._start_tool(s, (None, None, False), self.now)
 
     def _on_close(self, action: CloseBatch) -> None:
         self._close_batch(action.groups)
@@ -598,6 +747,27 @@ class RolloutCore:
             self._place.update((r, place) for r in range(rid0, rid))
         self._send(samples, rid0, cap, version, place)
 
+    def _call_pending(self, samples: Sequence[Sample], cap: int | None,
+                      place: Placement | None) -> Sequence[Sample]:
+        """Of submitted `samples`, the episodes whose tool call is pending (an abort cancelled
+        it, or came at the turn's end) become RUNNING and run it (again), their next turn after
+        it (under `cap`); returns the others, to submit as usual."""
+        pending = [s for s in samples if s.status is _PARTIAL and s.episode is not None
+                   and s.episode.calling]
+        if not pending:
+            return samples
+        version = self.version + 1 if self.updating else self.version
+        for s in pending:
+            self.ledger.n_partial -= 1
+            if s.generated:
+                self.ledger.resumed(s.generated)
+            s.status = _RUNNING  # PARTIAL -> RUNNING: lifecycle.DIRECT
+            s.submits += 1
+            s.submit_version = version
+            self._start_tool(s, (cap, place, True), self.now)
+        ids = {id(s) for s in pending}
+        return [s for s in samples if id(s) not in ids]
+
     def _holding(self) -> bool:
         """The hold rule: sends wait while an abort is on its way or a weight sync is on."""
         return bool(self._aborts) or self.updating
@@ -605,6 +775,8 @@ class RolloutCore:
     def _send(self, samples: Sequence[Sample], rid0: int, cap: int | None, version: int,
               place: Placement | None) -> None:
         """Hand a submission to the driver, or hold it while I/O is on its way (`_holding`)."""
+        if self._tool_waiting:  # the engines have work again
+            self._tool_clock(self.now)
         if self._holding():
             self._held.append((samples, rid0, cap, version, place))
             self._unsent.update(range(rid0, rid0 + len(samples)))
@@ -702,6 +874,7 @@ class RolloutCore:
         s.add_tokens(tokens, s.submit_version)
         self._cap.pop(rid, None)
         self._place.pop(rid, None)
+        self._tools.pop(rid, None)  # a tool call the end stopped: it runs again if resumed
         if how == "abort":
             done = False
         elif s._target_len is None:
@@ -744,4 +917,5 @@ ACTION_HANDLERS: Final[dict[type, Callable[[RolloutCore, Any], None]]] = {
     UpdateWeights: RolloutCore._on_update,
     PauseGeneration: RolloutCore._on_pause,
     ResumeGeneration: RolloutCore._on_resume,
+    CallTools: RolloutCore._on_call_tools,
 }

@@ -8,10 +8,11 @@ in simulation a step boundary inside a decode span is measured exactly.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
+from aprilsim.metrics.agents import turn_lags
 from aprilsim.metrics.latency import latency_figures
-from aprilsim.metrics.records import StepRecord
+from aprilsim.metrics.records import AgentStepRecord, StepRecord
 from aprilsim.rollout.ports import Meter
 from aprilsim.types import Group, SampleStatus
 
@@ -34,11 +35,18 @@ class StepLedger:
         self._gen0 = 0
         self._busy0: list[float] = []
         self._retr0 = 0
-        self._engine0: tuple[int, float, int, float] = (0, 0.0, 0, 0.0)
+        self._engine0: tuple[int, float, int, float, int] = (0, 0.0, 0, 0.0, 0)
         self._waste = self._discarded = self._resumed = 0
         self._paused = False
         self._paused_since = 0.0
         self._paused_s = 0.0
+        # agentic runs (episodes): their steps' records are `AgentStepRecord`s
+        self.agentic = False
+        self._tool_calls = 0
+        self._tool_s = 0.0
+        self._tool_waiting = False
+        self._tool_wait_since = 0.0
+        self._tool_wait_s = 0.0
         # samples of released groups, by status value: what `end_state` adds to the live groups
         self._retired_counts = {st.value: 0 for st in SampleStatus}
         self._retired_tokens = dict(self._retired_counts)
@@ -49,9 +57,10 @@ class StepLedger:
         self.current = StepRecord(step=step, rollout_start_s=now, rollout_time_s=0.0)
         r = self.meter.read(now)
         self._gen0, self._busy0, self._retr0 = r.tokens, r.busy_by_engine, r.retractions
-        self._engine0 = (r.iterations, r.prefill_s, r.prefill_tokens, r.spec_s)
+        self._engine0 = (r.iterations, r.prefill_s, r.prefill_tokens, r.spec_s, r.cache_hit_tokens)
         self.meter.new_window(now)
         self._waste = self._discarded = self._resumed = 0
+        self._tool_calls, self._tool_s = 0, 0.0
         return self.current
 
     def wasted(self, tokens: int) -> None:
@@ -74,6 +83,19 @@ class StepLedger:
             self._paused_s += now - self._paused_since
         self._paused = False
 
+    def tool_returned(self, seconds: float) -> None:
+        """An episode's tool call returned after `seconds`."""
+        self._tool_calls += 1
+        self._tool_s += seconds
+
+    def tool_wait(self, waiting: bool, now: float) -> None:
+        """From `now`, every episode in flight waits on a tool call (`waiting`), or no longer."""
+        if waiting and not self._tool_waiting:
+            self._tool_wait_since = now
+        elif not waiting and self._tool_waiting:
+            self._tool_wait_s += now - self._tool_wait_since
+        self._tool_waiting = waiting
+
     def close(self, now: float) -> StepRecord:
         """The rollout of the current step ends at `now`: fill its rollout-phase figures."""
         rec = self.current
@@ -85,7 +107,7 @@ class StepLedger:
         rec.busy_time_s = sum(rec.busy_by_engine_s)
         rec.retractions = r.retractions - self._retr0
         rec.kv_peak_tokens = r.kv_peak
-        it0, pf0, pt0, sp0 = self._engine0
+        it0, pf0, pt0, sp0, ch0 = self._engine0
         rec.decode_iterations = r.iterations - it0
         rec.prefill_time_s = r.prefill_s - pf0
         rec.prefill_tokens = r.prefill_tokens - pt0
@@ -99,12 +121,34 @@ class StepLedger:
         self._paused_s = 0.0
         if self._paused:
             self._paused_since = now
+        if self.agentic:
+            rec = self._agent_close(rec, r.cache_hit_tokens - ch0, now)
         self.records.append(rec)
         return rec
 
+    def _agent_close(self, rec: StepRecord, hits: int, now: float) -> StepRecord:
+        """An agentic step's rollout figures: tool calls, tool time, tool wait, cache hits."""
+        out = AgentStepRecord.of(rec)
+        a = out.agent
+        a.tool_calls, a.tool_time_s, a.cache_hit_tokens = self._tool_calls, self._tool_s, hits
+        wait = self._tool_wait_s
+        if self._tool_waiting:
+            wait += now - self._tool_wait_since
+            self._tool_wait_since = now
+        a.tool_wait_s = wait
+        self._tool_wait_s = 0.0
+        return out
+
     # ------------------------------------------------------------------ training
-    def trained(self, rec: StepRecord, groups: Iterable[Group], trainer_version: int) -> None:
-        """Fill the trained-batch figures of `rec`; staleness is against `trainer_version`."""
+    def trained(self, rec: StepRecord, groups: Sequence[Group], trainer_version: int) -> None:
+        """Fill the trained-batch figures of `rec`; staleness is against `trainer_version`
+        (an agentic step's: its episodes' figures too)."""
+        self._trained_batch(rec, groups, trainer_version)
+        if isinstance(rec, AgentStepRecord):
+            self._trained_episodes(rec, groups, trainer_version)
+
+    def _trained_batch(self, rec: StepRecord, groups: Sequence[Group], trainer_version: int) -> None:
+        """`trained`'s figures of every batch (responses, staleness, latency)."""
         hist: dict[int, int] = {}
         lat: list[float] = []  # metrics.latency.batch_latency's figures, in the same pass
         wait: list[float] = []
@@ -150,6 +194,26 @@ class StepLedger:
         rec.latency_p50_s, rec.latency_p99_s = lat_fig["latency_p50_s"], lat_fig["latency_p99_s"]
         rec.queue_wait_p50_s = lat_fig["queue_wait_p50_s"]
         rec.queue_wait_p99_s = lat_fig["queue_wait_p99_s"]
+
+    def _trained_episodes(self, rec: AgentStepRecord, groups: Sequence[Group],
+                          trainer_version: int) -> None:
+        """The trained episodes' figures of `rec`: turns, tool tokens, contexts, policy versions
+        per episode and per turn; an episode whose tool tokens took it to max_response_len is
+        truncated too (`Sample.truncated`)."""
+        a = rec.agent
+        for g in groups:
+            for s in g.samples:
+                ep = s.episode
+                if ep is None:
+                    continue
+                versions, stale = turn_lags(s, trainer_version)
+                a.trained_episodes += 1
+                a.trained_turns += ep.turn + 1
+                a.trained_tool_tokens += ep.appended
+                a.trained_context_tokens += s.prompt_len + s.generated + ep.appended
+                a.trained_versions += versions
+                a.trained_offpolicy_turns += stale
+                rec.truncated_samples += s.generated < s.max_len and s.truncated
 
     def retire(self, group: Group) -> None:
         """Count the samples of `group`, each trained or discarded (they never change again), so

@@ -5,7 +5,8 @@ gives it a `Meter` it reads engine figures through at step boundaries and a `Sen
 requests; the core returns its other commands as values (`RolloutCore.drain`). Sending is the one
 direct call: it is the common path (a request ends, the scheduler submits more), so it allocates
 nothing; the rare commands (`Abort`, `SyncWeights`, `BatchReady`) come back in the order the
-driver must carry them out, and the core holds sends behind those still on their way.
+driver must carry them out, and the core holds sends behind those still on their way. An
+episode's tool calls come back as values too (`ToolCall`: a timer the driver runs), first.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class Reading:
     prefill_s: float = 0.0  # seconds of prefill batches that ended so far
     prefill_tokens: int = 0  # tokens they prefilled
     spec_s: float = 0.0  # speculative decoding: decode seconds less their plain cost so far
+    cache_hit_tokens: int = 0  # input tokens a prefix cache served (not computed) so far
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,4 +137,17 @@ class BatchReady:
     batch: tuple[Group, ...]
 
 
-Command = Abort | SyncWeights | BatchReady
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """Run an episode's tool call: wait `seconds` (no engine work), then report
+    `RolloutCore.tool_done(rid, now)`. `sample` is the episode; `tokens` the tool output it
+    appends to the context (a live driver synthesises their ids). A call an abort cancelled
+    meanwhile is ignored when it reports (`RolloutCore.tool_live`)."""
+
+    rid: int
+    sample: Sample
+    seconds: float
+    tokens: int
+
+
+Command = Abort | SyncWeights | BatchReady | ToolCall

@@ -40,7 +40,7 @@ from aprilsim.metrics.trace import EngineSample, PhaseSpan, RequestSpan, Trace
 from aprilsim.native import mypyc_attr
 from aprilsim.policies.base import BY_GROUP, MOST_ROOM, Scheduler, SchedulerError
 from aprilsim.rollout.core import RolloutCore
-from aprilsim.rollout.ports import Abort, BatchReady, Command, Placement, SyncWeights
+from aprilsim.rollout.ports import Abort, BatchReady, Command, Placement, SyncWeights, ToolCall
 from aprilsim.sim.engine_clock import TupleClock, engine_clock
 from aprilsim.trainer import TrainerModel
 from aprilsim.types import Group, Sample, SampleStatus
@@ -174,6 +174,7 @@ class Simulation:
         # what engine I/O on its way (an abort, a sync's abort: `abort_steps`) brought back, by
         # abort key (`_SYNC`: the sync's), until it lands; the end of the run stops it
         self._landing: dict[int, list[Completion]] = {}
+        self._tools_held: list[int] = []  # tool calls that returned during a sync's abort
         # requests on their way to the engines (`client_overhead_s`): id -> engine -> requests
         self._pending: dict[int, dict[int, list[Request]]] = {}
         self._n_sent = 0
@@ -316,8 +317,11 @@ class Simulation:
             cmds = core.drain(self.now)
 
     def _carry_out(self, cmd: Command) -> None:
-        """One engine command of the core: hand a batch over, abort, or start a weight sync."""
-        if isinstance(cmd, BatchReady):
+        """One command of the core: run a tool call's timer, hand a batch over, abort, or
+        start a weight sync."""
+        if isinstance(cmd, ToolCall):
+            self._at(self.now + cmd.seconds).callbacks.append(partial(self._tool_done, cmd.rid))
+        elif isinstance(cmd, BatchReady):
             self._batch_ready(cmd.batch)
         elif isinstance(cmd, Abort):
             self._abort_engines(cmd.key)
@@ -556,6 +560,11 @@ class Simulation:
         self.core.sync_aborted(self._landing.pop(_SYNC), self.now)
         self._sync_started(self.now, until)
         self._drain()
+        if self._tools_held:  # tool calls that returned while the sync's abort was on its way
+            held, self._tools_held = self._tools_held, []
+            for rid in held:
+                self.core.tool_done(rid, self.now)
+            self._drain()
 
     def _sync_started(self, now: float, until: float) -> None:
         if self.trace is not None:
@@ -568,6 +577,19 @@ class Simulation:
         self._drain()
         if self._synced is not None and not self._synced.triggered:
             self._synced.succeed()
+
+    def _tool_done(self, rid: int, _ev) -> None:
+        """An episode's tool call returned (unless an abort cancelled it): its next turn goes.
+        While an interrupting sync's abort is on its way, the core hears it when that lands (the
+        live driver carries the sync's abort out in its pump, which hears nothing meanwhile)."""
+        if self._finished or not self.core.tool_live(rid):
+            return
+        if _SYNC in self._landing:
+            self._tools_held.append(rid)
+            return
+        self._sync_clock()
+        self.core.tool_done(rid, self.now)
+        self._drain()
 
     def _batch_ready(self, batch: tuple[Group, ...]) -> None:
         """`BatchReady`: colocated, the loop trains the batch; else it queues for the trainer."""
@@ -621,7 +643,7 @@ class Simulation:
         env, clock = self.env, self._clock
         fast = self._fast_engines()
         core = self.core
-        events, inflight = core.events, core.inflight
+        events, inflight, timers = core.events, core.inflight, core.timers
         tracing = self.trace is not None
         peek = env.peek
         # simpy's next event: its queue changes only when this loop yields or the core reacts
@@ -653,8 +675,10 @@ class Simulation:
                 nxt = fast[i].t_event
             else:
                 nxt = self._advance(i, now)
-            if events:
-                nxt = INF  # armed again once the scheduler has reacted
+            # the scheduler reacts, or an episode's tool call starts: armed again after the drain
+            react = bool(events) or bool(timers)
+            if react:
+                nxt = INF
             if tc is None:
                 clock.served(i, nxt)
             elif nxt < INF:
@@ -663,7 +687,7 @@ class Simulation:
             else:
                 armed[i] = nxt
                 heappop(heap)
-            if events:
+            if react:
                 self._dirty.add(i)
                 self._drain()
                 due = peek()

@@ -35,6 +35,7 @@ class BatchRecorder:
         self.name = inner.name
         self.mode = inner.mode
         self.sample_events = getattr(inner, "sample_events", True)
+        self.turn_events = getattr(inner, "turn_events", False)
         self.batches: list[tuple[int, tuple[Group, ...]]] = []  # (step, groups) per closed batch
 
     def handle(self, event: Event, ctx: Context):

@@ -17,6 +17,8 @@ _TO_UNIT = 2.0**-53
 
 # streams: one per kind of draw, so adding a draw never shifts another
 PROMPT_EFFECT, PROMPT_LEN, PASS_RATE, SAMPLE_EFFECT, REWARD = 1, 2, 3, 4, 5
+# an episode's: its number of turns, and per turn its length, tool latency and tool tokens
+TURNS, TURN_EFFECT, TOOL_SECONDS, TOOL_TOKENS = 6, 7, 8, 9
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -40,6 +42,21 @@ def uniforms(seed: int, stream: int, groups: np.ndarray, samples: np.ndarray | N
         if samples is not None:
             s = np.asarray(samples, dtype=np.uint64)
             g = _mix(g[:, None] + (s[None, :] + np.uint64(1)) * _GOLDEN)
+    return ((g >> np.uint64(11)).astype(np.float64) + 0.5) * _TO_UNIT
+
+
+def turn_uniforms(seed: int, stream: int, groups: np.ndarray, samples: np.ndarray,
+                  turns: int) -> np.ndarray:
+    """Uniforms in (0, 1) of shape (len(groups), len(samples), turns): entry [i, j, k] depends
+    only on (seed, stream, groups[i], samples[j], k), so a turn's draw never depends on how
+    many turns, samples or groups were drawn with it."""
+    with np.errstate(over="ignore"):
+        key = _mix(np.uint64(seed & 0xFFFFFFFFFFFFFFFF) * _GOLDEN + np.uint64(stream))
+        g = _mix(key ^ _mix(np.asarray(groups, dtype=np.uint64) * _GOLDEN + _GOLDEN))
+        s = np.asarray(samples, dtype=np.uint64)
+        g = _mix(g[:, None] + (s[None, :] + np.uint64(1)) * _GOLDEN)
+        t = np.arange(turns, dtype=np.uint64)
+        g = _mix(g[:, :, None] ^ _mix((t[None, None, :] + np.uint64(1)) * _GOLDEN))
     return ((g >> np.uint64(11)).astype(np.float64) + 0.5) * _TO_UNIT
 
 

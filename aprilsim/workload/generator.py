@@ -24,6 +24,7 @@ from aprilsim.native import compiled_modules
 from aprilsim.types import Group, Sample, make_groups
 from aprilsim.workload import counter_rng as crn
 from aprilsim.workload.drift import Drift, NoDrift
+from aprilsim.workload.episodes import EpisodeModel
 from aprilsim.workload.lengths import LengthModel, Parametric, cap_lengths
 
 # compiled, `make_groups` calls the native constructors directly; interpreted, a map over the
@@ -62,6 +63,8 @@ class Workload:
     drift: Drift = field(default_factory=NoDrift)
     seed: int = 0
     dataset_prompts: int = 0  # > 0: a dataset of this many prompts, re-run epoch after epoch
+    # agentic: every sample is an episode of turns and tool calls (`lengths`: per turn)
+    episodes: EpisodeModel | None = None
 
     def __post_init__(self) -> None:
         if self.max_len < 1 or self.group_size < 1 or self.max_prompt_len < 1:
@@ -79,6 +82,10 @@ class Workload:
         scale = self.drift.scale(step)
         cache = self.__dict__.setdefault("_mean_cache", {})
         if scale not in cache:
+            if self.episodes is not None:  # generated tokens per episode, every turn together
+                cache[scale] = self.episodes.mean_generated(self.lengths, self.prompt_share,
+                                                            scale, self.max_len)
+                return cache[scale]
             q = (np.arange(4000) + 0.5) / 4000
             cache[scale] = float(cap_lengths(self.lengths.ppf(q) * scale, self.max_len).mean())
         return cache[scale]
@@ -105,11 +112,17 @@ class Workload:
         z = np.sqrt(rho) * u_prompt[:, None] + np.sqrt(1.0 - rho) * u_sample
         from scipy import special, stats  # on first use: the CLI starts without scipy
 
-        raw = self.lengths.ppf(special.ndtr(z))
         scale = self.drift.scale(step)
-        if scale != 1.0:  # x * 1.0 is x: no pass without drift
-            raw = raw * scale
-        resp = cap_lengths(raw, self.max_len)
+        episodes = None
+        if self.episodes is not None:
+            episodes = self.episodes.draw(seed, keys, n, u_prompt, rho, self.lengths, scale,
+                                          self.max_len)
+            resp = np.array([[e._ends[-1] for e in row] for row in episodes], dtype=np.int64)
+        else:
+            raw = self.lengths.ppf(special.ndtr(z))
+            if scale != 1.0:  # x * 1.0 is x: no pass without drift
+                raw = raw * scale
+            resp = cap_lengths(raw, self.max_len)
         prompts = cap_lengths(
             self.prompt_lengths.ppf(crn.uniforms(seed, crn.PROMPT_LEN, pids)), self.max_prompt_len
         )
@@ -123,6 +136,10 @@ class Workload:
         gid0, uid0 = self._next_gid, self._next_uid
         build = make_groups if _NATIVE_GROUPS else _map_groups
         groups = build(gid0, uid0, step, self.max_len, prom_l, resp_l, rew_l, pass_l, keys_l, pids_l)
+        if episodes is not None:
+            for g, row in zip(groups, episodes):
+                for smp, ep in zip(g.samples, row):
+                    smp.episode = ep
         uid = uid0 + n_groups * n
         self._next_gid += n_groups
         self._next_prompt += n_groups
@@ -140,7 +157,8 @@ class Workload:
             if group_size > g.size:
                 raise ValueError(f"cannot regenerate {group_size} samples from a group of {g.size}")
             samples = [
-                Sample(uid + i, gid, i, g.prompt_len, s._target_len, s.max_len, s._reward)
+                Sample(uid + i, gid, i, g.prompt_len, s._target_len, s.max_len, s._reward,
+                       episode=None if s.episode is None else s.episode.fresh())
                 for i, s in enumerate(g.samples[:group_size])
             ]
             uid += group_size

@@ -40,7 +40,15 @@ from aprilsim.metrics.records import RunResult, StepRecord
 from aprilsim.metrics.trace import EngineSample, PhaseSpan, RequestSpan, Trace
 from aprilsim.policies.base import BY_GROUP, MOST_ROOM, Scheduler, SchedulerError
 from aprilsim.rollout.core import MAX_FAULT_RESUBMITS, RolloutCore, effective_cap
-from aprilsim.rollout.ports import Abort, BatchReady, Command, Meter, Placement, SyncWeights
+from aprilsim.rollout.ports import (
+    Abort,
+    BatchReady,
+    Command,
+    Meter,
+    Placement,
+    SyncWeights,
+    ToolCall,
+)
 from aprilsim.types import Group, Sample, SampleStatus
 from real.protocol import GenerateRequest, GenerateResult
 
@@ -120,6 +128,7 @@ class LiveRuntime:
         self._room: tuple[int, Callable[[GenerateRequest], Slot]] | None = None
         self._by_group = GroupAffinity()  # `Submit.route = BY_GROUP`: each group's engine
         self._aborts: dict[int, asyncio.Task] = {}  # AbortAlls on their way, by key
+        self._tool_timers: dict[int, asyncio.TimerHandle] = {}  # episodes' tool calls running
         self._training = False
         self._finished = False
         self._ready: asyncio.Future | None = None
@@ -318,8 +327,11 @@ class LiveRuntime:
             cmds = core.drain(self.now())
 
     async def _carry_out(self, cmd: Command) -> None:
-        """One engine command of the core: hand a batch over, abort, or start a weight sync."""
-        if isinstance(cmd, BatchReady):
+        """One command of the core: run a tool call's timer, hand a batch over, abort, or
+        start a weight sync."""
+        if isinstance(cmd, ToolCall):
+            self._start_tool(cmd)
+        elif isinstance(cmd, BatchReady):
             self._batch_ready(cmd.batch)
         elif isinstance(cmd, Abort):
             self._start_abort(cmd)
@@ -327,6 +339,19 @@ class LiveRuntime:
             await self._start_sync(cmd)
         else:  # pragma: no cover - the core returns no other command
             raise SchedulerError(f"unknown engine command {cmd!r}")
+
+    # ------------------------------------------------------------ episodes' tool calls
+    def _start_tool(self, cmd: ToolCall) -> None:
+        """A tool call: a timed wait (the tool itself is not run); its end is posted like any
+        result, and the core sends the episode's next turn with the tool tokens appended (the
+        source builds them into the context)."""
+        handle = asyncio.get_running_loop().call_later(
+            cmd.seconds, self._post, lambda rid=cmd.rid: self._tool_done(rid))
+        self._tool_timers[cmd.rid] = handle
+
+    def _tool_done(self, rid: int) -> None:
+        self._tool_timers.pop(rid, None)
+        self.core.tool_done(rid, self.now())  # ignored when an abort cancelled the call
 
     # ------------------------------------------------------------ sends (the core's sender)
     def send(self, samples: Sequence[Sample], first_rid: int, cap: int | None, version: int,
@@ -535,6 +560,9 @@ class LiveRuntime:
         self._finished = True
         core = self.core
         core.finish()
+        for handle in self._tool_timers.values():  # tool calls still running: stopped
+            handle.cancel()
+        self._tool_timers = {}
         for task in self._aborts.values():  # an AbortAll on its way: what it brought back is final
             with contextlib.suppress(Exception):
                 for e in await task:

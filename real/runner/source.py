@@ -26,12 +26,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from aprilsim.types import FinishReason, Group, Sample
+from aprilsim.types import FinishReason, Group, Sample, turn_request
 from aprilsim.workload import truth
 from aprilsim.workload.generator import Workload
 from aprilsim.workload.truth import ScaledWorkload
 from real.protocol import GenerateRequest, SamplingParams
-from real.samples import FIRST_ORDINARY_ID, prompt_ids_for
+from real.samples import FIRST_ORDINARY_ID, episode_context, prompt_ids_for
 
 RewardFn = Callable[[dict, list[int], Sample], float]
 
@@ -72,6 +72,14 @@ class ReplaySource:
 
     def request(self, sample: Sample, partial_ids: Sequence[int], cap: int | None) -> GenerateRequest:
         g = sample.generated
+        ep = sample.episode
+        if ep is not None:  # its next turn: the context so far, tool outputs included
+            n_in, max_new, target = turn_request(sample, ep, cap)
+            prompt = prompt_ids_for(sample, self.vocab_size) + episode_context(
+                sample, partial_ids, self.vocab_size)
+            assert len(prompt) == n_in
+            return GenerateRequest(prompt_ids=prompt, max_new_tokens=max_new,
+                                   sampling=self.sampling, replay_len=target, tag=sample.uid)
         prompt = prompt_ids_for(sample, self.vocab_size) + tuple(partial_ids)
         left = sample.max_len - g
         return GenerateRequest(prompt_ids=prompt, max_new_tokens=left if cap is None else min(cap, left),
