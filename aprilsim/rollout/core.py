@@ -237,6 +237,7 @@ class RolloutCore:
         self._turn_events = bool(getattr(scheduler, "turn_events", False))
         self._returning = False
         self._tool_waiting = False  # every sample in flight waits on a tool call
+        self.tools_cancelled = 0  # tool calls an abort cancelled (they run again if resumed)
 
     # ------------------------------------------------------------------ groups
     def register(self, groups: list[Group]) -> list[Group]:
@@ -646,6 +647,7 @@ class RolloutCore:
         covered = self._cover_held()
         rids = self._sent_rids()
         if self._tools:  # tool calls running are cancelled: they come back with the abort
+            self.tools_cancelled += len(self._tools)
             covered += self._tools
             self._tools.clear()
             self._tool_clock(self.now)

@@ -353,7 +353,7 @@ class Simulation:
         # any other router through its `pick`; each engine's requests found through a list
         # indexed by engine (no int-keyed dict operation per request)
         buckets: list[list[Request] | None] = [None] * n
-        loads = [e.load for e in self.engines]
+        loads = [e.load for e in self.engines] if not self._pending else self._loads()
         pick = router.pick
         for s, req in zip(samples, reqs):
             i = pick(loads, s.group_id)
@@ -381,7 +381,7 @@ class Simulation:
             raise SchedulerError(f"Submit.route {route!r}: an engine index, {MOST_ROOM!r}, "
                                  f"{BY_GROUP!r} or None")
         rooms = self._rooms() if route == MOST_ROOM else []
-        loads = [e.load for e in engines]
+        loads = self._loads()
         reqs = self._requests.build_all(samples, first_rid, cap, place.priority, place.keep_kv)
         per_engine: dict[int, list[Request]] = {}
         moving: dict[float, dict[int, list[Request]]] = {}  # transfer delay -> engine -> requests
@@ -442,6 +442,15 @@ class Simulation:
         """The prompt id of group `gid` (-1: unknown)."""
         g = self.core.groups.get(gid)
         return g.prompt_id if g is not None else -1
+
+    def _loads(self) -> list[int]:
+        """Each engine's requests, those still on their way to it included (`client_overhead_s`:
+        the live router counts a request from the moment it is sent)."""
+        loads = [e.load for e in self.engines]
+        for per_engine in self._pending.values():
+            for i, reqs in per_engine.items():
+                loads[i] += len(reqs)
+        return loads
 
     def _hand_over(self, per_engine: dict[int, list[Request]], version: int,
                    extra_s: float = 0.0) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from aprilsim.types import Group, Sample
+from aprilsim.types import Episode, Group, Sample
 
 
 def scaled_length(x: int, factor: float) -> int:
@@ -35,8 +35,25 @@ def scale_groups(groups: Sequence[Group], factor: float, max_len: int) -> None:
             at_cap = s._target_len is not None and s._target_len >= s.max_len
             s.prompt_len = g.prompt_len
             s.max_len = max_len
-            if s._target_len is not None:
+            if s.episode is not None:
+                _scale_episode(s, factor, max_len)
+            elif s._target_len is not None:
                 s._target_len = max_len if at_cap else min(below, scaled_length(s._target_len, factor))
+
+
+def _scale_episode(s: Sample, factor: float, max_len: int) -> None:
+    """Scale an episode's plan: each turn's tokens and each tool call's output (at least one
+    token a turn), planned again within `max_len` (`episodes.plan_episode`)."""
+    from aprilsim.workload.episodes import plan_episode
+
+    ep = s.episode
+    assert ep is not None
+    turns = [b - a for a, b in zip([0, *ep._ends[:-1]], ep._ends)]
+    cap = min(max_len, scaled_length(ep._turn_cap, factor))
+    ends, secs, toks = plan_episode([scaled_length(n, factor) for n in turns], ep._tool_s,
+                                    [int(round(t * factor)) for t in ep._tool_tokens], max_len, cap)
+    s.episode = Episode(ends, secs, toks, cap)
+    s._target_len = ends[-1]
 
 
 def reveal(sample: Sample, target_len: int, reward: float | None = None) -> None:

@@ -32,7 +32,12 @@ from runner_helpers import TESTS  # noqa: F401 - puts tests/ on sys.path
 from sched_helpers import USER_SCHEDULER, every_variant, variant_ids
 from test_engine_equivalence import no_mined_constants
 
-from aprilsim.conformance import check_scheduler, conformance_scenario, small_scenario
+from aprilsim.conformance import (
+    agentic_scenario,
+    check_scheduler,
+    conformance_scenario,
+    small_scenario,
+)
 from aprilsim.engine.fast import FastEngine
 from aprilsim.engine.router import ROUTERS, make_router
 from aprilsim.metrics.records import RunResult, StepRecord
@@ -95,6 +100,10 @@ def differences(sim: RunResult, live: RunResult) -> list[str]:
     for a, b in zip(sim.steps, live.steps):
         out += [f"step {a.step} {f}: sim {getattr(a, f)!r}, live {getattr(b, f)!r}"
                 for f in FIELDS if not _close(getattr(a, f), getattr(b, f))]
+        ea, eb = getattr(a, "agent", None), getattr(b, "agent", None)  # agentic runs' figures
+        if (ea is None) != (eb is None) or (ea is not None and not _close(
+                dataclasses.asdict(ea), dataclasses.asdict(eb))):
+            out.append(f"step {a.step} agent: sim {ea!r}, live {eb!r}")
     if sim.end_state != live.end_state:
         out.append(f"end state: sim {sim.end_state}, live {live.end_state}")
     if not _close(sim.total_time_s, live.total_time_s):
@@ -130,6 +139,27 @@ def test_every_scheduler_on_other_clusters_and_rewards(case, cluster):
     name, settings = case
     rewards = (0.3, 0.3) if cluster == "abort_at_once" else (1.0, 1.0)  # U-shaped pass rates once
     _assert_parity(conformance_scenario(rewards=rewards, **CLUSTERS[cluster]), name, settings)
+
+
+# agentic episodes (turns, tool timers, aborts mid-tool, the per-turn barrier) on the clusters
+# where the drivers' orders could differ: an abort on its way while tools return, an
+# interrupting sync's abort landing late, retractions, requests reaching engines late
+AGENTIC_CLUSTERS = {"default": {}, "slow_abort": {"abort_steps": 400},
+                    "small_kv": CLUSTERS["small_kv"],
+                    "client_overhead": CLUSTERS["client_overhead"]}
+
+
+@pytest.mark.parametrize("case", CASES, ids=variant_ids(CASES))
+def test_every_scheduler_and_variant_runs_episodes_as_simulated(case):
+    name, settings = case
+    sim = _assert_parity(agentic_scenario(), name, settings)
+    assert sum(s.agent.tool_calls for s in sim.steps) > 0
+
+
+@pytest.mark.parametrize("cluster", sorted(AGENTIC_CLUSTERS))
+@pytest.mark.parametrize("name", ["sync", "sync_turns", "april", "fully_async", "env_async"])
+def test_the_agentic_schedulers_on_other_clusters(name, cluster):
+    _assert_parity(agentic_scenario(**AGENTIC_CLUSTERS[cluster]), name, {})
 
 
 def test_the_variants_reach_what_they_are_for():

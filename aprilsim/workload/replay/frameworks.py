@@ -35,6 +35,7 @@ from typing import Any
 
 from aprilsim.workload.replay.log import LoggedRow, ReplayLogError
 from aprilsim.workload.replay.torch_pickle import load_torch_save
+from aprilsim.workload.replay.turns import LoggedTurns, turns_from_mask, turns_from_text
 
 REWARD_KEYS = ("score", "reward", "acc", "accuracy")
 _EVAL = re.compile(r"(?<![A-Za-z0-9])eval_\d+(?!\d)")  # slime's template at rollout_id=eval_N
@@ -110,7 +111,7 @@ def slime_rows(path: str | Path, reward_key: str | None = None) -> tuple[list[Lo
     skipped = sorted(q.name for q in p.iterdir() if _EVAL.search(q.name)) if p.is_dir() else []
     if skipped:
         notes.append(f"{len(skipped)} evaluation dumps (*eval_N*.pt, e.g. {skipped[0]}) skipped")
-    aborted = 0
+    aborted = multi = 0
     objects: Counter[str] = Counter()
     if p.is_dir():  # any path template: every .pt but the evaluation dumps, step from the dict
         files = [(_digits(q.stem), q) for q in sorted(p.iterdir())
@@ -130,6 +131,8 @@ def slime_rows(path: str | Path, reward_key: str | None = None) -> tuple[list[Lo
             resp = int(s["response_length"])
             tokens = s.get("tokens")
             prompt = _length_of(tokens) - resp if tokens is not None else None
+            gen, turns = slime_turns(s, resp)
+            multi += turns is not None
             meta = s.get("metadata") or {}
             start = meta.get("start_rollout_id") if isinstance(meta, dict) else None
             status = s.get("status")
@@ -138,17 +141,33 @@ def slime_rows(path: str | Path, reward_key: str | None = None) -> tuple[list[Lo
             gi = s.get("group_index")
             gi = int(_number(gi)) if _number(gi) is not None else gi  # numpy/0-d tensor ints too
             key = ("group", gi) if gi is not None else ("prompt", str(s.get("prompt", j)))
-            rows.append(LoggedRow(step=step, key=key, length=resp,
+            rows.append(LoggedRow(step=step, key=key, length=gen,
                                   prompt_len=prompt if prompt is not None and prompt > 0 else None,
                                   reward=reward_of(s.get("reward"), reward_key),
                                   resumed=start is not None and int(start) != step,
-                                  status=str(status) if status is not None else None))
+                                  status=str(status) if status is not None else None, turns=turns))
     if aborted:
         notes.append(f"{aborted} responses logged as aborted are replayed with their logged length")
     if objects:
         notes.append("objects replay does not read, skipped: " + ", ".join(
             f"{n:,} {name}" for name, n in objects.most_common()))
+    if multi:
+        notes.append(f"{multi} multi-turn responses (loss_mask): replayed as episodes, their tool "
+                     "tokens prefilled, not generated")
     return rows, notes
+
+
+def slime_turns(sample: dict[str, Any], resp: int) -> tuple[int, LoggedTurns | None]:
+    """(tokens the model generated, its turns where multi-turn) of a slime sample dict: with a
+    ``loss_mask`` of one entry per response token, the ones (the zeros are tool outputs,
+    `turns.turns_from_mask`; ``non_generation_time`` is their seconds); else the response."""
+    mask = sample.get("loss_mask")
+    if not isinstance(mask, (list, tuple)) and hasattr(mask, "tolist"):
+        mask = mask.tolist()  # a tensor
+    if not isinstance(mask, (list, tuple)) or len(mask) != resp or not resp:
+        return resp, None
+    tool_s = _number(sample.get("non_generation_time"))
+    return sum(1 for x in mask if x), turns_from_mask(mask, tool_s)
 
 
 # ---------------------------------------------------------------------------------------- verl
@@ -206,6 +225,7 @@ def verl_rows(path: str | Path, tokenizer: str | Path | None = None,
     tok = _Tokenizer(tokenizer) if tokenizer else None
     rows: list[LoggedRow] = []
     counted = templates = 0
+    multi = 0
     for file_step, f in _step_files(Path(path), ".jsonl"):
         for n, rec in enumerate(_jsonl(f), 1):
             if "output" not in rec and _field(rec, LENGTH_FIELDS) is None:
@@ -222,14 +242,20 @@ def verl_rows(path: str | Path, tokenizer: str | Path | None = None,
                 prompt, t = _prompt_tokens(tok, str(rec["input"]), prompt_special_tokens)
                 templates = templates or t
             key = ("uid", rec["uid"]) if rec.get("uid") is not None else ("input", rec.get("input"))
+            turns = verl_turns(rec, tok, eos_tokens)
+            if turns is not None:  # an agent loop's response: the model's tokens only
+                length, multi = turns.generated, multi + 1
             rows.append(LoggedRow(step=int(rec.get("step", file_step)), key=key, length=length,
                                   prompt_len=prompt or None,
                                   reward=reward_of(rec.get("score") if reward_key is None
-                                                   else rec.get(reward_key), None)))
+                                                   else rec.get(reward_key), None), turns=turns))
     notes = [f"response lengths re-tokenised from verl's decoded text (special tokens skipped; "
              f"{eos_tokens} added for the EOS)"] if counted else []
     if tok is not None:
         notes.append(_template_note(templates, prompt_special_tokens))
+    if multi:
+        notes.append(f"{multi} multi-turn responses (tool responses in the text): replayed as "
+                     "episodes, their tool tokens prefilled, not generated")
     return _split_repeats(rows, notes), notes
 
 
@@ -283,6 +309,15 @@ def _split_repeats(rows: list[LoggedRow], notes: list[str]) -> list[LoggedRow]:
         notes.append(f"{len(bad)} prompt(s) logged more often than {n} times in one step with no "
                      f"uid and not a multiple of {n} ({bad[:3]}): each kept as one group")
     return out
+
+
+def verl_turns(rec: dict[str, Any], tok: Any, eos_tokens: int) -> LoggedTurns | None:
+    """The turns of a verl agent-loop response: its decoded ``output`` split at the tool
+    responses (`turns.turns_from_text`), counted with the run's tokenizer (None without one,
+    or without a tool response)."""
+    if tok is None or not isinstance(rec.get("output"), str):
+        return None
+    return turns_from_text(rec["output"], tok.count, eos_tokens=eos_tokens)
 
 
 def _jsonl(f: Path) -> Iterator[dict[str, Any]]:

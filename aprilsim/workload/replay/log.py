@@ -12,6 +12,8 @@ from collections import Counter
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
+from aprilsim.workload.replay.turns import LoggedTurns
+
 
 class ReplayLogError(ValueError):
     """A run log cannot be replayed; the message is one line."""
@@ -28,6 +30,7 @@ class LoggedRow:
     reward: float | None = None
     resumed: bool = False  # began in an earlier step (aborted, then resumed)
     status: str | None = None  # as logged: completed, truncated, aborted, ...
+    turns: LoggedTurns | None = None  # a multi-turn response: `length` is its generated tokens
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class LoggedGroup:
     prompt_len: int | None
     rewards: tuple[float, ...] | None  # None when any sample's reward is missing
     resumed: int = 0  # samples that began in an earlier step
+    turns: tuple[LoggedTurns | None, ...] | None = None  # per response, where multi-turn
 
     @property
     def size(self) -> int:
@@ -94,7 +98,8 @@ class RunLog:
                 step=step, key=key, lengths=tuple(int(r.length) for r in rs),
                 prompt_len=max(prompts) if prompts else None,
                 rewards=None if any(x is None for x in rewards) else tuple(float(x) for x in rewards),
-                resumed=sum(r.resumed for r in rs)))
+                resumed=sum(r.resumed for r in rs),
+                turns=tuple(r.turns for r in rs) if any(r.turns for r in rs) else None))
         return cls(groups, source=source, fmt=fmt, notes=list(notes))
 
     # ------------------------------------------------------------------ views

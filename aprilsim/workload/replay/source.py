@@ -16,7 +16,10 @@ Edge cases, each defined here once:
   extra responses): response i takes the logged response i mod n; fewer: the first ones;
 - re-run prompts (``regenerate``: tail batching, dynamic sampling): the re-run responds with
   the lengths and rewards of the group it re-runs, as for the seeded generator (no new draw);
-- a logged length above ``max_len`` is capped there (the run counts as truncated).
+- a logged length above ``max_len`` is capped there (the run counts as truncated);
+- a multi-turn response (slime's ``loss_mask``, `turns.py`) replays as an episode: its logged
+  turns generate, its tool outputs are prefilled by the next turn and each tool call waits
+  its logged seconds (else ``tool_s``); its length is the tokens the model generated.
 
 Drift is in the logged lengths already; the step a group is drawn at does not scale it.
 """
@@ -33,6 +36,7 @@ from aprilsim.types import Group, Sample
 from aprilsim.workload import counter_rng as crn
 from aprilsim.workload.generator import Workload
 from aprilsim.workload.replay.log import LoggedGroup, ReplayLogError, RunLog
+from aprilsim.workload.replay.turns import episode_of
 
 log = logging.getLogger("aprilsim.replay")
 
@@ -63,7 +67,8 @@ class ReplayWorkload:
     """A `Workload` (same calls) whose groups are a run log's, in order; see the module doc."""
 
     def __init__(self, run: RunLog, *, max_len: int, exhausted: str = "wrap",
-                 fallback: Workload | None = None, unlogged: str = "skip") -> None:
+                 fallback: Workload | None = None, unlogged: str = "skip",
+                 tool_s: float = 0.5) -> None:
         if exhausted not in EXHAUSTED:
             raise ValueError(f"exhausted must be one of {', '.join(EXHAUSTED)}, got {exhausted!r}")
         if unlogged not in UNLOGGED:
@@ -74,6 +79,7 @@ class ReplayWorkload:
             raise ReplayLogError(f"{run.source}: no groups to replay")
         self.run = run
         self.max_len = int(max_len)
+        self.tool_s = tool_s  # seconds per tool call where a multi-turn log has none
         self.group_size = run.group_size
         self.exhausted = exhausted
         self.n_unlogged = 0
@@ -183,8 +189,19 @@ class ReplayWorkload:
         uid = self._next_uid
         samples = [Sample(uid + k, gid, k, prompt, lens[k], self.max_len, rewards[k % g.size])
                    for k in range(n)]
+        if g.turns is not None:  # multi-turn responses: episodes (their tool tokens prefilled)
+            self._episodes(samples, g)
         self._next_uid += n
         return Group(gid, prompt, samples, step, rate, i)
+
+    def _episodes(self, samples: list[Sample], g: LoggedGroup) -> None:
+        """Make the samples of logged group `g` whose responses had several turns episodes."""
+        assert g.turns is not None
+        for k, s in enumerate(samples):
+            turns = g.turns[k % g.size]
+            if turns is not None:
+                s.episode = episode_of(turns, self.max_len, self.tool_s)
+                s._target_len = s.episode._ends[-1]
 
     def generate(self, n_groups: int, step: int = 0, group_size: int | None = None) -> list[Group]:
         """The next `n_groups` logged groups (fresh prompts), whatever the step."""
@@ -209,7 +226,8 @@ class ReplayWorkload:
             if group_size > g.size:
                 raise ValueError(f"cannot regenerate {group_size} samples from a group of {g.size}")
             uid, gid = self._next_uid, self._next_gid
-            samples = [Sample(uid + k, gid, k, g.prompt_len, s._target_len, s.max_len, s._reward)
+            samples = [Sample(uid + k, gid, k, g.prompt_len, s._target_len, s.max_len, s._reward,
+                              episode=None if s.episode is None else s.episode.fresh())
                        for k, s in enumerate(g.samples[:group_size])]
             self._next_uid += group_size
             self._next_gid += 1

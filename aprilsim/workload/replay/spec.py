@@ -53,6 +53,9 @@ class ReplaySpec(BaseModel):
     prompt_column: str | None = None
     reward_column: str | None = None
     max_groups: int | None = Field(default=None, ge=1)  # replay only the log's first N groups
+    # multi-turn logs: seconds per tool call where the log has none (an assumption; slime's
+    # non_generation_time, where logged, is split over the sample's calls)
+    tool_s: float = Field(default=0.5, ge=0)
 
 
 def parse_spec(d: dict[str, Any]) -> ReplaySpec:
@@ -152,7 +155,7 @@ def replay_workload(spec: ReplaySpec, base_dir: str | Path, *, max_len: int, fal
     spec = spec.model_copy(update={"timing": rel(spec.timing), "tokenizer": rel(spec.tokenizer)})
     run = read_run_log(rel(spec.replay) or spec.replay, spec)
     return ReplayWorkload(run, max_len=max_len, exhausted=spec.exhausted, fallback=fallback,
-                          unlogged=spec.unlogged)
+                          unlogged=spec.unlogged, tool_s=spec.tool_s)
 
 
 def notes_for(workload: Any) -> list[str]:
@@ -168,6 +171,12 @@ def notes_for(workload: Any) -> list[str]:
         out.append(f"replay: logged times: {run.timing}")
     out.append(f"replay: more groups than logged: {workload.exhausted} "
                f"({'repeat the log from its first group' if workload.exhausted == 'wrap' else 'stop with an error'})")
+    turns = [t for g in workload.groups for t in (g.turns or ()) if t is not None]
+    if turns:
+        timed = sum(t.tool_s is not None for t in turns)
+        out.append(f"replay: {len(turns)} multi-turn responses replayed as episodes; tool time "
+                   f"logged for {timed}, {workload.tool_s:g} s per call assumed for the rest "
+                   "(lengths.tool_s)")
     out.append(CAVEAT)
     return out
 
