@@ -626,7 +626,7 @@ class RolloutCore:
         if action.priority or action.route is not None or action.keep_kv:
             place = Placement(action.priority, action.route, action.keep_kv)
         if not self.paused:
-            samples = action.samples
+            samples: Sequence[Sample] = action.samples
             if self.ledger.agentic:  # an episode's pending tool call runs first
                 samples = self._call_pending(samples, action.max_new_tokens, place)
             self.submit(samples, action.max_new_tokens, place)
