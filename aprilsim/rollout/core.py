@@ -109,7 +109,8 @@ _Tool = tuple[Sample, int | None, Placement | None, bool]  # a tool call in flig
 
 
 class GroupMaker(Protocol):
-    """What makes groups (a workload, a dataset): fresh ones, and re-runs of given prompts."""
+    """What makes groups (a workload, a dataset): fresh ones, and re-runs of given prompts. One
+    whose samples may be episodes says so with a true `agentic` attribute."""
 
     def new_groups(self, n: int, step: int, group_size: int | None = None) -> list[Group]: ...
 
@@ -189,6 +190,8 @@ class RolloutCore:
         # let go (memory bounded in steps); True keeps every group for a look after the run
         self.keep_groups = keep_groups
         self.ledger = StepLedger(meter, expected_length, scheduler.step_stats)
+        # a run of episodes (a maker may say so; else its first episode does, `_Source`)
+        self.ledger.agentic = bool(getattr(groups, "agentic", False))
         self.ctx = Context(source=_Source(self.groups, groups, self.ledger), batch_size=batch_size,
                            max_len=max_len, total_steps=steps, group_size=group_size)
         self.inflight: dict[int, Sample] = {}  # request id -> the sample it generates

@@ -99,6 +99,11 @@ class _Workload:
     def __init__(self, workload: Workload) -> None:
         self.workload = workload
 
+    @property
+    def agentic(self) -> bool:
+        """Whether its samples may be episodes (their steps record the episodes' figures)."""
+        return bool(getattr(self.workload, "agentic", False))
+
     def new_groups(self, n: int, step: int, group_size: int | None = None) -> list[Group]:
         return self.workload.generate(n, step, group_size)
 

@@ -77,6 +77,11 @@ class Workload:
         self._next_uid = 0
         self._next_prompt = 0  # index of the next fresh prompt: the key of its random numbers
 
+    @property
+    def agentic(self) -> bool:
+        """Whether its samples are episodes (`[workload.episodes]`)."""
+        return self.episodes is not None
+
     def expected_length(self, step: int = 0) -> float:
         """Mean capped response length at `step` (numerical; the workload mean of length bias)."""
         scale = self.drift.scale(step)

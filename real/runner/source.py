@@ -64,6 +64,11 @@ class ReplaySource:
         self.group_size = workload.group_size
         self.sampling = sampling or SamplingParams()
 
+    @property
+    def agentic(self) -> bool:
+        """Whether its samples may be episodes (the workload's)."""
+        return bool(getattr(self.workload, "agentic", False))
+
     def new_groups(self, n: int, step: int, group_size: int | None = None) -> list[Group]:
         return self.workload.generate(n, step, group_size)
 

@@ -80,6 +80,7 @@ class ReplayWorkload:
         self.run = run
         self.max_len = int(max_len)
         self.tool_s = tool_s  # seconds per tool call where a multi-turn log has none
+        self.agentic = any(g.turns is not None for g in run.groups)  # multi-turn responses
         self.group_size = run.group_size
         self.exhausted = exhausted
         self.n_unlogged = 0
