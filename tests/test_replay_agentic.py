@@ -88,6 +88,32 @@ def test_turns_from_verl_text():
     assert turns_from_text("plain answer", count) is None
 
 
+def test_an_episodes_table_fitted_to_the_log_simulates_the_logged_regime(tmp_path):
+    """`episodes_table` turns the logged turns into `[workload.episodes]` (empirical tool
+    tokens and seconds) and the per-turn lengths `aprilsim fit` takes: a scenario built on them
+    draws episodes in the logged ranges."""
+    from aprilsim.workload.replay.spec import read_run_log
+    from aprilsim.workload.replay.turns import episodes_table
+
+    run = read_run_log(DATA / "slime" / "rollout_data")
+    fitted = episodes_table([t for g in run.groups for t in g.turns or () if t is not None])
+    ep = fitted["episodes"]
+    assert (ep["min_turns"], ep["max_turns"]) == (min(t["turns"] for t in TRUTH),
+                                                  max(t["turns"] for t in TRUTH))
+    assert 40 <= min(ep["tool_tokens"]["values"]) and max(ep["tool_tokens"]["values"]) <= 200
+    assert len(fitted["per_turn_lengths"]) == sum(t["turns"] for t in TRUTH)
+    assert sum(fitted["per_turn_lengths"]) == sum(t["generated"] for t in TRUTH)
+    sc = scenario_from_dict({
+        "name": "fitted", "steps": 2, "batch_size": 4, "group_size": 4, "max_response_len": 4096,
+        "lengths": {"family": "empirical", "values": fitted["per_turn_lengths"]},
+        "workload": {"episodes": ep}})
+    for g in sc.workload_for().generate(8, 0):
+        for s in g.samples:
+            assert ep["min_turns"] <= len(s.episode._ends) <= ep["max_turns"]
+            assert all(40 <= t <= 200 for t in s.episode._tool_tokens)
+            assert all(0 < x <= max(ep["tool_s"]["values"]) for x in s.episode._tool_s)
+
+
 def test_a_bad_tool_seconds_key_is_one_line():
     with pytest.raises(ScenarioError, match="tool_s") as e:
         _replay(DATA / "slime" / "rollout_data", tool_s=-1.0).workload_for()

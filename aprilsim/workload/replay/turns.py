@@ -25,7 +25,7 @@ from typing import Any
 
 from aprilsim.types import Episode
 
-__all__ = ["LoggedTurns", "episode_of", "turns_from_mask", "turns_from_text"]
+__all__ = ["LoggedTurns", "episode_of", "episodes_table", "turns_from_mask", "turns_from_text"]
 
 # verl's tool agent loop: a tool response rendered by the Hermes/Qwen chat template, decoded with
 # the special tokens skipped ("user\n<tool_response>\n...\n</tool_response>\nassistant\n")
@@ -124,3 +124,28 @@ def episode_of(turns: LoggedTurns, max_len: int, tool_s: float) -> Episode:
     ends, s, toks = plan_episode(list(turns.lengths), secs, list(turns.tool_tokens), max_len,
                                  max_len)
     return Episode(ends, s, toks, max_len)
+
+
+def episodes_table(turns: Sequence[LoggedTurns]) -> dict[str, Any]:
+    """A `[workload.episodes]` table fitted to logged multi-turn responses: the turns' range,
+    each tool call's output tokens and (where logged) seconds as empirical laws (their values,
+    at most 2,000, evenly picked), and `per_turn_lengths`: every turn's generated tokens, to fit
+    the per-turn `[lengths]` model with `aprilsim fit` (left out of the table itself)."""
+    if not turns:
+        raise ValueError("no multi-turn responses to fit")
+
+    def empirical(xs: list[float]) -> dict[str, Any]:
+        xs = sorted(xs)
+        step = max(1, len(xs) // 2000)
+        return {"family": "empirical", "values": xs[::step]}
+
+    counts = [len(t.lengths) for t in turns]
+    tokens = [float(x) for t in turns for x in t.tool_tokens]
+    table: dict[str, Any] = {"min_turns": min(counts), "max_turns": max(counts)}
+    if tokens:
+        table["tool_tokens"] = empirical(tokens)
+    secs = [s for t in turns if t.tool_s is not None for s in t.tool_s]
+    if secs:
+        table["tool_s"] = empirical(secs)
+    return {"episodes": table,
+            "per_turn_lengths": [n for t in turns for n in t.lengths]}
