@@ -566,8 +566,8 @@ class RolloutCore:
     # ------------------------------------------------------------------ the scheduler
     def drain(self, now: float) -> tuple[Command, ...]:
         """Hand every queued event to the scheduler, one at a time, and carry out its actions;
-        return the engine commands to carry out now, in order (module docstring): the batches
-        handed over, then at most one abort or sync. The driver carries them out (reporting what
+        return the commands to carry out now, in order (module docstring): the tool calls begun,
+        the batches handed over, then at most one abort or sync. The driver carries them out (reporting what
         they bring back) and drains again, until nothing is returned."""
         self.now = now
         if self._draining:
@@ -591,7 +591,7 @@ class RolloutCore:
                 self._land(self._early.pop(self._aborts[0]))
         finally:
             self._draining = False
-        if self._batches or self._io or (self._want_batch and self._closed):
+        if self.timers or self._batches or self._io or (self._want_batch and self._closed):
             return self._commands()
         return _NO_COMMANDS
 
