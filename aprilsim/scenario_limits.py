@@ -112,8 +112,8 @@ def requests_per_step(name: str, settings: dict[str, Any], batch_size: int, grou
         return float(s.get("gen_batch_size") or n) * g
     if name == "tail_batching":
         return float(s.get("prompt_ratio", 1.25)) * n * (g + float(s.get("extra_responses", 2)))
-    if name == "fully_async":
-        return float(s.get("inflight_ratio", 2.0)) * n * g
+    if name in ("fully_async", "env_async"):
+        return float(s.get("inflight_ratio", 2.0 if name == "fully_async" else 1.5)) * n * g
     return float(n) * g
 
 
@@ -186,6 +186,9 @@ def check_scheduler_limits(sc: Any, name: str, settings: dict[str, Any]) -> None
         est = requests_per_step(name, settings, sc.batch_size, sc.group_size, sc.max_response_len)
     except (TypeError, ValueError):
         return  # a knob of the wrong type: the constructor's check names it
+    episodes = getattr(getattr(sc, "workload", None), "episodes", None)
+    if episodes is not None:  # an episode sends a request per turn
+        est *= episodes.max_turns
     if est > MAX_REQUESTS_PER_STEP:
         raise LimitError(
             f"schedulers.{name}: about {est:,.0f} requests per step ({sc.batch_size:,} groups "

@@ -288,6 +288,7 @@ def test_a_scheduler_cannot_call_tools_of_an_episode_without_a_pending_call():
     ({"max_turns": 2, "tool_tokens": {"low": 1}}, "workload.episodes.tool_tokens"),
     ({"max_turns": 2, "tool_s": {"family": "lognormal", "mus": 1}}, "tool_s.mus"),
     ({"max_turns": 2, "turns": 3}, "workload.episodes.turns: unknown key"),
+    ({"max_turns": 10**6}, "requests per step"),  # a request per turn: the run-size bound
 ])
 def test_bad_episode_keys_are_one_line_errors(episodes, msg):
     with pytest.raises(ScenarioError, match=msg) as e:
