@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aprilsim.types import Group, Sample
+from aprilsim.types import Episode, Group, Sample
 from aprilsim.workload import counter_rng as crn
 from aprilsim.workload.generator import Workload
 from aprilsim.workload.replay.log import LoggedGroup, ReplayLogError, RunLog
@@ -187,22 +187,23 @@ class ReplayWorkload:
                 log.warning("replay: a scheduler asked for %d responses per prompt; the log holds "
                             "%d: response i repeats logged response i mod %d", n, g.size, g.size)
         lens = [min(g.lengths[k % g.size], self.max_len) for k in range(n)]
+        eps = self._episodes(g, n)
         uid = self._next_uid
-        samples = [Sample(uid + k, gid, k, prompt, lens[k], self.max_len, rewards[k % g.size])
-                   for k in range(n)]
-        if g.turns is not None:  # multi-turn responses: episodes (their tool tokens prefilled)
-            self._episodes(samples, g)
+        samples = [Sample(uid + k, gid, k, prompt, lens[k] if eps[k] is None else eps[k]._ends[-1],
+                          self.max_len, rewards[k % g.size], episode=eps[k]) for k in range(n)]
         self._next_uid += n
         return Group(gid, prompt, samples, step, rate, i)
 
-    def _episodes(self, samples: list[Sample], g: LoggedGroup) -> None:
-        """Make the samples of logged group `g` whose responses had several turns episodes."""
-        assert g.turns is not None
-        for k, s in enumerate(samples):
+    def _episodes(self, g: LoggedGroup, n: int) -> list[Episode | None]:
+        """The episodes of `n` responses of logged group `g` (multi-turn ones: their tool tokens
+        prefilled), None for single-turn ones; response k repeats logged response k mod size."""
+        if g.turns is None:
+            return [None] * n
+        out: list[Episode | None] = []
+        for k in range(n):
             turns = g.turns[k % g.size]
-            if turns is not None:
-                s.episode = episode_of(turns, self.max_len, self.tool_s)
-                s._target_len = s.episode._ends[-1]
+            out.append(None if turns is None else episode_of(turns, self.max_len, self.tool_s))
+        return out
 
     def generate(self, n_groups: int, step: int = 0, group_size: int | None = None) -> list[Group]:
         """The next `n_groups` logged groups (fresh prompts), whatever the step."""
