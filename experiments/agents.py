@@ -82,8 +82,8 @@ def measure(sc: Scenario, seeds: list[int]) -> dict[str, Any]:
             if shares[name] == 1.0:  # the decomposition compares runs on the same engines
                 fig["gain_vs_sync"] = mean_parts([decompose(r, b)
                                                   for r, b in zip(rs, rows["sync"])])
-            fig["episodes_per_s_vs_sync"] = sum(
-                r["episodes_per_s"] / b["episodes_per_s"] for r, b in zip(rs, rows["sync"])) / len(rs)
+            ratios = [r["episodes_per_s"] / b["episodes_per_s"] for r, b in zip(rs, rows["sync"])]
+            fig["episodes_per_s_vs_sync"] = sum(ratios) / len(ratios)
         out[name] = fig
     return out
 

@@ -110,7 +110,8 @@ def agent_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
 
     def line(xs: list[str]) -> str:
-        return "  ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(zip(xs, widths)))
+        return "  ".join(x.rjust(w) if i else x.ljust(w)
+                         for i, (x, w) in enumerate(zip(xs, widths)))
 
     title = ("episodes (docs/agents.md): tool-wait = share of rollout time every episode in "
              "flight waits on a tool; generated and prefilled tokens and tool seconds apart:")

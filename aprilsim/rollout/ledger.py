@@ -147,7 +147,8 @@ class StepLedger:
         if isinstance(rec, AgentStepRecord):
             self._trained_episodes(rec, groups, trainer_version)
 
-    def _trained_batch(self, rec: StepRecord, groups: Sequence[Group], trainer_version: int) -> None:
+    def _trained_batch(self, rec: StepRecord, groups: Sequence[Group],
+                       trainer_version: int) -> None:
         """`trained`'s figures of every batch (responses, staleness, latency)."""
         hist: dict[int, int] = {}
         lat: list[float] = []  # metrics.latency.batch_latency's figures, in the same pass

@@ -51,7 +51,8 @@ class Uniform:
 
     def __post_init__(self) -> None:
         if not 0 <= self.low <= self.high:
-            raise ValueError(f"uniform: need 0 <= low <= high, got low {self.low}, high {self.high}")
+            raise ValueError(f"uniform: need 0 <= low <= high, got low {self.low}, "
+                             f"high {self.high}")
 
     def ppf(self, q: np.ndarray) -> np.ndarray:
         return self.low + (self.high - self.low) * np.asarray(q, float)
