@@ -26,7 +26,7 @@ from aprilsim.scenario_limits import parse_toml
 from aprilsim.sim.build import build_simulation
 from aprilsim.sim.run import simulate
 from aprilsim.workload import counter_rng as crn
-from aprilsim.workload.episodes import EpisodeModel, Uniform, plan_episode
+from aprilsim.workload.episodes import EpisodeModel, TurnLengths, Uniform, plan_episode
 from aprilsim.workload.lengths import Parametric
 
 
@@ -115,8 +115,8 @@ def test_hard_prompts_take_more_and_longer_turns():
                      tool_tokens=Uniform(10, 20))
     keys = np.arange(400, dtype=np.int64)
     u = crn.normals(0, crn.PROMPT_EFFECT, keys)
-    eps = m.draw(0, keys, 4, u, 0.6, Parametric("lognormal", {"mu": 5.0, "sigma": 0.8}), 1.0,
-                 1 << 20)
+    how = TurnLengths(Parametric("lognormal", {"mu": 5.0, "sigma": 0.8}), 0.6, 1.0, 1 << 20)
+    eps = m.draw(0, keys, 4, u, how)
     turns = np.array([np.mean([len(e._ends) for e in row]) for row in eps])
     per_turn = np.array([np.mean([e._ends[-1] / len(e._ends) for e in row]) for row in eps])
     assert np.corrcoef(u, turns)[0, 1] > 0.4

@@ -48,8 +48,6 @@ class SyncScheduler:
 
     name: ClassVar[str] = "sync"
     mode: ClassVar[Mode] = "colocated"
-    sample_events: ClassVar[bool] = False  # only group completions matter
-    turn_events: ClassVar[bool] = False  # episodes run their turns on their own
     variants: ClassVar[tuple[dict[str, object], ...]] = ({"dispatch": "group"},
                                                           {"barrier": "turn"})
     dispatch: str = "router"  # "router": the scenario's; "group": veRL's, a group per engine
@@ -65,9 +63,17 @@ class SyncScheduler:
         if self.barrier not in BARRIERS:
             raise ValueError(f"{self.name}: barrier must be one of {BARRIERS}, not "
                              f"{self.barrier!r}")
-        if self.barrier == "turn":  # the turns are the scheduler's: it hears every end
-            self.turn_events = True  # type: ignore[misc]
-            self.sample_events = True  # type: ignore[misc]
+
+    @property
+    def sample_events(self) -> bool:
+        """Only group completions matter, but for the per-turn barrier: it hears every end."""
+        return self.barrier == "turn"
+
+    @property
+    def turn_events(self) -> bool:
+        """With the per-turn barrier the turns are the scheduler's (`TurnEnded`, `CallTools`);
+        else episodes run their turns on their own."""
+        return self.barrier == "turn"
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Action]:
         """Submit N groups at the rollout's start; close the batch when all are complete."""

@@ -5,9 +5,9 @@ in-flight map, the scheduler's event queue, the pause and sync holds, the sends 
 engine I/O, the closed batches, the sample life cycle and the step ledger) and knows no clock,
 no engine, no simpy and no asyncio. A driver feeds it what happened, with the time (`start_rollout`,
 `request_ended`, `abort_landed`, `weights_synced`, ...), and calls `drain(now)`: the scheduler
-reacts, and `drain` returns the engine commands to carry out (`Abort`, `SyncWeights`,
-`BatchReady`, `aprilsim.rollout.ports`) in order. Requests start through the driver's `Sender`,
-the one direct call (the common path). Engine figures come in through a `Meter`.
+reacts, and `drain` returns the commands to carry out (`Abort`, `SyncWeights`, `BatchReady`, and
+an episode's `ToolCall` timers, `aprilsim.rollout.ports`) in order. Requests start through the
+driver's `Sender`, the one direct call (the common path). Engine figures come in through a `Meter`.
 `aprilsim.sim.runtime` drives it in simulated time, `real.runner.runtime` on live engines; whatever
 the scheduler can observe, and the order engine I/O happens in, is decided here, once.
 
@@ -34,6 +34,10 @@ Decided here (docs/concepts.md, "What a scheduler may rely on"):
   decides and sets it. Truncated means complete at max_response_len (`Sample.truncated`).
 * A request that ended (not aborted) short of its target came back at a token cap: PARTIAL and
   SampleCapped, in both drivers.
+* An episode's turn that ends short of its end calls its tool: in flight under a request id of
+  its own (a `ToolCall` the driver times, first among `drain`'s commands); no engine holds it, so
+  an abort cancels it (it runs again when the episode is resumed). Its return sends the next turn
+  like any send, behind the hold rule.
 * Status writes follow the life-cycle table (`aprilsim.rollout.lifecycle`): a change a scheduler
   names is checked against it; the hot paths write where the in-flight map proves the source.
 """
@@ -356,7 +360,9 @@ class RolloutCore:
         """Episode `s` ended a turn short of its end: its tool call runs now and its next turn
         follows (`tool_done`); or it waits, PARTIAL with the call pending (`ep.calling`): a
         scheduler with `turn_events` hears `TurnEnded`, an abort or a sync landing returns it."""
-        s.episode.calling = True  # type: ignore[union-attr]
+        ep = s.episode
+        assert ep is not None
+        ep.calling = True
         if self._returning or self._turn_events:
             s.status = _PARTIAL  # RUNNING (in flight) -> PARTIAL: lifecycle.DIRECT
             self.ledger.n_partial += 1
@@ -567,8 +573,8 @@ class RolloutCore:
     def drain(self, now: float) -> tuple[Command, ...]:
         """Hand every queued event to the scheduler, one at a time, and carry out its actions;
         return the commands to carry out now, in order (module docstring): the tool calls begun,
-        the batches handed over, then at most one abort or sync. The driver carries them out (reporting what
-        they bring back) and drains again, until nothing is returned."""
+        the batches handed over, then at most one abort or sync. The driver carries them out
+        (reporting what they bring back) and drains again, until nothing is returned."""
         self.now = now
         if self._draining:
             return _NO_COMMANDS
@@ -604,10 +610,10 @@ class RolloutCore:
             self._batches.append(BatchReady(self._closed.pop(0)))
         if not self._batches and not self._io and not self.timers:
             return _NO_COMMANDS
-        out = self.timers
-        self.timers = []
-        out += self._batches
-        self._batches = []
+        out, self._batches = self._batches, []
+        if self.timers:  # the tool calls first (the list is never rebound: drivers hold it)
+            out[:0] = self.timers
+            self.timers.clear()
         if self._io:
             out.append(self._io.popleft())
         return tuple(out)

@@ -689,10 +689,8 @@ class Simulation:
                 nxt = fast[i].t_event
             else:
                 nxt = self._advance(i, now)
-            # the scheduler reacts, or an episode's tool call starts: armed again after the drain
-            react = bool(events) or bool(timers)
-            if react:
-                nxt = INF
+            if events or timers:  # the scheduler reacts, or an episode's tool call starts
+                nxt = INF  # armed again once the scheduler has reacted
             if tc is None:
                 clock.served(i, nxt)
             elif nxt < INF:
@@ -701,7 +699,7 @@ class Simulation:
             else:
                 armed[i] = nxt
                 heappop(heap)
-            if react:
+            if events or timers:
                 self._dirty.add(i)
                 self._drain()
                 due = peek()

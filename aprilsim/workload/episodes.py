@@ -28,7 +28,7 @@ from aprilsim.types import Episode, turn_request
 from aprilsim.workload import counter_rng as crn
 from aprilsim.workload.lengths import LengthModel, cap_lengths
 
-__all__ = ["Draw", "EpisodeModel", "Uniform", "plan_episode", "turn_request"]
+__all__ = ["Draw", "EpisodeModel", "TurnLengths", "Uniform", "plan_episode", "turn_request"]
 
 _MEAN_KEY0 = 1 << 40  # prompt keys of the fixed sample behind `EpisodeModel.mean_generated`
 _MEAN_GROUPS = 512
@@ -88,6 +88,18 @@ def plan_episode(lengths: list[int], tool_s: list[float], tool_tokens: list[int]
 
 
 @dataclass(frozen=True)
+class TurnLengths:
+    """How an episode's turn lengths are drawn: the workload's length model (per turn), the
+    prompt effect's share of each draw (`prompt_share`), the step's drift scale, and the
+    context limit (`max_response_len`)."""
+
+    model: LengthModel
+    rho: float
+    scale: float
+    max_len: int
+
+
+@dataclass(frozen=True)
 class EpisodeModel:
     """`[workload.episodes]`: how many turns, and per tool call its latency and output tokens.
 
@@ -111,11 +123,14 @@ class EpisodeModel:
         """What one turn may generate at most."""
         return max_len if self.max_turn_len is None else min(self.max_turn_len, max_len)
 
-    def draw(self, seed: int, keys: np.ndarray, n: int, u_prompt: np.ndarray, rho: float,
-             lengths: LengthModel, scale: float, max_len: int) -> list[list[Episode]]:
+    def draw(self, seed: int, keys: np.ndarray, n: int, u_prompt: np.ndarray,
+             how: TurnLengths) -> list[list[Episode]]:
         """The episodes of groups `keys` (their fresh-prompt indices), `n` each: turn counts and
-        turn lengths through the copula on `u_prompt` (share `rho`), tool calls independent."""
+        turn lengths through the copula on `u_prompt` (share `how.rho`), tool calls
+        independent."""
         from scipy import special  # on first use: the CLI starts without scipy
+
+        rho, max_len = how.rho, how.max_len
 
         idx = np.arange(n, dtype=np.int64)
         span = self.max_turns - self.min_turns + 1
@@ -126,9 +141,9 @@ class EpisodeModel:
         t = self.max_turns
         u_turn = special.ndtri(crn.turn_uniforms(seed, crn.TURN_EFFECT, keys, idx, t))
         z = np.sqrt(rho) * u_prompt[:, None, None] + np.sqrt(1.0 - rho) * u_turn
-        raw = lengths.ppf(special.ndtr(z))
-        if scale != 1.0:
-            raw = raw * scale
+        raw = how.model.ppf(special.ndtr(z))
+        if how.scale != 1.0:
+            raw = raw * how.scale
         cap = self.turn_cap(max_len)
         lens = cap_lengths(raw, cap).tolist()
         secs = self.tool_s.ppf(crn.turn_uniforms(seed, crn.TOOL_SECONDS, keys, idx, t)).tolist()
@@ -143,11 +158,11 @@ class EpisodeModel:
             out.append(eps)
         return out
 
-    def mean_generated(self, lengths: LengthModel, rho: float, scale: float, max_len: int) -> float:
+    def mean_generated(self, how: TurnLengths) -> float:
         """Mean generated tokens per episode (a fixed sample of episodes: deterministic)."""
         keys = np.arange(_MEAN_KEY0, _MEAN_KEY0 + _MEAN_GROUPS, dtype=np.int64)
         u_prompt = crn.normals(0, crn.PROMPT_EFFECT, keys)
-        eps = self.draw(0, keys, 4, u_prompt, rho, lengths, scale, max_len)
+        eps = self.draw(0, keys, 4, u_prompt, how)
         return float(np.mean([e._ends[-1] for row in eps for e in row]))
 
 

@@ -24,7 +24,7 @@ from aprilsim.native import compiled_modules
 from aprilsim.types import Group, Sample, make_groups
 from aprilsim.workload import counter_rng as crn
 from aprilsim.workload.drift import Drift, NoDrift
-from aprilsim.workload.episodes import EpisodeModel
+from aprilsim.workload.episodes import EpisodeModel, TurnLengths
 from aprilsim.workload.lengths import LengthModel, Parametric, cap_lengths
 
 # compiled, `make_groups` calls the native constructors directly; interpreted, a map over the
@@ -88,8 +88,8 @@ class Workload:
         cache = self.__dict__.setdefault("_mean_cache", {})
         if scale not in cache:
             if self.episodes is not None:  # generated tokens per episode, every turn together
-                cache[scale] = self.episodes.mean_generated(self.lengths, self.prompt_share,
-                                                            scale, self.max_len)
+                cache[scale] = self.episodes.mean_generated(
+                    TurnLengths(self.lengths, self.prompt_share, scale, self.max_len))
                 return cache[scale]
             q = (np.arange(4000) + 0.5) / 4000
             cache[scale] = float(cap_lengths(self.lengths.ppf(q) * scale, self.max_len).mean())
@@ -120,8 +120,8 @@ class Workload:
         scale = self.drift.scale(step)
         episodes = None
         if self.episodes is not None:
-            episodes = self.episodes.draw(seed, keys, n, u_prompt, rho, self.lengths, scale,
-                                          self.max_len)
+            episodes = self.episodes.draw(seed, keys, n, u_prompt,
+                                          TurnLengths(self.lengths, rho, scale, self.max_len))
             resp = np.array([[e._ends[-1] for e in row] for row in episodes], dtype=np.int64)
         else:
             raw = self.lengths.ppf(special.ndtr(z))

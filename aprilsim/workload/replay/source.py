@@ -67,8 +67,7 @@ class ReplayWorkload:
     """A `Workload` (same calls) whose groups are a run log's, in order; see the module doc."""
 
     def __init__(self, run: RunLog, *, max_len: int, exhausted: str = "wrap",
-                 fallback: Workload | None = None, unlogged: str = "skip",
-                 tool_s: float = 0.5) -> None:
+                 fallback: Workload | None = None, unlogged: str = "skip") -> None:
         if exhausted not in EXHAUSTED:
             raise ValueError(f"exhausted must be one of {', '.join(EXHAUSTED)}, got {exhausted!r}")
         if unlogged not in UNLOGGED:
@@ -79,7 +78,7 @@ class ReplayWorkload:
             raise ReplayLogError(f"{run.source}: no groups to replay")
         self.run = run
         self.max_len = int(max_len)
-        self.tool_s = tool_s  # seconds per tool call where a multi-turn log has none
+        self.tool_s = 0.5  # seconds per tool call where a multi-turn log has none (the spec's)
         self.agentic = any(g.turns is not None for g in run.groups)  # multi-turn responses
         self.group_size = run.group_size
         self.exhausted = exhausted

@@ -154,8 +154,10 @@ def replay_workload(spec: ReplaySpec, base_dir: str | Path, *, max_len: int, fal
 
     spec = spec.model_copy(update={"timing": rel(spec.timing), "tokenizer": rel(spec.tokenizer)})
     run = read_run_log(rel(spec.replay) or spec.replay, spec)
-    return ReplayWorkload(run, max_len=max_len, exhausted=spec.exhausted, fallback=fallback,
-                          unlogged=spec.unlogged, tool_s=spec.tool_s)
+    wl = ReplayWorkload(run, max_len=max_len, exhausted=spec.exhausted, fallback=fallback,
+                        unlogged=spec.unlogged)
+    wl.tool_s = spec.tool_s  # seconds per tool call where a multi-turn log has none
+    return wl
 
 
 def notes_for(workload: Any) -> list[str]:
