@@ -189,7 +189,11 @@ def _print_example(ctx: click.Context, _param: click.Parameter, name: str | None
 @click.option("--to-slime", "to_slime", metavar="SCENARIO.toml", type=click.Path(dir_okay=False, path_type=Path), help="Print the slime flags that launch this scenario.")
 @click.option("--scheduler", "-s", "target", help="With --to-slime: the scheduler to launch (default: the last non-sync one in `compare`).")
 @click.option("--lengths", "lengths", metavar="MODEL.toml", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="With --from-slime or --from-verl: the response-length model to use (one `aprilsim fit` wrote) instead of the per-dataset estimate.")
-@click.option("--example", metavar="NAME", callback=_print_example, expose_value=False, is_eager=True, help="Print an embedded example scenario and exit: `default` (the APRIL paper's setup) or `agentic` (tool-using episodes, docs/agents.md), each saying where its numbers come from.")
+@click.option("--example", metavar="NAME", callback=_print_example, expose_value=False,
+              is_eager=True,
+              help="Print an embedded example scenario and exit: `default` (the APRIL paper's "
+                   "setup) or `agentic` (tool-using episodes, docs/agents.md), each saying where "
+                   "its numbers come from.")
 def scenario(from_slime, from_verl, to_slime, target, lengths) -> None:
     """Print the embedded default scenario (a starting point for your own), or convert one.
 
