@@ -47,6 +47,8 @@ CANDIDATES: dict[str, Search | None] = {
     "async_april": Search("ratio", 1.25, 2.5),
     "async_one_step": None,
     "fully_async": Search("eta", 0, 4, integer=True),
+    "env_async": Search("eta", 0, 4, integer=True),
+    "sync_turns": None,  # sync's per-turn barrier: sync itself on single-turn workloads
     "dynamic_sampling": Search("gen_batch_size", 1, 3, integer=True, per_batch=True),
     "tail_batching": Search("prompt_ratio", 1.0, 2.0),
     "seer": None,

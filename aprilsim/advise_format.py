@@ -24,6 +24,10 @@ VERL_HINTS = {
     "tail_batching": "no verl counterpart (RollPacker's tail batching): use the slime flags",
     "seer": "no verl counterpart (Seer's system is not released)",
     "seer_history": "no verl counterpart (Seer's system is not released)",
+    "sync_turns": "verl's agent loop runs each episode on its own (sync); a per-turn barrier is "
+                  "Search-R1's older generation loop",
+    "env_async": "no verl counterpart (ROLL Flash's environment-level asynchrony); the nearest "
+                 "is the fully-async recipe (recipe/fully_async_policy)",
 }
 
 

@@ -18,6 +18,10 @@ _SEER = ("Seer's own system (not released): per-request priorities and routing (
          "--enable-priority-scheduling and a router that routes per piece), a global KV pool "
          "(Mooncake) so that a response moves between engines without re-prefill, and a "
          "scheduler that sends responses in pieces")
+_ROLL_FLASH = ("ROLL Flash's environment-level asynchronous rollout (ROLL, arXiv 2510.11345: "
+               "redundant environment groups, async_generation_ratio)")
+_TURN_BARRIER = ("a batch-synchronous multi-turn loop (Search-R1's LLMGenerationManager, RAGEN): "
+                 "every episode's turn k, then all tool calls, then turn k + 1")
 _ROLLPACKER = ("RollPacker's tail batching (arXiv 2509.21009, built on ROLL): short and long "
                "rounds, extra responses aborted; not in slime or verl")
 
@@ -46,6 +50,10 @@ LAUNCH: dict[str, dict[str, Launch]] = {
         "tail_batching": Launch(False, _ROLLPACKER),
         "seer": Launch(False, _SEER),
         "seer_history": Launch(False, _SEER + ", plus the prompts' lengths from earlier epochs"),
+        "sync_turns": Launch(False, _TURN_BARRIER + "; slime's multi-turn rollouts (a custom "
+                                    "generate function) run each episode on its own: sync"),
+        "env_async": Launch(False, _ROLL_FLASH + "; slime's train_async.py is one step "
+                                   "off-policy only"),
     },
     "verl": {
         "sync": Launch(True, "verl.trainer.main_ppo, as is"),
@@ -61,6 +69,10 @@ LAUNCH: dict[str, dict[str, Launch]] = {
         "tail_batching": Launch(False, _ROLLPACKER),
         "seer": Launch(False, _SEER),
         "seer_history": Launch(False, _SEER + ", plus the prompts' lengths from earlier epochs"),
+        "sync_turns": Launch(False, _TURN_BARRIER + "; verl's agent loop runs each episode on "
+                                    "its own: sync"),
+        "env_async": Launch(False, _ROLL_FLASH + "; verl's recipe/fully_async_policy is the "
+                                   "nearest: fully_async"),
     },
 }
 

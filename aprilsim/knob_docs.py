@@ -76,7 +76,7 @@ KNOB_DOCS["seer"] = {
                    "off under a prefix cache); false: each piece re-prefills what it carries",
                    "true, false"),
 }
-KNOB_DOCS["sync"] = {
+KNOB_DOCS["sync"] |= {
     "barrier": ("agentic episodes: \"episode\", each runs its turns and tool calls on its own "
                 "(an agent loop); \"turn\", every turn waits for the whole batch's turn and "
                 "tool calls (batch-synchronous multi-turn; `sync_turns`); the same on "

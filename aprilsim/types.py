@@ -68,10 +68,14 @@ class Episode:
     _tool_s: list[float]
     _tool_tokens: list[int]
     _turn_cap: int
-    turn: int  # the model turn in progress, or whose tool call is pending or running
-    appended: int  # tool tokens appended to the context so far
-    calling: bool  # the turn `turn` ended: its tool call is pending (or running)
-    tool_time_s: float  # seconds of the tool calls that returned
+    # where it is (the core moves it; not the constructor's): the model turn in progress, or
+    # whose tool call is pending or running; the tool tokens appended to the context so far;
+    # whether turn `turn` ended with its tool call pending (or running); the seconds of the
+    # tool calls that returned
+    turn: int = field(default=0, init=False)
+    appended: int = field(default=0, init=False)
+    calling: bool = field(default=False, init=False)
+    tool_time_s: float = field(default=0.0, init=False)
 
     def __init__(self, _ends: list[int], _tool_s: list[float], _tool_tokens: list[int],
                  _turn_cap: int) -> None:

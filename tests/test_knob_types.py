@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from test_engine_equivalence import no_mined_constants
 
@@ -19,7 +19,8 @@ VALUES = st.one_of(
     st.booleans(), st.integers(-10, 10**7), st.floats(allow_nan=True, allow_infinity=True),
     st.sampled_from(["false", "true", "no", "1", "2.5", ""]),
     st.sampled_from(["fifo", "most_progress", "complete", "discard", "error", "train", "drop",
-                     "recycle", "chunk", "one_for_one"]),  # the string knobs' own values
+                     "recycle", "chunk", "one_for_one", "router", "group", "episode",
+                     "turn"]),  # the string knobs' own values
     st.lists(st.integers(0, 3), max_size=2), st.none(),
 )
 
@@ -53,6 +54,11 @@ def test_knob_values_of_any_type():
     @settings(derandomize=True, max_examples=600, deadline=None,
               suppress_health_check=[HealthCheck.too_slow])
     @given(st.sampled_from(KNOBS), VALUES)
+    # a string a string knob takes, whatever the draws pair (each registered scheduler's knobs
+    # change which pairs a derandomized run draws)
+    @example(("sync", "dispatch"), "group")
+    @example(("sync", "barrier"), "turn")
+    @example(("april", "resume_order"), "most_progress")
     def check(knob, value):
         name, key = knob
         tp = knob_types(REGISTRY[name])[key]
