@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("aprilsim", "real")
 MAX_FUNCTION_LINES = 80
 COMPLEXITY_RULES = "C901,PLR0911,PLR0912,PLR0913,PLR0915"
-COMPLEXITY_CEILING = 137  # findings at ruff's default thresholds; lower it as functions split
+COMPLEXITY_CEILING = 135  # findings at ruff's default thresholds; lower it as functions split
 TYPE_IGNORE_CEILING = 48
 
 

@@ -174,58 +174,65 @@ def parse_sampling_params(sp: object, vocab_size: int, has_tokenizer: bool) -> S
     return s
 
 
+# SGLang's ``SamplingParams.verify`` range checks, in its order: (field, holds, message)
+_RANGES: tuple[tuple[str, Callable[[SamplingSpec], bool], Callable[[SamplingSpec], str]], ...] = (
+    ("temperature", lambda s: math.isfinite(s.temperature) and s.temperature >= 0.0,
+     lambda s: f"temperature must be a non-negative finite number, got {s.temperature}."),
+    ("top_p", lambda s: 0.0 < s.top_p <= 1.0, lambda s: f"top_p must be in (0, 1], got {s.top_p}."),
+    ("min_p", lambda s: 0.0 <= s.min_p <= 1.0, lambda s: f"min_p must be in [0, 1], got {s.min_p}."),
+    ("top_k", lambda s: s.top_k >= 1,
+     lambda s: f"top_k must be -1 (disable) or at least 1, got {s.top_k}."),
+    ("frequency_penalty", lambda s: -2.0 <= s.frequency_penalty <= 2.0,
+     lambda s: f"frequency_penalty must be in [-2, 2], got {s.frequency_penalty}."),
+    ("presence_penalty", lambda s: -2.0 <= s.presence_penalty <= 2.0,
+     lambda s: f"presence_penalty must be in [-2, 2], got {s.presence_penalty}."),
+    ("repetition_penalty", lambda s: 0.0 < s.repetition_penalty <= 2.0,
+     lambda s: "repetition_penalty must be in (0, 2] (1.0 = no penalty), got "
+               f"{s.repetition_penalty}."),
+    ("min_new_tokens", lambda s: s.min_new_tokens >= 0,
+     lambda s: f"min_new_tokens must be in [0, max_new_tokens], got {s.min_new_tokens}."),
+    ("max_new_tokens", lambda s: s.max_new_tokens >= 0,
+     lambda s: f"max_new_tokens must be at least 0, got {s.max_new_tokens}."),
+    ("min_new_tokens", lambda s: s.min_new_tokens <= s.max_new_tokens,
+     lambda s: f"min_new_tokens must be in [0, max_new_tokens({s.max_new_tokens})], got "
+               f"{s.min_new_tokens}."),
+    ("stream_interval", lambda s: s.stream_interval is None or s.stream_interval >= 1,
+     lambda s: f"stream_interval must be at least 1, got {s.stream_interval}."),
+)
+
+
 def _verify(s: SamplingSpec, sp: dict, vocab_size: int) -> None:
     """SGLang's ``SamplingParams.verify``: same rules, same messages."""
-    if not math.isfinite(s.temperature) or s.temperature < 0.0:
-        raise ParamError("temperature", "temperature must be a non-negative finite number, "
-                                        f"got {s.temperature}.")
-    if not 0.0 < s.top_p <= 1.0:
-        raise ParamError("top_p", f"top_p must be in (0, 1], got {s.top_p}.")
-    if not 0.0 <= s.min_p <= 1.0:
-        raise ParamError("min_p", f"min_p must be in [0, 1], got {s.min_p}.")
-    if s.top_k < 1:
-        raise ParamError("top_k", f"top_k must be -1 (disable) or at least 1, got {s.top_k}.")
-    if not -2.0 <= s.frequency_penalty <= 2.0:
-        raise ParamError("frequency_penalty",
-                         f"frequency_penalty must be in [-2, 2], got {s.frequency_penalty}.")
-    if not -2.0 <= s.presence_penalty <= 2.0:
-        raise ParamError("presence_penalty",
-                         f"presence_penalty must be in [-2, 2], got {s.presence_penalty}.")
-    if not 0.0 < s.repetition_penalty <= 2.0:
-        raise ParamError("repetition_penalty", "repetition_penalty must be in (0, 2] (1.0 = no "
-                                               f"penalty), got {s.repetition_penalty}.")
-    if s.min_new_tokens < 0:
-        raise ParamError("min_new_tokens", "min_new_tokens must be in [0, max_new_tokens], got "
-                                           f"{s.min_new_tokens}.")
-    if s.max_new_tokens < 0:
-        raise ParamError("max_new_tokens",
-                         f"max_new_tokens must be at least 0, got {s.max_new_tokens}.")
-    if s.min_new_tokens > s.max_new_tokens:
-        raise ParamError("min_new_tokens", "min_new_tokens must be in [0, max_new_tokens("
-                                           f"{s.max_new_tokens})], got {s.min_new_tokens}.")
-    if s.stream_interval is not None and s.stream_interval < 1:
-        raise ParamError("stream_interval",
-                         f"stream_interval must be at least 1, got {s.stream_interval}.")
+    for name, holds, message in _RANGES:
+        if not holds(s):
+            raise ParamError(name, message(s))
     bias = sp.get("logit_bias")
     if bias:
-        if not isinstance(bias, dict):
-            raise ParamError("logit_bias", "sampling_params.logit_bias: expected an object")
-        for key, val in bias.items():
-            try:
-                tid = int(key)
-            except ValueError:
-                raise ParamError("logit_bias", f"logit_bias keys must be token ids, got {key!r}"
-                                 ) from None
-            if not 0 <= tid < vocab_size:
-                raise ParamError("logit_bias", f"logit_bias must has keys in [0, "
-                                               f"{vocab_size - 1}], got {key}.")
-            if not _is_num(val) or not math.isfinite(val):
-                raise ParamError("logit_bias", f"logit_bias values must be finite numbers, "
-                                               f"got {val!r}")
-            s.logit_bias[tid] = float(val)
+        s.logit_bias.update(_logit_bias(bias, vocab_size))
     if s.seed is not None and not -(2**63) <= s.seed <= 2**63 - 1:
         raise ParamError("sampling_seed",
                          f"sampling_seed must be in [-2**63, 2**63 - 1], got {s.seed}.")
+
+
+def _logit_bias(bias: object, vocab_size: int) -> dict[int, float]:
+    """``logit_bias`` read and checked as SGLang does: token ids in the vocabulary, finite values."""
+    if not isinstance(bias, dict):
+        raise ParamError("logit_bias", "sampling_params.logit_bias: expected an object")
+    out: dict[int, float] = {}
+    for key, val in bias.items():
+        try:
+            tid = int(key)
+        except ValueError:
+            raise ParamError("logit_bias", f"logit_bias keys must be token ids, got {key!r}"
+                             ) from None
+        if not 0 <= tid < vocab_size:
+            raise ParamError("logit_bias", f"logit_bias must has keys in [0, "
+                                           f"{vocab_size - 1}], got {key}.")
+        if not _is_num(val) or not math.isfinite(val):
+            raise ParamError("logit_bias", f"logit_bias values must be finite numbers, "
+                                           f"got {val!r}")
+        out[tid] = float(val)
+    return out
 
 
 def adjust_logits(logits: torch.Tensor, s: SamplingSpec, prompt_ids: list[int],
