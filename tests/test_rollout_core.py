@@ -567,3 +567,37 @@ def test_end_state_counts_what_the_end_of_the_run_stopped():
     assert not core.inflight
     core.submit(first_group(core)[1:])  # nothing is sent once the run is over
     assert len(sink.sent) == 1
+
+
+def test_a_tool_call_that_returns_while_a_syncs_abort_is_on_its_way_is_heard_when_it_lands():
+    """The core, not the driver, holds a tool return behind an interrupting sync's abort: the
+    episode's next turn starts only once the abort has landed (after what it brought back), as
+    the live driver, busy carrying the abort out, would hear it."""
+    from aprilsim.rollout.ports import ToolCall
+    from aprilsim.types import Episode
+
+    def react(ev, ctx):
+        if isinstance(ev, RolloutStarted) and ctx.step == 0:
+            return submit_on_start(ev, ctx)
+        if isinstance(ev, TrainStepDone):
+            return [UpdateWeights(interrupt=True)]
+        return ()
+
+    core, sink, _ = make(react, mode="disaggregated", targets=(30,), land_now=False)
+    core.start_rollout(0, 0.0)
+    cmds = core.drain(0.0)
+    assert cmds == ()
+    s = first_group(core)[0]
+    s.episode = Episode([10, 30], [1.0], [5], 100)  # a turn of 10 tokens, a 1 s tool, 5 tokens
+    (rid,), _, _ = sink.sent[0]
+    core.request_ended(rid, 10, "stop", 0.5)  # the turn ends: its tool call starts
+    (call,) = core.drain(0.5)
+    assert isinstance(call, ToolCall) and core.tool_live(call.rid)
+    core.train_done(0, 1.0)
+    (sync,) = core.drain(1.0)
+    assert isinstance(sync, SyncWeights) and sync.interrupt
+    assert core.tool_done(call.rid, 1.5) is None  # the abort is still on its way
+    assert s.episode.turn == 0 and s.episode.appended == 0 and core.tool_live(call.rid)
+    core.sync_aborted([], 2.0)  # it lands: now the tool's tokens join and the next turn goes
+    assert s.episode.turn == 1 and s.episode.appended == 5 and not core.tool_live(call.rid)
+    assert core.tool_done(call.rid, 2.0) is None  # heard once

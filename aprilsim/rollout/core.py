@@ -215,6 +215,8 @@ class RolloutCore:
         self.updating = False  # a weight sync is in progress
         self._sync_returned: list[Sample] = []
         self._sync_covered: list[int] = []  # held sends an interrupting sync ended unsent
+        self._sync_landing = False  # an interrupting sync's abort is on its way to the engines
+        self._tools_after_sync: list[int] = []  # tool calls that returned meanwhile (`tool_done`)
         # engine I/O: commands not yet handed out, aborts on their way (oldest first), landings
         # reported before an earlier abort's, the held sends each abort ended unsent
         self._io: deque[Command] = deque()
@@ -395,8 +397,13 @@ class RolloutCore:
         """Tool call `rid` (a `ToolCall`) returned at `now`: its tokens join the context and the
         episode's next turn is sent under the version of this moment (held behind an abort or a
         sync on its way), or it comes back PARTIAL: `ToolReturned` (a `CallTools`), or
-        `SampleCapped` (the submission's token budget is spent). None: the call was cancelled."""
+        `SampleCapped` (the submission's token budget is spent). None: the call was cancelled, or
+        it returned while an interrupting sync's abort is on its way (heard when that lands, after
+        what the abort brought back, as a live driver hears it)."""
         self.now = now
+        if self._sync_landing and rid in self._tools:  # heard once the sync's abort lands
+            self._tools_after_sync.append(rid)
+            return None
         got = self._tools.pop(rid, None) if not self.finished else None
         if got is None:
             return None
@@ -481,6 +488,10 @@ class RolloutCore:
         self.now = now
         covered, self._sync_covered = self._sync_covered, []
         self._sync_returned += self._credit_all(ended, covered or None)
+        self._sync_landing = False
+        later, self._tools_after_sync = self._tools_after_sync, []
+        for rid in later:
+            self.tool_done(rid, now)
 
     def _credit_all(self, ended: Iterable[Ended], covered: list[int] | None) -> list[Sample]:
         """Credit what an abort or a sync brought back, and end the held sends it `covered`
@@ -689,6 +700,7 @@ class RolloutCore:
         self.updating = True
         rids: tuple[int, ...] = ()
         if action.interrupt:
+            self._sync_landing = True
             self._sync_covered = self._cover_held()
             rids = self._sent_rids()
         self._io.append(SyncWeights(action.interrupt, rids))

@@ -179,7 +179,6 @@ class Simulation:
         # what engine I/O on its way (an abort, a sync's abort: `abort_steps`) brought back, by
         # abort key (`_SYNC`: the sync's), until it lands; the end of the run stops it
         self._landing: dict[int, list[Completion]] = {}
-        self._tools_held: list[int] = []  # tool calls that returned during a sync's abort
         # requests on their way to the engines (`client_overhead_s`): id -> engine -> requests
         self._pending: dict[int, dict[int, list[Request]]] = {}
         self._n_sent = 0
@@ -574,11 +573,6 @@ class Simulation:
         self.core.sync_aborted(self._landing.pop(_SYNC), self.now)
         self._sync_started(self.now, until)
         self._drain()
-        if self._tools_held:  # tool calls that returned while the sync's abort was on its way
-            held, self._tools_held = self._tools_held, []
-            for rid in held:
-                self.core.tool_done(rid, self.now)
-            self._drain()
 
     def _sync_started(self, now: float, until: float) -> None:
         if self.trace is not None:
@@ -594,12 +588,8 @@ class Simulation:
 
     def _tool_done(self, rid: int, _ev) -> None:
         """An episode's tool call returned (unless an abort cancelled it): its next turn goes.
-        While an interrupting sync's abort is on its way, the core hears it when that lands (the
-        live driver carries the sync's abort out in its pump, which hears nothing meanwhile)."""
+        While an interrupting sync's abort is on its way, the core holds it until that lands."""
         if self._finished or not self.core.tool_live(rid):
-            return
-        if _SYNC in self._landing:
-            self._tools_held.append(rid)
             return
         self._sync_clock()
         self.core.tool_done(rid, self.now)
