@@ -4,7 +4,8 @@ import os as _os
 
 from aprilsim._version import __version__
 
-if _os.environ.get("APRILSIM_PURE") == "1":  # a compiled install, run as pure Python (aprilsim.native)
+# a compiled install, run as pure Python (aprilsim.native)
+if _os.environ.get("APRILSIM_PURE") == "1":
     from aprilsim.native import prefer_source
 
     prefer_source()

@@ -349,7 +349,8 @@ class _Reference:
         self.jobs, self.baseline = jobs, baseline
         self.base = _rows(sc, baseline, {}, self.fresh, jobs).set_index("seed")
 
-    def option(self, name: str, setting: dict[str, Any], sc: Any, cons: list | None = None) -> Option:
+    def option(self, name: str, setting: dict[str, Any], sc: Any,
+               cons: list | None = None) -> Option:
         """`name` at `setting` on the fresh seeds: gains over the baseline (paired), its costs,
         and with `cons` the limits checked there (a candidate with nothing to tune)."""
         from aprilsim.sweep.stats import t_interval

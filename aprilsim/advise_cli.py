@@ -9,28 +9,51 @@ import click
 from aprilsim.cli_errors import FiniteFloatRange, fail
 
 
-@click.command("advise", short_help="From a launch config and a length log to a ranked recommendation.")
-@click.argument("scenario", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--slime", metavar="FILE_OR_ARGS", help="A slime launch script (or its arguments as one string) to import.")
-@click.option("--verl", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A verl PPO/GRPO config (YAML or hydra overrides) to import.")
-@click.option("--log", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A generation log `aprilsim fit` reads: the response lengths are fitted from it.")
+@click.command("advise",
+               short_help="From a launch config and a length log to a ranked recommendation.")
+@click.argument("scenario", required=False,
+                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--slime", metavar="FILE_OR_ARGS",
+              help="A slime launch script (or its arguments as one string) to import.")
+@click.option("--verl", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A verl PPO/GRPO config (YAML or hydra overrides) to import.")
+@click.option("--log", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A generation log `aprilsim fit` reads: the response "
+                   "lengths are fitted from it.")
 @click.option("--column", help="The log's length column (default: detected).")
-@click.option("--calibration", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A cost calibration (`aprilsim calibrate --out`): used as the engine preset.")
-@click.option("--max-offpolicy", type=FiniteFloatRange(0, 1), help="Limit on the off-policy share of trained tokens (e.g. 0.5).")
-@click.option("--max-staleness", type=click.IntRange(min=0), help="Limit on the staleness of any trained token (policy versions).")
-@click.option("--max-length-bias", type=FiniteFloatRange(min=0), help="Limit on |length bias - sync's| (e.g. 0.05).")
-@click.option("--candidates", help="Comma-separated schedulers to consider (default: every registered one; sync is always measured).")
-@click.option("--baseline", metavar="NAME", help="The scheduler you run today, which the gains are over (default: the one the --slime/--verl config runs; sync for a scenario).")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Set a scenario key after the import (repeatable).")
-@click.option("--steps", type=click.IntRange(min=2), help="Training steps per simulation (default: the scenario's).")
+@click.option("--calibration", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A cost calibration (`aprilsim calibrate --out`): used as the engine preset.")
+@click.option("--max-offpolicy", type=FiniteFloatRange(0, 1),
+              help="Limit on the off-policy share of trained tokens (e.g. 0.5).")
+@click.option("--max-staleness", type=click.IntRange(min=0),
+              help="Limit on the staleness of any trained token (policy versions).")
+@click.option("--max-length-bias", type=FiniteFloatRange(min=0),
+              help="Limit on |length bias - sync's| (e.g. 0.05).")
+@click.option("--candidates",
+              help="Comma-separated schedulers to consider (default: every registered one; "
+                   "sync is always measured).")
+@click.option("--baseline", metavar="NAME",
+              help="The scheduler you run today, which the gains are over (default: the one the "
+                   "--slime/--verl config runs; sync for a scenario).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Set a scenario key after the import (repeatable).")
+@click.option("--steps", type=click.IntRange(min=2),
+              help="Training steps per simulation (default: the scenario's).")
 @click.option("--warmup", type=click.IntRange(min=0), help="Steps left out of each summary.")
-@click.option("--seeds", type=click.IntRange(min=3), default=3, show_default=True, help="Paired seeds per setting (and as many fresh ones for the figures).")
-@click.option("--rounds", type=click.IntRange(min=1), default=2, show_default=True, help="Grid refinements of each tuned knob.")
-@click.option("--grid", type=click.IntRange(min=2), help="Grid points per round (default: tune's, 7).")
+@click.option("--seeds", type=click.IntRange(min=3), default=3, show_default=True,
+              help="Paired seeds per setting (and as many fresh ones for the figures).")
+@click.option("--rounds", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Grid refinements of each tuned knob.")
+@click.option("--grid", type=click.IntRange(min=2),
+              help="Grid points per round (default: tune's, 7).")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Local worker processes.")
 @click.option("--json", "as_json", is_flag=True, help="Print the advice as JSON.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("advice"), show_default=True, help="Folder for the fitted lengths, the advised scenario and advice.json (new or empty).")
-@click.option("--force", is_flag=True, help="Write into --out even if it holds files (those of the same name are replaced).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("advice"), show_default=True,
+              help="Folder for the fitted lengths, the advised scenario and "
+                   "advice.json (new or empty).")
+@click.option("--force", is_flag=True,
+              help="Write into --out even if it holds files (those of the same name are replaced).")
 def advise_command(scenario, slime, verl, log, column, calibration, max_offpolicy, max_staleness,
                    max_length_bias, candidates, baseline, sets, steps, warmup, seeds, rounds, grid,
                    jobs, as_json, out_dir, force) -> None:

@@ -13,8 +13,8 @@ Option = Any
 VERL_HINTS = {
     # sync is verl's own default (the PPO trainer generates the batch, then trains): no recipe
     "sync": "the default trainer (verl.trainer.main_ppo): a synchronous rollout, nothing to change",
-    "fully_async": "the fully-async recipe (recipe/fully_async_policy), async_training.partial_rollout"
-                   "=True; staleness bounded by eta policy versions",
+    "fully_async": "the fully-async recipe (recipe/fully_async_policy), "
+                   "async_training.partial_rollout=True; staleness bounded by eta policy versions",
     "async_one_step": "the one-step-off-policy recipe (recipe/one_step_off_policy)",
     "dynamic_sampling": "the DAPO recipe (recipe/dapo): algorithm.filter_groups.enable=True",
     "april": "verl has no APRIL-style partial rollout: use the slime flags",
@@ -53,7 +53,8 @@ def format_options(advice: Advice) -> list[str]:
             out_lines.append(f"-  {o.scheduler}{today}: infeasible: {o.infeasible}")
             continue
         rank += 1
-        cells.append([str(rank), o.label + (" (today)" if o.baseline else ""), _gain_cell(o, base), f"{o.tok_gain:.2f}x",
+        cells.append([str(rank), o.label + (" (today)" if o.baseline else ""), _gain_cell(o, base),
+                      f"{o.tok_gain:.2f}x",
                       f"{o.sync_gain:.2f}x", f"{o.offpolicy:.0%}", f"{o.staleness:.0f}",
                       f"{o.length_bias_vs_sync:+.1%}",
                       "+ trainer's" if o.mode == "disaggregated" else "the same", o.launch])
@@ -73,8 +74,9 @@ def _notes(advice: Advice) -> list[str]:
     """What the columns need said: the trainer's GPUs, and what an unlaunchable option takes."""
     out = []
     if any(o.mode == "disaggregated" and not o.infeasible for o in advice.options):
-        out.append("GPUs \"+ trainer's\": a disaggregated scheduler trains on GPUs of its own besides "
-                   "the rollout GPUs sync shares with training: its samples/s gain buys hardware too")
+        out.append("GPUs \"+ trainer's\": a disaggregated scheduler trains on GPUs of its own "
+                   "besides the rollout GPUs sync shares with training: its samples/s gain buys "
+                   "hardware too")
     fw = advice.framework
     if fw is None:
         out.append("launch \"?\": a scenario file names no framework (--slime or --verl say which "

@@ -83,7 +83,8 @@ class CostSection(_Strict):
         if self.table_b is not None:
             return TabulatedCost(tuple(self.table_b), tuple(self.table_f or ()),
                                  tuple(self.table_g or ()), self.p0, self.p1, self.p2, self.pr)
-        return CostModel(a=self.a, b=self.b, c=self.c, p0=self.p0, p1=self.p1, p2=self.p2, pr=self.pr)
+        return CostModel(a=self.a, b=self.b, c=self.c, p0=self.p0, p1=self.p1, p2=self.p2,
+                         pr=self.pr)
 
 
 class SpeculativeSection(_Strict):
@@ -235,8 +236,8 @@ def load_preset_file(path: str | Path) -> EngineSpec:
     except ValueError as e:
         raise ScenarioError(f"cluster.preset: {p}: cost: {e}") from None
     over: dict[str, Any] = {k: getattr(pf, k) for k in
-                            ("kv_capacity", "max_running", "new_token_ratio", "max_prefill_tokens", "tp",
-                             "client_overhead_s", "prefix_cache", "prefix_cache_flush")
+                            ("kv_capacity", "max_running", "new_token_ratio", "max_prefill_tokens",
+                             "tp", "client_overhead_s", "prefix_cache", "prefix_cache_flush")
                             if getattr(pf, k) is not None}
     if pf.speculative is not None:
         over["speculative"] = pf.speculative.spec(f"cluster.preset: {p}: speculative")
@@ -292,7 +293,8 @@ class EpisodesSection(_Strict):
 
 class WorkloadSection(_Strict):
     prompt_share: float = Field(default=0.3, ge=0, lt=1)
-    dataset_prompts: int = Field(default=0, ge=0)  # 0: every prompt new; N: N prompts re-run each epoch
+    # 0: every prompt new; N: N prompts re-run each epoch
+    dataset_prompts: int = Field(default=0, ge=0)
     rewards: RewardSection = RewardSection()
     drift: dict[str, Any] | None = None
     episodes: EpisodesSection | None = None  # agentic: turns and tool calls (docs/agents.md)
@@ -327,7 +329,8 @@ class Scenario(_Strict):
     name: str = "scenario"
     seed: int = 0
     steps: int = Field(default=10, ge=1)
-    warmup_steps: int = Field(default=1, ge=0)  # left out of summaries (APRIL's step 0 has no buffer)
+    # left out of summaries (APRIL's step 0 has no buffer)
+    warmup_steps: int = Field(default=1, ge=0)
     batch_size: int = Field(default=32, ge=1)
     group_size: int = Field(default=8, ge=1)
     max_response_len: int = Field(default=16384, ge=1)
@@ -506,7 +509,8 @@ class Scenario(_Strict):
             raise ScenarioError(str(e)) from None
         if self.warmup_steps >= self.steps:
             raise ScenarioError(
-                f"warmup_steps: {self.warmup_steps} leaves none of the {self.steps} steps to summarise"
+                f"warmup_steps: {self.warmup_steps} leaves none of the {self.steps} steps to "
+                "summarise"
             )
         spec = self.engine_spec()
         max_prompt = self.max_prompt_len
@@ -623,7 +627,8 @@ def load_scenario(path: str | Path | None = None) -> Scenario:
     return scenario_from_dict(data, base)
 
 
-def with_overrides(sc: Scenario, *, steps: int | None = None, warmup: int | None = None) -> Scenario:
+def with_overrides(sc: Scenario, *, steps: int | None = None,
+                   warmup: int | None = None) -> Scenario:
     """The scenario with overrides of steps and warm-up, validated together (the command line's
     `--steps`/`--warmup`; a smaller `--steps` alone keeps at least one step to summarise)."""
     update: dict[str, Any] = {}
@@ -638,7 +643,8 @@ def with_overrides(sc: Scenario, *, steps: int | None = None, warmup: int | None
     out = sc.model_copy(update=update)
     if out.warmup_steps >= out.steps:
         flag = "--warmup" if warmup is not None else "warmup_steps"
-        raise ScenarioError(f"{flag} {out.warmup_steps} leaves none of the {out.steps} steps to summarise")
+        raise ScenarioError(f"{flag} {out.warmup_steps} leaves none of the {out.steps} steps "
+                            "to summarise")
     try:  # --steps meets the bounds a file's `steps` meets (run size, simulated clock)
         check_limits(out)
     except LimitError as e:

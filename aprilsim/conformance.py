@@ -1,8 +1,8 @@
 """A conformance check any scheduler can be put through, like scikit-learn's `check_estimator`.
 
-`check_scheduler("april")` or `check_scheduler(MyScheduler, {"knob": 1})` runs the scheduler on small
-simulated scenarios (ordinary rewards, and U-shaped pass rates where most groups have all-equal
-rewards) and checks the invariants every scheduler must keep, whatever it promises on top:
+`check_scheduler("april")` or `check_scheduler(MyScheduler, {"knob": 1})` runs the scheduler on
+small simulated scenarios (ordinary rewards, and U-shaped pass rates where most groups have
+all-equal rewards) and checks the invariants every scheduler must keep, whatever it promises on top:
 
 * ledger: every sample created is in exactly one state at the end, the engines' token count equals
   the samples', trained tokens in the step records are the trained samples' tokens;
@@ -78,7 +78,8 @@ TRAINER = {"base_s": 1.0, "per_token_s": 1e-5, "sync_s": 0.5}
 
 def small_scenario(*, name: str = "small", seed: int = 0, steps: int = 5, warmup: int | None = None,
                    batch: int = 6, group: int = 4, max_len: int = 3072, engines: int = 2,
-                   cluster: dict[str, Any] | None = None, rewards: tuple[float, float] | None = None,
+                   cluster: dict[str, Any] | None = None,
+                   rewards: tuple[float, float] | None = None,
                    lengths: dict[str, Any] | None = None, prompts: dict[str, Any] | None = None,
                    trainer: dict[str, Any] | None = None,
                    schedulers: dict[str, dict[str, Any]] | None = None) -> Scenario:
@@ -116,7 +117,8 @@ def agentic_scenario(*, seed: int = 0, steps: int = 4, max_turns: int = 4,
 
 def conformance_scenario(*, seed: int = 0, rewards: tuple[float, float] = (1.0, 1.0),
                          steps: int = 5, **cluster: Any) -> Scenario:
-    """A few seconds of simulated cluster with long-tailed lengths (the checks' default scenario)."""
+    """A few seconds of simulated cluster with long-tailed lengths (the checks' default
+    scenario)."""
     return small_scenario(name="conformance", seed=seed, steps=steps, warmup=0, rewards=rewards,
                           cluster=cluster)
 
@@ -182,7 +184,8 @@ def check_ledger(r: ConformanceRun, where: str = "") -> None:
         _fail("ledger", where, "trained tokens in step records != tokens of trained samples")
     wasted = sum(s.wasted_tokens for s in r.result.steps)
     if r.recorder.mode == "colocated" and wasted != end["tokens_discarded"]:
-        _fail("ledger", where, f"wasted tokens {wasted} != discarded tokens {end['tokens_discarded']}")
+        _fail("ledger", where,
+              f"wasted tokens {wasted} != discarded tokens {end['tokens_discarded']}")
     if wasted > end["tokens_discarded"]:
         _fail("ledger", where, "more tokens counted as waste than were discarded")
 

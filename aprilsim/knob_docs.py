@@ -27,7 +27,8 @@ KNOB_DOCS: dict[str, dict[str, tuple[str, str]]] = {
         "resume_order": ("which buffered groups resume first", '"fifo" (slime\'s default), '
                          '"most_progress", "oldest_version"'),
         "max_staleness": ("k: partials whose oldest tokens are k versions old are force-completed "
-                          "(or discarded, see stale_action)", "an integer >= 1, or unset (no bound)"),
+                          "(or discarded, see stale_action)",
+                          "an integer >= 1, or unset (no bound)"),
         "stale_action": ("what happens to a partial past max_staleness", '"complete", "discard"'),
         "token_budget": ("at most B tokens per sample per step (Kimi k1.5); past that it is parked "
                          "and a fresh group replaces it", "an integer >= 1, or unset (no budget)"),
@@ -62,7 +63,8 @@ KNOB_DOCS: dict[str, dict[str, tuple[str, str]]] = {
 }
 KNOB_DOCS["seer"] = {
     "chunk": ("tokens per piece: a response runs in pieces of at most this many tokens, each "
-              "sent to the engine with room (Seer's divided rollout)", "an integer >= 0 (0: one piece)"),
+              "sent to the engine with room (Seer's divided rollout)",
+              "an integer >= 0 (0: one piece)"),
     "probe": ("one response per group runs first at top priority; its length estimates the "
               "group's, and the rest go longest-first", "true, false"),
     "hold": ("the group's other responses wait until its probe has shown something",

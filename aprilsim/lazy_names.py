@@ -7,8 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 
-def lazy_attributes(package: str, table: dict[str, str],
-                    namespace: dict[str, Any]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_attributes(package: str, table: dict[str, str], namespace: dict[str, Any]
+                    ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The package's ``__getattr__`` and ``__dir__``: name -> the submodule (of `package`) that
     defines it, imported when the name is first read and then kept in `namespace`."""
 

@@ -1,5 +1,5 @@
-"""`aprilsim replay-validate RUN` (and `validate --from-log`): offline validation against a run's own
-logs (`aprilsim.validate.from_log`). A top-level module: importing it loads only click, so the
+"""`aprilsim replay-validate RUN` (and `validate --from-log`): offline validation against a run's
+own logs (`aprilsim.validate.from_log`). A top-level module: importing it loads only click, so the
 command line starts light (`aprilsim.validate` loads pydantic)."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from aprilsim.cli_errors import OneLineCommand, fail
 
 
 def from_log_args(args: list[str]) -> list[str]:
-    """`validate [SCENARIO] --from-log RUN ...` as `replay-validate RUN [--scenario SCENARIO] ...`."""
+    """`validate [SCENARIO] --from-log RUN ...` as
+    `replay-validate RUN [--scenario SCENARIO] ...`."""
     rest, run, scenario, i = [], None, None, 0
     takes_value = {o for p in replay_validate_command.params for o in getattr(p, "opts", [])
                    if not getattr(p, "is_flag", False) and p.param_type_name == "option"}
@@ -38,7 +39,8 @@ def from_log_args(args: list[str]) -> list[str]:
 
 
 def _base_scenario(scenario: Path | None, from_slime: str | None, from_verl: Path | None):
-    """The run's scenario and the scheduler it names: a TOML, a slime/verl config, or the default."""
+    """The run's scenario and the scheduler it names: a TOML, a slime/verl config, or the
+    default."""
     from aprilsim.config import load_scenario, scenario_from_dict
 
     if from_slime is not None or from_verl is not None:
@@ -58,23 +60,49 @@ def _base_scenario(scenario: Path | None, from_slime: str | None, from_verl: Pat
 @click.command("replay-validate", cls=OneLineCommand,
                short_help="Replay a run's logged groups, compare predicted and logged step times.")
 @click.argument("run", required=False, type=click.Path(exists=True, path_type=Path))
-@click.option("--scenario", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="The run's scenario (cluster, trainer, scheduler knobs); its lengths may hold the replay spec.")
-@click.option("--from-slime", metavar="FILE_OR_ARGS", help="The run's slime launch script (or flags): cluster and scheduler from it.")
-@click.option("--from-verl", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="The run's verl config: cluster and scheduler from it.")
-@click.option("--scheduler", "-s", "spec", help="The scheduler the run used (NAME or NAME@knob=v,...); default: the one its config names.")
-@click.option("--compare", "-c", "others", multiple=True, help="Counterfactual: also simulate this scheduler on the same replay (repeatable; predictions only).")
-@click.option("--timing", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Per-step rollout times: slime's log (perf N: {...}), verl's console or metrics (timing_s/gen), a wandb export, or a CSV of step, rollout_s.")
-@click.option("--timing-key", metavar="KEY", help="The metric the times are read under (default: perf/rollout_time, timing_s/gen, or a table's rollout-time column), e.g. timing_s/generate_sequences or timing_s/agent_loop/generate_sequences/max: generation alone.")
-@click.option("--calibration", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A cost to simulate with: a preset file (`aprilsim calibrate --out`) or a TOML with a [cost] table.")
+@click.option("--scenario", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The run's scenario (cluster, trainer, scheduler knobs); its lengths "
+                   "may hold the replay spec.")
+@click.option("--from-slime", metavar="FILE_OR_ARGS",
+              help="The run's slime launch script (or flags): cluster and scheduler from it.")
+@click.option("--from-verl", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The run's verl config: cluster and scheduler from it.")
+@click.option("--scheduler", "-s", "spec",
+              help="The scheduler the run used (NAME or NAME@knob=v,...); default: "
+                   "the one its config names.")
+@click.option("--compare", "-c", "others", multiple=True,
+              help="Counterfactual: also simulate this scheduler on the same replay "
+                   "(repeatable; predictions only).")
+@click.option("--timing", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Per-step rollout times: slime's log (perf N: {...}), verl's console or "
+                   "metrics (timing_s/gen), a wandb export, or a CSV of step, rollout_s.")
+@click.option("--timing-key", metavar="KEY",
+              help="The metric the times are read under (default: perf/rollout_time, "
+                   "timing_s/gen, or a table's rollout-time column), e.g. "
+                   "timing_s/generate_sequences or "
+                   "timing_s/agent_loop/generate_sequences/max: generation alone.")
+@click.option("--calibration", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A cost to simulate with: a preset file (`aprilsim calibrate --out`) or a "
+                   "TOML with a [cost] table.")
 @click.option("--preset", help="An engine preset (`aprilsim presets`) instead of the scenario's.")
-@click.option("--format", "fmt", type=click.Choice(["auto", "slime", "verl", "table"]), default="auto", show_default=True, help="The log's format.")
-@click.option("--unlogged", type=click.Choice(["skip", "cap", "draw"]), help="Prompts the run drew but never trained (gaps in slime's group_index): leave out, run their responses to the cap (in flight at the end), or draw them from the logged lengths (dropped surplus).")
-@click.option("--tokenizer", type=click.Path(exists=True, path_type=Path), help="verl: the run's tokenizer.json, to count the tokens of its text dumps.")
-@click.option("--eos-tokens", type=click.IntRange(min=0), help="verl: tokens added to each re-tokenised response (1: the EOS the dump skipped).")
-@click.option("--warmup", type=click.IntRange(min=0), help="Steps left out of the errors (default: the scenario's).")
+@click.option("--format", "fmt", type=click.Choice(["auto", "slime", "verl", "table"]),
+              default="auto", show_default=True, help="The log's format.")
+@click.option("--unlogged", type=click.Choice(["skip", "cap", "draw"]),
+              help="Prompts the run drew but never trained (gaps in slime's group_index): leave "
+                   "out, run their responses to the cap (in flight at the end), or draw them from "
+                   "the logged lengths (dropped surplus).")
+@click.option("--tokenizer", type=click.Path(exists=True, path_type=Path),
+              help="verl: the run's tokenizer.json, to count the tokens of its text dumps.")
+@click.option("--eos-tokens", type=click.IntRange(min=0),
+              help="verl: tokens added to each re-tokenised response (1: the "
+                   "EOS the dump skipped).")
+@click.option("--warmup", type=click.IntRange(min=0),
+              help="Steps left out of the errors (default: the scenario's).")
 @click.option("--no-figures", is_flag=True, help="Write report.md and report.json only.")
-@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for report.md, report.json and the figure (new or empty).")
-@click.option("--force", is_flag=True, help="Write into --out even if it holds files (those of the same name are replaced).")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Directory for report.md, report.json and the figure (new or empty).")
+@click.option("--force", is_flag=True,
+              help="Write into --out even if it holds files (those of the same name are replaced).")
 def replay_validate_command(run, scenario, from_slime, from_verl, spec, others, timing,
                             timing_key, calibration, preset, fmt, unlogged, tokenizer, eos_tokens,
                             warmup, no_figures, out, force) -> None:

@@ -55,7 +55,8 @@ def read_text_bounded(path: Path, what: str) -> str:
 
 
 def toml_depth(text: str) -> int:
-    """An upper bound on the nesting depth of inline tables and arrays (brackets outside strings)."""
+    """An upper bound on the nesting depth of inline tables and arrays (brackets outside
+    strings)."""
     depth = best = 0
     quote = ""
     i = 0

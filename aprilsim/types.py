@@ -226,7 +226,8 @@ class Group:
     created_step: int
     _pass_rate: float  # hidden truth of the workload (see Sample); schedulers do not read it
     prompt_key: int = -1  # index of the fresh prompt this group runs (the key of its random draws)
-    prompt_id: int = -1  # the prompt's dataset index: the same in every epoch (what a scheduler may key history on)
+    # the prompt's dataset index: the same in every epoch (what a scheduler may key history on)
+    prompt_id: int = -1
 
     def __init__(self, gid: int, prompt_len: int, samples: list[Sample], created_step: int,
                  _pass_rate: float, prompt_key: int = -1, prompt_id: int = -1) -> None:

@@ -24,7 +24,8 @@ def read_gains(path: str | Path) -> dict[str, dict[str, Any]]:
         raise ValueError(f"{path}: not JSON ({e.msg})") from None
     if isinstance(rows, dict):
         rows = [rows]
-    if not isinstance(rows, list) or not all(isinstance(r, dict) and "scheduler" in r for r in rows):
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and "scheduler" in r
+                                             for r in rows):
         raise ValueError(f"{path}: not summary rows (aprilsim simulate --json)")
     by: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
@@ -46,7 +47,8 @@ def read_gains(path: str | Path) -> dict[str, dict[str, Any]]:
 
 
 def plot_gain(gains: dict[str, dict[str, Any]], out: str | Path | None = None):
-    """Draw the stacked bars; save to `out` (format from the suffix) when given. Returns the Figure."""
+    """Draw the stacked bars; save to `out` (format from the suffix) when given. Returns the
+    Figure."""
     import matplotlib
 
     if out is not None:

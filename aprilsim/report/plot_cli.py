@@ -33,9 +33,14 @@ def _write_figure(draw: Callable[[], object], out: Path) -> None:
 
 
 @plot.command("steps", short_help="Per-step curves of a --steps-out file, one line per scheduler.")
-@click.argument("steps_file", metavar="STEPS.jsonl", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("steps.png"), show_default=True, help="Figure file (PNG, PDF or SVG by suffix).")
-@click.option("--each-seed", is_flag=True, help="With several seeds (simulate --seeds N): one line per seed, not the mean with a min-max band.")
+@click.argument("steps_file", metavar="STEPS.jsonl",
+                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("steps.png"), show_default=True,
+              help="Figure file (PNG, PDF or SVG by suffix).")
+@click.option("--each-seed", is_flag=True,
+              help="With several seeds (simulate --seeds N): one line per seed, not the "
+                   "mean with a min-max band.")
 def plot_steps_command(steps_file, out, each_seed) -> None:
     """Rollout time, throughput, buffer size and off-policy share per step, for each scheduler.
 
@@ -48,13 +53,17 @@ def plot_steps_command(steps_file, out, each_seed) -> None:
 
 
 @plot.command("gain", short_help="The gain decomposition over sync: a stacked bar per scheduler.")
-@click.argument("summary_file", metavar="SUMMARY.json", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("gain.png"), show_default=True, help="Figure file (PNG, PDF or SVG by suffix).")
+@click.argument("summary_file", metavar="SUMMARY.json",
+                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("gain.png"), show_default=True,
+              help="Figure file (PNG, PDF or SVG by suffix).")
 def plot_gain_command(summary_file, out) -> None:
     """Where each scheduler's rollout-throughput gain over sync comes from (idle, batch, context,
     prefill, re-prefill, speculative; docs/metrics.md), with its waste and costs.
 
-    SUMMARY.json is what `aprilsim simulate -s sync -s ... --json` prints (or --out DIR/summary.json).
+    SUMMARY.json is what `aprilsim simulate -s sync -s ... --json` prints (or
+    --out DIR/summary.json).
     """
     from aprilsim.report.gain_plot import plot_gain, read_gains
 
@@ -62,10 +71,15 @@ def plot_gain_command(summary_file, out) -> None:
 
 
 @plot.command("timeline", short_help="Per-engine request timeline of a trace (PNG or HTML).")
-@click.argument("trace_file", metavar="TRACE.jsonl", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("timeline.png"), show_default=True, help="PNG/PDF/SVG (matplotlib) or HTML (plotly, self-contained) by suffix.")
-@click.option("--engines", "engines", metavar="E1,E2,...", help="Draw only these engines (numbers as in the trace, e.g. 0,3).")
-@click.option("--steps", "steps", metavar="LO:HI", help="Draw only training steps LO..HI (inclusive; one step: N).")
+@click.argument("trace_file", metavar="TRACE.jsonl",
+                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("timeline.png"), show_default=True,
+              help="PNG/PDF/SVG (matplotlib) or HTML (plotly, self-contained) by suffix.")
+@click.option("--engines", "engines", metavar="E1,E2,...",
+              help="Draw only these engines (numbers as in the trace, e.g. 0,3).")
+@click.option("--steps", "steps", metavar="LO:HI",
+              help="Draw only training steps LO..HI (inclusive; one step: N).")
 def plot_timeline_command(trace_file, out, engines, steps) -> None:
     """Requests per engine coloured by policy version, aborts/retractions/resumes, batch and KV
     curves, training and weight-sync bands; live traces draw queued time apart from running time.
@@ -92,7 +106,8 @@ def _int_list(text: str, flag: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ValueError(f"{flag} {text!r}: expected numbers separated by commas, e.g. 0,2") from None
+        raise ValueError(f"{flag} {text!r}: expected numbers separated by commas, "
+                         "e.g. 0,2") from None
 
 
 def _step_window(text: str) -> tuple[int, int]:
@@ -100,7 +115,8 @@ def _step_window(text: str) -> tuple[int, int]:
     try:
         a, b = int(lo), int(hi if sep else lo)
     except ValueError:
-        raise ValueError(f"--steps {text!r}: expected LO:HI (whole numbers) or one step N") from None
+        raise ValueError(f"--steps {text!r}: expected LO:HI (whole numbers) "
+                         "or one step N") from None
     if b < a:
         raise ValueError(f"--steps {text!r}: HI is below LO")
     return a, b

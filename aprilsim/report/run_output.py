@@ -46,7 +46,8 @@ def check_timeline_deps(path: Path | None) -> None:
             import matplotlib  # noqa: F401
     except ImportError:
         extra, lib = ("interactive", "plotly") if html else ("plot", "matplotlib")
-        raise ValueError(f"--timeline {path}: needs {lib} (pip install 'aprilsim[{extra}]')") from None
+        raise ValueError(f"--timeline {path}: needs {lib} "
+                         f"(pip install 'aprilsim[{extra}]')") from None
 
 
 def _interval(values: Sequence[float]) -> tuple[float, float, float]:
@@ -87,7 +88,8 @@ def seeds_table(runs: dict[str, list[dict[str, Any]]], baseline: str | None = "s
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
 
     def row(xs: list[str]) -> str:
-        return "  ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(zip(xs, widths)))
+        return "  ".join(x.rjust(w) if i else x.ljust(w)
+                         for i, (x, w) in enumerate(zip(xs, widths)))
 
     return "\n".join([row(heads), "  ".join("-" * w for w in widths), *map(row, cells)])
 
@@ -126,7 +128,8 @@ def run_folder(out: Path, label: str, seed: int, n_seeds: int) -> Path:
 
 
 def write_scenario(out: Path, sc: Any) -> Path:
-    """The resolved scenario the run used, as TOML: `aprilsim simulate DIR/scenario.toml` reruns it."""
+    """The resolved scenario the run used, as TOML: `aprilsim simulate DIR/scenario.toml` reruns
+    it."""
     from aprilsim.interop.toml_out import dumps
 
     data = scenario_dict(sc)

@@ -47,8 +47,10 @@ def format_table(rows: Sequence[dict[str, Any]], baseline: str | None = "sync") 
     heads = [h for _, h, _ in cols] + (
         [f"{what} vs {baseline}" for _, what in ratios] if base is not None else [])
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
-    out = ["  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(heads, widths)))]
+    out = ["  ".join(h.rjust(w) if i else h.ljust(w)
+                     for i, (h, w) in enumerate(zip(heads, widths)))]
     out.append("  ".join("-" * w for w in widths))
     for c in cells:
-        out.append("  ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(zip(c, widths))))
+        out.append("  ".join(x.rjust(w) if i else x.ljust(w)
+                             for i, (x, w) in enumerate(zip(c, widths))))
     return "\n".join(out)

@@ -4,10 +4,10 @@ Per engine, a lane of horizontal bars, one per request submission (submit to end
 policy version its tokens were generated under, with aborts (x), retractions (down triangle) and
 resumed partial samples (right triangle, at submit) marked in black (no marker shares a version's
 colour); where the trace knows each request's first token (live runs), its queued time (submit to
-first token) is drawn faint and thin apart from its running time; under each lane the running batch size
-and the KV tokens held (left out when the trace has no engine samples). Trainer and weight-sync phases are shaded across all lanes and drawn on a
-strip at the top. One glance shows the long-tail bubble of a synchronous rollout and how APRIL
-fills it.
+first token) is drawn faint and thin apart from its running time; under each lane the running
+batch size and the KV tokens held (left out when the trace has no engine samples). Trainer and
+weight-sync phases are shaded across all lanes and drawn on a strip at the top. One glance shows
+the long-tail bubble of a synchronous rollout and how APRIL fills it.
 
 Two renderers share the layout: `timeline_figure` / `write_png` (matplotlib, `aprilsim[plot]`) and
 `timeline_html` / `write_html` (plotly, `aprilsim[interactive]`): a self-contained HTML file with
@@ -148,7 +148,8 @@ def timeline_figure(trace: Trace, labels: Sequence[int] | None = None):
     n = trace.n_engines
     k = 2 if trace.engine_samples else 1  # axes per engine: the lane, and the curves if any
     heights = [0.35] + ([2.4, 1.0] if k == 2 else [2.4]) * n
-    fig, axes = plt.subplots(1 + k * n, 1, sharex=True, figsize=(12, 1.6 + (3.1 if k == 2 else 2.2) * n),
+    fig, axes = plt.subplots(1 + k * n, 1, sharex=True,
+                             figsize=(12, 1.6 + (3.1 if k == 2 else 2.2) * n),
                              gridspec_kw={"height_ratios": heights}, layout="constrained")
     strip = axes[0]
     bands = [p for p in trace.phases if p.phase in ("train", "sync")]
@@ -173,7 +174,8 @@ def timeline_figure(trace: Trace, labels: Sequence[int] | None = None):
         queued = [([(q[0], row), (q[1], row)], version_color(r.version))
                   for r, (q, _), row in zip(reqs, spans, rows) if q is not None]
         if queued:
-            lane.add_collection(LineCollection([q for q, _ in queued], colors=[c for _, c in queued],
+            lane.add_collection(LineCollection([q for q, _ in queued],
+                                               colors=[c for _, c in queued],
                                                linewidths=max(0.3, lw / 3), alpha=QUEUED_ALPHA,
                                                capstyle="butt"))
         for pick, where, marker, color in (

@@ -99,8 +99,9 @@ def run_plan(
             new = []
             first = unique[index]
             if worker.UNTRAINED in metrics and not untrained_ok:
-                raise SchedulerError(f"{metrics[worker.UNTRAINED]} "
-                                     f"{worker.where(points[first.point_id].overrides, first.seed)}")
+                raise SchedulerError(
+                    f"{metrics[worker.UNTRAINED]} "
+                    f"{worker.where(points[first.point_id].overrides, first.seed)}")
             for r in by_key[plan.run_key(first) if dedupe else repr(first)]:
                 row = {"point_id": r.point_id,
                        **{k: _cell(v) for k, v in points[r.point_id].overrides},

@@ -104,19 +104,37 @@ def ignored_key_warnings(schedulers: list[str], axes) -> list[str]:
 
 @click.command("sweep", short_help="Sweep scenario keys x schedulers x seeds; tidy table out.")
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--grid", "grids", multiple=True, metavar="KEY=V1,V2,...", help="Values of a dotted scenario key (repeatable; K1+K2=... links keys to one value).")
-@click.option("--range", "ranges", multiple=True, metavar="KEY=LO:HI:N", help="N evenly spaced values of a key (repeatable).")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Set a dotted scenario key for every point, as `simulate --set` does (repeatable).")
-@click.option("--scheduler", "-s", "schedulers", multiple=True, help="Scheduler (repeatable). Default: the scenario's `compare` list.")
-@click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True, help="Seeds per point: the scenario's seed and the ones after it.")
-@click.option("--steps", type=click.IntRange(min=1), help="Training steps per run (overrides the scenario).")
-@click.option("--warmup", type=click.IntRange(min=0), help="Steps left out of each summary (overrides warmup_steps).")
-@click.option("--jobs", "-j", type=click.IntRange(min=1), help="Local worker processes. Default: the CPUs available.")
-@click.option("--ray", "ray_address", is_flag=False, flag_value="auto", default=None, metavar="[ADDRESS]", help="Run the points as Ray tasks on a running cluster (default address: auto).")
-@click.option("--baseline", help="Scheduler the paired differences are taken against (default: sync when it runs).")
-@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Results .parquet (CSV, aggregate and journal beside it). A sweep's own is resumed (the same keys at more values are added to it); anything else there is refused.")
+@click.option("--grid", "grids", multiple=True, metavar="KEY=V1,V2,...",
+              help="Values of a dotted scenario key (repeatable; K1+K2=... "
+                   "links keys to one value).")
+@click.option("--range", "ranges", multiple=True, metavar="KEY=LO:HI:N",
+              help="N evenly spaced values of a key (repeatable).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Set a dotted scenario key for every point, as `simulate "
+                   "--set` does (repeatable).")
+@click.option("--scheduler", "-s", "schedulers", multiple=True,
+              help="Scheduler (repeatable). Default: the scenario's `compare` list.")
+@click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Seeds per point: the scenario's seed and the ones after it.")
+@click.option("--steps", type=click.IntRange(min=1),
+              help="Training steps per run (overrides the scenario).")
+@click.option("--warmup", type=click.IntRange(min=0),
+              help="Steps left out of each summary (overrides warmup_steps).")
+@click.option("--jobs", "-j", type=click.IntRange(min=1),
+              help="Local worker processes. Default: the CPUs available.")
+@click.option("--ray", "ray_address", is_flag=False, flag_value="auto", default=None,
+              metavar="[ADDRESS]",
+              help="Run the points as Ray tasks on a running cluster (default address: auto).")
+@click.option("--baseline",
+              help="Scheduler the paired differences are taken against "
+                   "(default: sync when it runs).")
+@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Results .parquet (CSV, aggregate and journal beside it). A sweep's own "
+                   "is resumed (the same keys at more values are added to it); anything "
+                   "else there is refused.")
 @click.option("--force", is_flag=True, help="Start over: replace the tables and journal at --out.")
-def sweep_command(scenario, grids, ranges, sets, schedulers, seeds, steps, warmup, jobs, ray_address, baseline, out, force) -> None:
+def sweep_command(scenario, grids, ranges, sets, schedulers, seeds, steps, warmup, jobs,
+                  ray_address, baseline, out, force) -> None:
     """Simulate every combination of the swept keys for each scheduler and seed.
 
     KEY is a dotted scenario key, e.g. schedulers.april.ratio, cluster.engines,
@@ -189,9 +207,12 @@ def sigterm_as_interrupt():
 @click.command("sweep", short_help="Figures of a sweep: throughput, gain, costs, Pareto front.")
 @click.argument("results", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--x", "x_key", help="Swept key on the x axis (default: the first swept key).")
-@click.option("--y", "y_metric", default="rollout_throughput_tok_s", show_default=True, help="Metric of the first panel.")
-@click.option("--baseline", help="Scheduler the gain is taken against (default: sync when present).")
-@click.option("-o", "--out", "png", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Figure file (PNG, PDF, SVG).")
+@click.option("--y", "y_metric", default="rollout_throughput_tok_s", show_default=True,
+              help="Metric of the first panel.")
+@click.option("--baseline",
+              help="Scheduler the gain is taken against (default: sync when present).")
+@click.option("-o", "--out", "png", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Figure file (PNG, PDF, SVG).")
 def plot_sweep_command(results, x_key, y_metric, baseline, png) -> None:
     """Plot RESULTS (written by `aprilsim sweep`): metric and gain vs the swept key with 95 %
     interval bands per scheduler, off-policy share, staleness and length bias vs the key, and the
@@ -213,19 +234,32 @@ def plot_sweep_command(results, x_key, y_metric, baseline, png) -> None:
 
 @click.command("tune", short_help="Best knob setting under constraints (seed-noise aware).")
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--knob", "knobs", multiple=True, required=True, metavar="KEY=LO:HI", help="A dotted scenario key and its range (repeatable; integer LO and HI: an integer knob).")
-@click.option("--maximize", required=True, metavar="METRIC", help="Summary metric to maximise, e.g. rollout_throughput_tok_s.")
-@click.option("--subject-to", "constraints", multiple=True, metavar="\"METRIC<=X\"", help="Constraint on a metric's mean: METRIC<=X, METRIC>=X, |METRIC|<=X (repeatable).")
-@click.option("--scheduler", "-s", help="Scheduler to tune. Default: the one whose table a knob sets.")
-@click.option("--seeds", type=click.IntRange(min=3), default=4, show_default=True, help="Paired seeds per setting (and as many fresh ones for the check); at least 3: with 2 the t interval (1 degree of freedom) is wider than most differences.")
-@click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True, help="Grid refinements.")
-@click.option("--steps", type=click.IntRange(min=1), help="Training steps per run (overrides the scenario).")
+@click.option("--knob", "knobs", multiple=True, required=True, metavar="KEY=LO:HI",
+              help="A dotted scenario key and its range (repeatable; integer LO "
+                   "and HI: an integer knob).")
+@click.option("--maximize", required=True, metavar="METRIC",
+              help="Summary metric to maximise, e.g. rollout_throughput_tok_s.")
+@click.option("--subject-to", "constraints", multiple=True, metavar="\"METRIC<=X\"",
+              help="Constraint on a metric's mean: METRIC<=X, METRIC>=X, |METRIC|<=X (repeatable).")
+@click.option("--scheduler", "-s",
+              help="Scheduler to tune. Default: the one whose table a knob sets.")
+@click.option("--seeds", type=click.IntRange(min=3), default=4, show_default=True,
+              help="Paired seeds per setting (and as many fresh ones for the check); at least 3: "
+                   "with 2 the t interval (1 degree of freedom) is wider than most differences.")
+@click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Grid refinements.")
+@click.option("--steps", type=click.IntRange(min=1),
+              help="Training steps per run (overrides the scenario).")
 @click.option("--warmup", type=click.IntRange(min=0), help="Steps left out of each summary.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Local worker processes.")
-@click.option("--ray", "ray_address", is_flag=False, flag_value="auto", default=None, metavar="[ADDRESS]", help="Run on a Ray cluster.")
-@click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), help="Tuned scenario file (default: <scenario>.tuned.toml here); an existing file is refused.")
+@click.option("--ray", "ray_address", is_flag=False, flag_value="auto", default=None,
+              metavar="[ADDRESS]", help="Run on a Ray cluster.")
+@click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path),
+              help="Tuned scenario file (default: <scenario>.tuned.toml here); an "
+                   "existing file is refused.")
 @click.option("--force", is_flag=True, help="Replace the tuned scenario file if it exists.")
-def tune_command(scenario, knobs, maximize, constraints, scheduler, seeds, rounds, steps, warmup, jobs, ray_address, out, force) -> None:
+def tune_command(scenario, knobs, maximize, constraints, scheduler, seeds, rounds, steps, warmup,
+                 jobs, ray_address, out, force) -> None:
     """Find the knob setting that maximises METRIC subject to the constraints.
 
     Successive grid refinement on paired seeds (common random numbers), constraints required to
@@ -259,7 +293,8 @@ def tune_command(scenario, knobs, maximize, constraints, scheduler, seeds, round
         fail(str(e))
         return
     click.echo(f"tuned {res.scheduler} on {sc.name}: {res.evaluated} settings x {len(res.seeds)} "
-               f"seeds, {res.runs} simulations; figures below on {len(res.fresh_seeds)} fresh seeds")
+               f"seeds, {res.runs} simulations; figures below on {len(res.fresh_seeds)} fresh "
+               "seeds")
     for k, v in res.setting.items():
         click.echo(f"  {k} = {v:g}" if isinstance(v, float) else f"  {k} = {v}")
     if res.infeasible:

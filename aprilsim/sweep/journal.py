@@ -88,8 +88,8 @@ class Journal:
                 raise ScenarioError(f"{path}: not an aprilsim sweep journal")
             if head.get("fingerprint") != fingerprint:
                 raise ScenarioError(
-                    f"{path}: holds a sweep of another base scenario (scenario, --steps or --warmup "
-                    "differ); choose another --out or delete it"
+                    f"{path}: holds a sweep of another base scenario (scenario, --steps or "
+                    "--warmup differ); choose another --out or delete it"
                 )
             for line in lines[1:]:
                 try:

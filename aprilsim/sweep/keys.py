@@ -1,4 +1,5 @@
-"""Dotted scenario keys: parsing `--grid`/`--range`/`--knob` specs and applying values to a scenario.
+"""Dotted scenario keys: parsing `--grid`/`--range`/`--knob` specs and applying values to a
+scenario.
 
 A KEY is a dotted path into the scenario as a dict (`schedulers.april.ratio`, `cluster.engines`,
 `lengths.mus.1` for the second list element). Values are applied to
@@ -41,7 +42,8 @@ def scheduler_reads(scheduler: str, key: str) -> bool:
 
 
 def parse_value(text: str) -> Any:
-    """A command-line value: JSON when it parses (numbers, true/false, lists, quoted strings), else a string."""
+    """A command-line value: JSON when it parses (numbers, true/false, lists, quoted strings),
+    else a string."""
     t = text.strip()
     try:
         return json.loads(t)
@@ -109,7 +111,8 @@ def is_integer_key(base: dict[str, Any], key: str) -> bool | None:
     for part in key.split("."):
         if isinstance(cur, dict) and part in cur:
             cur = cur[part]
-        elif isinstance(cur, list) and part.lstrip("-").isdigit() and -len(cur) <= int(part) < len(cur):
+        elif (isinstance(cur, list) and part.lstrip("-").isdigit()
+              and -len(cur) <= int(part) < len(cur)):
             cur = cur[int(part)]
         else:
             cur = None
@@ -161,7 +164,8 @@ def parse_range(spec: str, base: dict[str, Any] | None = None) -> Axis:
     return keys, linspace(lo, hi, n, integer=integer)
 
 
-def parse_knob(spec: str, base: dict[str, Any] | None = None) -> tuple[tuple[str, ...], float, float, bool]:
+def parse_knob(spec: str, base: dict[str, Any] | None = None
+               ) -> tuple[tuple[str, ...], float, float, bool]:
     """`KEY=LO:HI` for `aprilsim tune` -> (keys, lo, hi, integer), integer as for `parse_range`."""
     keys, rest = _split_spec(spec, "--knob")
     parts = rest.split(":")
@@ -183,7 +187,8 @@ def _is_int(text: str) -> bool:
 
 
 def linspace(lo: float, hi: float, n: int, *, integer: bool = False) -> list[Any]:
-    """n values from lo to hi; integer axes are rounded and de-duplicated, floats rounded to 6 digits."""
+    """n values from lo to hi; integer axes are rounded and de-duplicated, floats rounded to 6
+    digits."""
     xs = np.linspace(lo, hi, n) if n > 1 else np.array([lo])
     if integer:
         return list(dict.fromkeys(int(round(x)) for x in xs))
@@ -201,7 +206,8 @@ def set_path(d: dict[str, Any], key: str, value: Any) -> None:
             try:
                 idx = int(part)
             except ValueError:
-                raise ScenarioError(f"{where}: {parts[i - 1]} is a list; index it by number") from None
+                raise ScenarioError(f"{where}: {parts[i - 1]} is a list; "
+                                    "index it by number") from None
             if not -len(cur) <= idx < len(cur):
                 raise ScenarioError(f"{where}: index out of range (the list has {len(cur)} items)")
             if last:
@@ -227,7 +233,8 @@ def apply(base: dict[str, Any], overrides: Sequence[tuple[str, Any]]) -> dict[st
     return d
 
 
-def validated(base: dict[str, Any], overrides: Sequence[tuple[str, Any]], base_dir: str) -> Scenario:
+def validated(base: dict[str, Any], overrides: Sequence[tuple[str, Any]],
+              base_dir: str) -> Scenario:
     """Apply overrides and validate like a scenario file (ScenarioError naming the key)."""
     return scenario_from_dict(apply(base, overrides), base_dir)
 

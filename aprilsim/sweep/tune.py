@@ -52,7 +52,8 @@ def with_paired(df, name: str, others: list[str]):
         ref = df[df["scheduler"] == other].set_index(["point_id", "seed"])
         idx = list(zip(own["point_id"], own["seed"]))
         for m in metrics:
-            own[f"{m}{PAIRED}{other}"] = own[m].to_numpy(dtype=float) - ref.loc[idx, m].to_numpy(dtype=float)
+            own[f"{m}{PAIRED}{other}"] = (own[m].to_numpy(dtype=float)
+                                          - ref.loc[idx, m].to_numpy(dtype=float))
         base_t = ref.loc[idx, "rollout_throughput_tok_s"].to_numpy(dtype=float)
         own[f"gain{PAIRED}{other}"] = own["rollout_throughput_tok_s"].to_numpy(dtype=float) / base_t
     return own
@@ -79,13 +80,15 @@ class Constraint:
     bound: float
     absolute: bool = False
 
-    _RE = re.compile(r"^\s*(\|?)\s*(abs\()?\s*([A-Za-z_][\w.]*)\s*\)?\s*(\|?)\s*(<=|>=)\s*(\S+)\s*$")
+    _RE = re.compile(r"^\s*(\|?)\s*(abs\()?\s*([A-Za-z_][\w.]*)\s*\)?\s*(\|?)\s*"
+                     r"(<=|>=)\s*(\S+)\s*$")
 
     @classmethod
     def parse(cls, text: str) -> Constraint:
         m = cls._RE.match(text)
         if not m:
-            raise ScenarioError(f"--subject-to {text!r}: expected METRIC<=X, METRIC>=X or |METRIC|<=X")
+            raise ScenarioError(f"--subject-to {text!r}: expected METRIC<=X, METRIC>=X or "
+                                "|METRIC|<=X")
         bar1, abs_fn, metric, bar2, op, bound = m.groups()
         absolute = bool(abs_fn) or (bar1 == bar2 == "|")
         if bool(bar1) != bool(bar2):
@@ -483,7 +486,8 @@ def _fmt_number(x: float) -> str:
 
 
 def _fmt_setting(values: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                     for k, v in values.items())
 
 
 def _default_scheduler(sc: Scenario, knobs: list[Knob]) -> str:

@@ -19,7 +19,8 @@ _state: dict[str, Any] = {"fingerprint": None, "base": None, "base_dir": ".", "p
 _CACHE_POINTS = 64
 
 
-def init(base: dict[str, Any], base_dir: str, fingerprint: str, *, ignore_sigint: bool = True) -> None:
+def init(base: dict[str, Any], base_dir: str, fingerprint: str, *,
+         ignore_sigint: bool = True) -> None:
     """Receive the base scenario (once per worker). Workers leave Ctrl-C to the parent."""
     if ignore_sigint:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -98,7 +99,8 @@ def run_task(task: tuple) -> tuple[int, dict[str, Any]]:
     return index, run_one(point_id, overrides, scheduler, seed)
 
 
-def ray_task(base: dict[str, Any], base_dir: str, fingerprint: str, task: tuple) -> tuple[int, dict]:
+def ray_task(base: dict[str, Any], base_dir: str, fingerprint: str,
+             task: tuple) -> tuple[int, dict]:
     """Ray entry point: the base scenario arrives as an object reference, resolved by Ray."""
     if _state["fingerprint"] != fingerprint:
         init(base, base_dir, fingerprint, ignore_sigint=False)

@@ -77,7 +77,8 @@ class SchedulerComparison:
         if se.size:
             out["step_rollout_median_abs"] = float(np.median(np.abs(se)))
             out["step_rollout_median"] = float(np.median(se))
-            out["step_rollout_p10"], out["step_rollout_p90"] = (float(x) for x in np.percentile(se, [10, 90]))
+            out["step_rollout_p10"], out["step_rollout_p90"] = (
+                float(x) for x in np.percentile(se, [10, 90]))
         for key, errs in (("priced", self.priced_errors), ("logged", self.logged_errors)):
             if errs:
                 out[f"step_{key}_median_abs"] = float(np.median(np.abs(errs)))
@@ -112,7 +113,8 @@ def compare_runs(label: str, sim: RunResult, live: RunResult, meas_logged_s: Seq
         label=label, predicted=sim.summary(warm), measured=live.summary(warm),
         pred_rollout_s=[s.rollout_time_s for s in sim.steps[:n]],
         meas_rollout_s=[s.rollout_time_s for s in live.steps[:n]], warmup=warm,
-        pred_busy_s=busy, meas_logged_s=list(meas_logged_s)[:n], meas_priced_s=list(meas_priced_s)[:n])
+        pred_busy_s=busy, meas_logged_s=list(meas_logged_s)[:n],
+        meas_priced_s=list(meas_priced_s)[:n])
 
 
 def gains(rows: Sequence[SchedulerComparison], base: str = "sync") -> dict[str, dict[str, float]]:

@@ -57,7 +57,8 @@ class CostFit:
         c, w = self.cost, self.wall
         return {"a": c.a, "b": c.b, "c": c.c, "p0": c.p0, "p1": c.p1, "p2": c.p2, "pr": c.pr,
                 "overhead_s": self.overhead_s,
-                "wall": {"a": w.a, "b": w.b, "c": w.c, "p0": w.p0, "p1": w.p1, "p2": w.p2, "pr": w.pr},
+                "wall": {"a": w.a, "b": w.b, "c": w.c, "p0": w.p0, "p1": w.p1, "p2": w.p2,
+                         "pr": w.pr},
                 "decode_median_err": self.decode_median_err,
                 "prefill_median_err": self.prefill_median_err, "n_decode": self.n_decode,
                 "n_prefill": self.n_prefill, "decode_share": self.decode_share,
@@ -78,7 +79,8 @@ def interval(prev: dict[str, Any] | None, r: dict[str, Any]) -> float:
 
 def kv_at_start(prev: dict[str, Any] | None, r: dict[str, Any]) -> float:
     """KV tokens held when a decode step began: the previous step's count where it is the one
-    just before and nothing was retracted; else what the step holds minus one per running request."""
+    just before and nothing was retracted; else what the step holds minus one per running
+    request."""
     if prev is not None and prev["seq"] == r["seq"] - 1 and not r.get("retracted"):
         return float(prev["kv_tokens"])
     return max(0.0, float(r["kv_tokens"]) - r.get("running", r["batch_size"]))
@@ -133,7 +135,8 @@ def fit_compute(recs: Sequence) -> CostModel:
         cost = CostCalibrator(form="linear").fit(recs).cost_
     except ValueError:
         if not any(r.phase == "decode" for r in recs):
-            raise ValueError("no decode iterations in the iteration log: nothing to calibrate") from None
+            raise ValueError("no decode iterations in the iteration log: "
+                             "nothing to calibrate") from None
         cost = fit_cost(recs, "linear")
     assert isinstance(cost, CostModel)
     return cost
@@ -175,9 +178,10 @@ def fit_iterations(logs: Sequence[Sequence[dict[str, Any]]]) -> CostFit:
     t_dec = sum(r["duration_s"] for r in all_rows if r["phase"] == "decode")
     t_all = sum(r["duration_s"] for r in all_rows if r["phase"] in ("decode", "prefill"))
     return CostFit(
-        cost=cost, wall=wall_cost, overhead_s=median(gaps) if gaps else 0.0, decode_median_err=dec_err,
-        prefill_median_err=pre_err,
-        n_decode=sum(r.phase == "decode" for r in recs), n_prefill=sum(r.phase == "prefill" for r in recs),
+        cost=cost, wall=wall_cost, overhead_s=median(gaps) if gaps else 0.0,
+        decode_median_err=dec_err, prefill_median_err=pre_err,
+        n_decode=sum(r.phase == "decode" for r in recs),
+        n_prefill=sum(r.phase == "prefill" for r in recs),
         decode_share=t_dec / t_all if t_all else 0.0, prefill_without_pr_err=pre_no_pr)
 
 
@@ -209,7 +213,8 @@ def load_client_overhead(path: str) -> float:
     return float(value)
 
 
-def cost_errors(cost: CostModel, logs: Sequence[Sequence[dict[str, Any]]]) -> tuple[float, float, int, int]:
+def cost_errors(cost: CostModel, logs: Sequence[Sequence[dict[str, Any]]]
+                ) -> tuple[float, float, int, int]:
     """(decode, prefill median |relative error|, decode and prefill steps) of a given cost (a
     calibration file) against the live runs' step intervals: how well the cost the simulation
     runs fits what the engines did this time."""

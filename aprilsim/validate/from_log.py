@@ -101,7 +101,8 @@ def measured_summary(run_log: Any, steps: Sequence[int], warmup: int) -> dict[st
     total_t = sum(t for _, t in known)
     out: dict[str, Any] = dict.fromkeys(METRICS)
     out["mean_rollout_time_s"] = total_t / len(known) if known else None
-    out["rollout_throughput_tok_s"] = sum(toks.values()) / total_t if total_t > 0 else None  # trained
+    # trained
+    out["rollout_throughput_tok_s"] = sum(toks.values()) / total_t if total_t > 0 else None
     out["generated_tokens"] = None  # the log holds what was trained, not all that was generated
     out["trained_tokens"] = sum(sum(sum(g.lengths) for g in run_log.groups_of(s)) for s in st)
     out["retractions"] = None
@@ -118,7 +119,8 @@ def compare_to_log(o: OfflineRun) -> SchedulerComparison:
     meas = [float(run_log.rollout_s.get(s) or 0.0) for s in steps[:n]]  # 0: not logged, left out
     if not any(meas):
         raise ScenarioError(f"{run_log.source}: no per-step rollout times for the replayed steps "
-                            "(give --timing FILE: slime's log, verl's metrics, or a step,rollout_s CSV)")
+                            "(give --timing FILE: slime's log, verl's metrics, or a "
+                            "step,rollout_s CSV)")
     if not any(meas[warm:]):
         timed = [s for s, t in zip(steps[:n], meas) if t]
         raise ScenarioError(f"{run_log.source}: only warm-up step(s) {timed} are timed; nothing "

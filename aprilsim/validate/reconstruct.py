@@ -77,7 +77,8 @@ def _clusters(logs: Sequence[StreamLog], gap_factor: float, burst_s: float = 0.0
     return out
 
 
-def _spread(clusters: list[tuple[float, list[tuple[int, int]]]]) -> list[tuple[float, dict[int, int]]]:
+def _spread(clusters: list[tuple[float, list[tuple[int, int]]]]
+            ) -> list[tuple[float, dict[int, int]]]:
     """Per iteration, request -> tokens: a chunk of k tokens puts its request in the k - 1
     iterations before it where it was not seen (since its previous chunk), and where there are
     fewer such iterations (every stream coalesced at once), adds the missing ones evenly in time
@@ -150,12 +151,14 @@ def reconstruct(logs: Sequence[StreamLog], gap_factor: float = 0.5, seq0: int = 
             cands = [s for s, i in subs[lo:bisect.bisect_right(sub_t, t)] if i in members[k]]
             start = max(cands) if cands else (prev_t if prev_t is not None else t)
         live = [i for i in admitted if last_of[i] > k]  # a request's last token frees its KV
-        row = {"seq": seq0 + k + 1, "t": t, "duration_s": max(t - start, 1e-9), "padded_s": max(t - start, 1e-9),
+        row = {"seq": seq0 + k + 1, "t": t, "duration_s": max(t - start, 1e-9),
+               "padded_s": max(t - start, 1e-9),
                "kv_tokens": sum(held[i] for i in live), "running": len(live), "retracted": 0,
                "reconstructed": True, "after_idle": not busy}
         if new:
             row.update(phase="prefill", batch_size=len(new),
-                       prefill_tokens=sum(logs[i].input_tokens for i in new), mixed_decode=len(cont))
+                       prefill_tokens=sum(logs[i].input_tokens for i in new),
+                       mixed_decode=len(cont))
         else:
             row.update(phase="decode", batch_size=len(cont), prefill_tokens=0)
         rows.append(row)
@@ -176,7 +179,8 @@ def match_error(recon: Sequence[dict[str, Any]], logged: Sequence[dict[str, Any]
 
     steps = [r for r in logged if r["phase"] in ("decode", "prefill")]
     if not steps or not recon:
-        return {"logged": float(len(steps)), "reconstructed": float(len(recon)), "matched_share": 0.0}
+        return {"logged": float(len(steps)), "reconstructed": float(len(recon)),
+                "matched_share": 0.0}
     iv = {}
     prev = None
     for r in logged:
@@ -201,7 +205,9 @@ def match_error(recon: Sequence[dict[str, Any]], logged: Sequence[dict[str, Any]
         best = None
         for c in (j - 1, j, j + 1):
             if 0 <= c < len(rt) and c not in used and recon[c]["phase"] == r["phase"] \
-                    and abs(rt[c] - float(r["t"])) <= tol and (best is None or abs(rt[c] - float(r["t"])) < abs(rt[best] - float(r["t"]))):
+                    and abs(rt[c] - float(r["t"])) <= tol \
+                    and (best is None
+                         or abs(rt[c] - float(r["t"])) < abs(rt[best] - float(r["t"]))):
                 best = c
         if best is not None:
             used.add(best)
@@ -209,8 +215,10 @@ def match_error(recon: Sequence[dict[str, Any]], logged: Sequence[dict[str, Any]
     out = {"logged": float(len(steps)), "reconstructed": float(len(recon)),
            "matched_share": len(matched) / len(steps)}
     if matched:
-        out["batch_exact_share"] = sum(a["batch_size"] == b["batch_size"] for a, b in matched) / len(matched)
-        kv = [abs(b["kv_tokens"] - a["kv_tokens"]) / a["kv_tokens"] for a, b in matched if a["kv_tokens"]]
+        out["batch_exact_share"] = (sum(a["batch_size"] == b["batch_size"] for a, b in matched)
+                                    / len(matched))
+        kv = [abs(b["kv_tokens"] - a["kv_tokens"]) / a["kv_tokens"] for a, b in matched
+              if a["kv_tokens"]]
         out["kv_median_rel_err"] = median(kv) if kv else 0.0
         def ref(a: dict[str, Any], b: dict[str, Any]) -> float:  # after idle: the step alone
             return float(a["duration_s"]) if b.get("after_idle") else iv[a["seq"]]
@@ -231,7 +239,8 @@ def _merge(group: Sequence[dict[str, Any]]) -> dict[str, Any]:
     if pre:
         last.update(phase="prefill", batch_size=sum(r["batch_size"] for r in pre),
                     prefill_tokens=sum(r["prefill_tokens"] for r in pre),
-                    mixed_decode=max((r["batch_size"] for r in group if r["phase"] == "decode"), default=0))
+                    mixed_decode=max((r["batch_size"] for r in group if r["phase"] == "decode"),
+                                     default=0))
     else:
         last["batch_size"] = max(r["batch_size"] for r in group)
     return last
@@ -245,13 +254,15 @@ def _split(row: dict[str, Any], k: int) -> list[dict[str, Any]]:
         r["duration_s"] = r["padded_s"] = row["duration_s"] / k
         r["t"] = row["t"] - row["duration_s"] * (k - 1 - j) / k
         if j < k - 1 and row["phase"] == "prefill":  # the prefill ends with the last piece
-            r.update(phase="decode", batch_size=max(row.get("mixed_decode", 0), 1), prefill_tokens=0)
+            r.update(phase="decode", batch_size=max(row.get("mixed_decode", 0), 1),
+                     prefill_tokens=0)
         r["after_idle"] = row.get("after_idle", False) and j == 0
         out.append(r)
     return out
 
 
-def fit_counts(rows: Sequence[dict[str, Any]], samples: Sequence[tuple[float, float]]) -> list[dict[str, Any]]:
+def fit_counts(rows: Sequence[dict[str, Any]],
+               samples: Sequence[tuple[float, float]]) -> list[dict[str, Any]]:
     """Rebuilt rows made to agree with the engine's own iteration counter: ``samples`` are
     (time on the rows' clock, cumulative iterations) read from the engine while it ran (vLLM's
     ``vllm:iteration_tokens_total_count``). Between two samples, the rows there are merged

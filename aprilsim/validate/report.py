@@ -183,5 +183,6 @@ def write_report(rep: dict[str, Any], out: Path, figures: Sequence[Path] = ()) -
     """``report.json`` and ``report.md`` in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(rep, indent=2, default=str))
-    rel = [str(Path(f).relative_to(out)) if Path(f).is_relative_to(out) else str(f) for f in figures]
+    rel = [str(Path(f).relative_to(out)) if Path(f).is_relative_to(out) else str(f)
+           for f in figures]
     (out / "report.md").write_text(report_markdown(rep, rel))

@@ -168,7 +168,8 @@ def _scheduler_table(rep: dict[str, Any]) -> list[str]:
     g = rep["targets"]["gain_vs_sync_pp"]["by_scheduler"]
     for s in rep["schedulers"]:
         e = s["errors"]
-        cells = [f"{_num(s['predicted'][k])} / {_num(s['measured'][k])} ({_pct(e.get(k))})" for k in METRICS]
+        cells = [f"{_num(s['predicted'][k])} / {_num(s['measured'][k])} ({_pct(e.get(k))})"
+                 for k in METRICS]
         step = (f"{100 * e['step_rollout_median_abs']:.1f}% [{_pct(e['step_rollout_p10'])}, "
                 f"{_pct(e['step_rollout_p90'])}]" if "step_rollout_median_abs" in e else "n/a")
         gg = g.get(s["label"])
@@ -187,7 +188,8 @@ def rounds_section(rep: dict[str, Any]) -> list[str]:
            "| scheduler | per-step rollout error vs the rounds' mean, median abs | noise floor of "
            "that mean (floor / sqrt(R); split halves) | single-run error, median abs (pooled) "
            "| noise floor of one run | engine-time error vs mean / its floor "
-           "| gain over sync: predicted | measured (mean +- 95%) | predicted - measured (pp, +- 95%) |",
+           "| gain over sync: predicted | measured (mean +- 95%) "
+           "| predicted - measured (pp, +- 95%) |",
            "|---|---|---|---|---|---|---|---|---|"]
     for lab, v in pool["schedulers"].items():
         gg = pool["gains"].get(lab)
@@ -195,11 +197,13 @@ def rounds_section(rep: dict[str, Any]) -> list[str]:
             meas, d = gg["measured"], gg["diff_pp"]
             hw = "" if meas["half_width"] is None else f" +- {100 * meas['half_width']:.1f}"
             dhw = "" if d["half_width"] is None else f" +- {d['half_width']:.1f}"
-            gcells = f"{_pct(gg['predicted'])} | {100 * meas['mean']:+.1f}%{hw} | {d['mean']:+.1f}{dhw}"
+            gcells = (f"{_pct(gg['predicted'])} | {100 * meas['mean']:+.1f}%{hw} | "
+                      f"{d['mean']:+.1f}{dhw}")
         else:
             gcells = "(base) | | "
         out.append(f"| {lab} | {_abs_pct(v.get('step_rollout_vs_mean_median_abs'))} | "
-                   f"{_abs_pct(v.get('noise_floor_of_mean'))}; {_abs_pct(v.get('noise_floor_of_mean_split_half'))} | "
+                   f"{_abs_pct(v.get('noise_floor_of_mean'))}; "
+                   f"{_abs_pct(v.get('noise_floor_of_mean_split_half'))} | "
                    f"{_abs_pct(v['step_rollout_median_abs'])} | {_abs_pct(v['noise_floor'])} | "
                    f"{_abs_pct(v.get('step_priced_vs_mean_median_abs'))} / "
                    f"{_abs_pct(v.get('priced_noise_floor_of_mean'))} | {gcells} |")
@@ -251,7 +255,8 @@ def figures_section(figures: Sequence[str]) -> list[str]:
         out += ["| simulated | live |", "|---|---|"]
         for f in sims:
             live = next((g for g in figures if Path(g).stem == Path(f).stem[:-4] + "_live"), "")
-            out.append(f"| ![{Path(f).stem}]({f}) | " + (f"![{Path(live).stem}]({live})" if live else "") + " |")
+            out.append(f"| ![{Path(f).stem}]({f}) | "
+                       + (f"![{Path(live).stem}]({live})" if live else "") + " |")
         out.append("")
     return out
 

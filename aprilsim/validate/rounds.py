@@ -125,7 +125,8 @@ def pooled(rounds: Sequence[Sequence[SchedulerComparison]]) -> dict[str, Any]:
         meas = [r.meas_rollout_s for r in runs]
         vs_mean = errors_vs_mean([r.pred_rollout_s for r in runs], meas, steps)
         have_priced = all(r.meas_priced_s and r.pred_busy_s for r in runs)
-        priced_vs_mean = (errors_vs_mean([r.pred_busy_s for r in runs], [r.meas_priced_s for r in runs], steps)
+        priced_vs_mean = (errors_vs_mean([r.pred_busy_s for r in runs],
+                                         [r.meas_priced_s for r in runs], steps)
                           if have_priced else [])
         out["schedulers"][lab] = {
             "step_rollout_median_abs": median(abs(e) for e in errs) if errs else None,
@@ -134,7 +135,8 @@ def pooled(rounds: Sequence[Sequence[SchedulerComparison]]) -> dict[str, Any]:
             "noise_floor": noise_floor(runs),
             "step_rollout_vs_mean_median_abs": median(abs(e) for e in vs_mean) if vs_mean else None,
             "step_rollout_vs_mean_median": median(vs_mean) if vs_mean else None,
-            "step_priced_vs_mean_median_abs": median(abs(e) for e in priced_vs_mean) if priced_vs_mean else None,
+            "step_priced_vs_mean_median_abs": (median(abs(e) for e in priced_vs_mean)
+                                               if priced_vs_mean else None),
             # how much the work itself (not its speed) moves from round to round: a scheduler
             # whose stop follows the timing (APRIL) does different work each time
             "priced_noise_floor": noise_floor(runs, "meas_priced_s") if have_priced else None,
@@ -155,7 +157,8 @@ def pooled(rounds: Sequence[Sequence[SchedulerComparison]]) -> dict[str, Any]:
                   "measured": interval([x["measured"] for x in got]),
                   "diff_pp": interval([x["diff_pp"] for x in got]),
                   # the same in engine time (logged iterations priced): no machine load in it
-                  "diff_priced_pp": interval([x["diff_priced_pp"] for x in got if "diff_priced_pp" in x])}
+                  "diff_priced_pp": interval([x["diff_priced_pp"] for x in got
+                                              if "diff_priced_pp" in x])}
     out["gains"] = g
     out["ranking"] = {"preserved_rounds": sum(ranking_preserved(rnd, 0.02) for rnd in rounds),
                       "rounds": len(rounds),

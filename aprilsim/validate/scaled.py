@@ -57,7 +57,8 @@ def matched_engine(cost: CostModel | TabulatedCost, *, max_running: int, kv_capa
 
 def simulate_matched(scenario: Scenario, spec: str, engine: EngineSpec, *, n_engines: int,
                      scale: float, seed: int | None, steps: int,
-                     trace: Trace | None = None, slowdown: Sequence[float] | None = None) -> RunResult:
+                     trace: Trace | None = None,
+                     slowdown: Sequence[float] | None = None) -> RunResult:
     """Simulate ``spec`` as the live replay run does it: scaled lengths and trainer fixed times
     (``slowdown``: per engine, how many times as long its steps take; default the scenario's)."""
     tm = scenario.trainer_model()
@@ -66,7 +67,8 @@ def simulate_matched(scenario: Scenario, spec: str, engine: EngineSpec, *, n_eng
         workload=ScaledWorkload(scenario.workload_for(seed), scale),  # type: ignore[arg-type]
         engine=engine, n_engines=n_engines, scheduler=make_policy(scenario, spec),
         batch_size=scenario.batch_size, steps=steps, trainer=tm, router=scenario.cluster.router,
-        trace=trace, slowdown=slowdown if slowdown is not None else scenario.cluster.engine_slowdown,
+        trace=trace,
+        slowdown=slowdown if slowdown is not None else scenario.cluster.engine_slowdown,
     )
     run = sim.run()
     run.warmup_steps = clamp_warmup(scenario.warmup_steps, len(run.steps))

@@ -72,7 +72,8 @@ def synthesize(sc: Scenario, scheduler: str, *, noise: float = 0.03, noise_seed:
 
 
 # ---------------------------------------------------------------------------------------- slime
-def _slime_sample(g: SynthGroup, i: int, index: int, step: int, rng: random.Random) -> dict[str, Any]:
+def _slime_sample(g: SynthGroup, i: int, index: int, step: int,
+                  rng: random.Random) -> dict[str, Any]:
     """A dict with the fields of slime's ``Sample.to_dict()`` (slime/utils/types.py)."""
     n_prompt, n_resp = g.prompt_len, g.lengths[i]
     meta: dict[str, Any] = {}
@@ -80,8 +81,10 @@ def _slime_sample(g: SynthGroup, i: int, index: int, step: int, rng: random.Rand
         meta["start_rollout_id"] = g.start_steps[i]
     return {
         "group_index": g.key, "index": index, "rollout_id": None,
-        "prompt": f"prompt {g.key}", "tokens": [rng.randrange(2, 200) for _ in range(n_prompt + n_resp)],
-        "multimodal_inputs": None, "multimodal_train_inputs": None, "multimodal_train_input_id": None,
+        "prompt": f"prompt {g.key}",
+        "tokens": [rng.randrange(2, 200) for _ in range(n_prompt + n_resp)],
+        "multimodal_inputs": None, "multimodal_train_inputs": None,
+        "multimodal_train_input_id": None,
         "apply_chat_template_kwargs": {}, "response": "", "response_length": n_resp,
         "label": "42", "reward": g.rewards[i], "loss_mask": None,
         "weight_versions": [str(v) for v in range(g.start_steps[i], step + 1)],
@@ -177,6 +180,7 @@ def write_table(run: SynthRun, path: Path, times: Path | None = None) -> list[Pa
     path.write_text("\n".join(lines) + "\n")
     out = [path]
     if times is not None:
-        times.write_text("step,rollout_s\n" + "".join(f"{k},{t:.6f}\n" for k, t in enumerate(run.rollout_s)))
+        times.write_text("step,rollout_s\n"
+                         + "".join(f"{k},{t:.6f}\n" for k, t in enumerate(run.rollout_s)))
         out.append(times)
     return out

@@ -30,7 +30,8 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
-def uniforms(seed: int, stream: int, groups: np.ndarray, samples: np.ndarray | None = None) -> np.ndarray:
+def uniforms(seed: int, stream: int, groups: np.ndarray,
+             samples: np.ndarray | None = None) -> np.ndarray:
     """Uniforms in (0, 1), one per group (shape of `groups`) or per (group, sample) pair.
 
     With `samples`, the result has shape (len(groups), len(samples)) and entry [i, j] depends only
@@ -60,7 +61,8 @@ def turn_uniforms(seed: int, stream: int, groups: np.ndarray, samples: np.ndarra
     return ((g >> np.uint64(11)).astype(np.float64) + 0.5) * _TO_UNIT
 
 
-def normals(seed: int, stream: int, groups: np.ndarray, samples: np.ndarray | None = None) -> np.ndarray:
+def normals(seed: int, stream: int, groups: np.ndarray,
+            samples: np.ndarray | None = None) -> np.ndarray:
     """Standard normals, by the inverse CDF of `uniforms` (same indexing)."""
     from scipy import special  # on first use: the CLI starts without scipy
 

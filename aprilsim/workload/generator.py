@@ -1,8 +1,9 @@
 """The seeded generator of GRPO groups: prompt lengths, response lengths, rewards.
 
 Lengths are drawn through a Gaussian copula so that any length family keeps its marginal law while
-samples of one prompt share a prompt-level effect: z = sqrt(rho) * u_prompt + sqrt(1-rho) * u_sample,
-length = F^-1(Phi(z)). For a lognormal, rho is exactly the share of log-variance between prompts.
+samples of one prompt share a prompt-level effect:
+z = sqrt(rho) * u_prompt + sqrt(1-rho) * u_sample, length = F^-1(Phi(z)).
+For a lognormal, rho is exactly the share of log-variance between prompts.
 The pass rate of a prompt is Beta(alpha, beta), linked to the same u_prompt with correlation
 `difficulty_length_corr` (positive: long prompts are hard, so they fail more, as in reasoning RL).
 
@@ -140,7 +141,8 @@ class Workload:
         pass_l, keys_l, pids_l = pass_rate.tolist(), keys.tolist(), pids.tolist()
         gid0, uid0 = self._next_gid, self._next_uid
         build = make_groups if _NATIVE_GROUPS else _map_groups
-        groups = build(gid0, uid0, step, self.max_len, prom_l, resp_l, rew_l, pass_l, keys_l, pids_l)
+        groups = build(gid0, uid0, step, self.max_len, prom_l, resp_l, rew_l, pass_l, keys_l,
+                       pids_l)
         if episodes is not None:
             for g, row in zip(groups, episodes):
                 for smp, ep in zip(g.samples, row):

@@ -110,7 +110,8 @@ class Parametric:
         extra = [k for k in self.params if k not in expected]
         if missing or extra:
             raise ValueError(
-                f"{self.family} takes parameters {list(expected)}; missing {missing}, unknown {extra}"
+                f"{self.family} takes parameters {list(expected)}; missing {missing}, "
+                f"unknown {extra}"
             )
         for k, v in self.params.items():
             if not np.isfinite(v) or (k != "mu" and v <= 0):
@@ -152,7 +153,8 @@ class Parametric:
     def rvs(self, size: int, random_state: np.random.Generator) -> np.ndarray:
         return self.ppf(random_state.random(size))
 
-    def sample(self, size: int, random_state: int | np.random.Generator | None = None) -> np.ndarray:
+    def sample(self, size: int,
+               random_state: int | np.random.Generator | None = None) -> np.ndarray:
         """`size` uncapped lengths from a seed or Generator (the fitting API's name for `rvs`)."""
         return self.rvs(size, np.random.default_rng(random_state))
 
@@ -171,7 +173,8 @@ class Parametric:
 
 @dataclass(frozen=True)
 class LognormalMixture:
-    """A mixture of lognormals: typical of reasoning RL (short answers plus long chains of thought)."""
+    """A mixture of lognormals: typical of reasoning RL (short answers plus long chains of
+    thought)."""
 
     weights: tuple[float, ...]
     mus: tuple[float, ...]
@@ -220,7 +223,8 @@ class LognormalMixture:
             return np.log(self.sf(x))
 
     def ppf(self, q):
-        """Inverse CDF: interpolate a cached grid of the CDF in log length, then two Newton steps."""
+        """Inverse CDF: interpolate a cached grid of the CDF in log length, then two Newton
+        steps."""
         q = np.asarray(q, float)
         grid_logx, grid_cdf = self._grid()
         logx = np.interp(q, grid_cdf, grid_logx)
@@ -295,7 +299,8 @@ class LognormalMixture:
     def rvs(self, size: int, random_state: np.random.Generator) -> np.ndarray:
         return self.ppf(random_state.random(size))
 
-    def sample(self, size: int, random_state: int | np.random.Generator | None = None) -> np.ndarray:
+    def sample(self, size: int,
+               random_state: int | np.random.Generator | None = None) -> np.ndarray:
         """`size` uncapped lengths from a seed or Generator (the fitting API's name for `rvs`)."""
         return self.rvs(size, np.random.default_rng(random_state))
 
@@ -358,7 +363,8 @@ class Empirical:
     def rvs(self, size: int, random_state: np.random.Generator) -> np.ndarray:
         return self.ppf(random_state.random(size))
 
-    def sample(self, size: int, random_state: int | np.random.Generator | None = None) -> np.ndarray:
+    def sample(self, size: int,
+               random_state: int | np.random.Generator | None = None) -> np.ndarray:
         """`size` uncapped lengths from a seed or Generator (the fitting API's name for `rvs`)."""
         return self.rvs(size, np.random.default_rng(random_state))
 

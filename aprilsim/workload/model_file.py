@@ -96,7 +96,8 @@ def drift_to_dict(drift: Drift) -> dict[str, Any]:
     if isinstance(drift, LinearDrift):
         return {"kind": "linear", "slope": drift.slope}
     if isinstance(drift, TableDrift):
-        return {"kind": "table", "steps": list(drift.steps), "mean_lengths": list(drift.mean_lengths)}
+        return {"kind": "table", "steps": list(drift.steps),
+                "mean_lengths": list(drift.mean_lengths)}
     return {"kind": "none"}
 
 
@@ -138,7 +139,8 @@ def _toml_value(v: Any) -> str:
 def _table(name: str, d: dict[str, Any]) -> list[str]:
     lines = [f"[{name}]"]
     nested = {k: v for k, v in d.items() if isinstance(v, dict)}
-    lines += [f"{k} = {_toml_value(v)}" for k, v in d.items() if not isinstance(v, dict) and v is not None]
+    lines += [f"{k} = {_toml_value(v)}" for k, v in d.items()
+              if not isinstance(v, dict) and v is not None]
     for k, v in nested.items():
         lines += [""] + _table(f"{name}.{k}", v)
     return lines

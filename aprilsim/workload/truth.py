@@ -38,7 +38,8 @@ def scale_groups(groups: Sequence[Group], factor: float, max_len: int) -> None:
             if s.episode is not None:
                 _scale_episode(s, factor, max_len)
             elif s._target_len is not None:
-                s._target_len = max_len if at_cap else min(below, scaled_length(s._target_len, factor))
+                s._target_len = (max_len if at_cap
+                                 else min(below, scaled_length(s._target_len, factor)))
 
 
 def _scale_episode(s: Sample, factor: float, max_len: int) -> None:

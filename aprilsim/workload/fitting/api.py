@@ -93,7 +93,8 @@ def fit_log(
     if drift_from is not None:
         if drift is not None:
             raise LengthDataError("give either a step column or --drift-from, not both")
-        drift, drift_source = _drift_of_curve(drift_from, drift_column, max_skipped), str(drift_from)
+        drift, drift_source = (_drift_of_curve(drift_from, drift_column, max_skipped),
+                               str(drift_from))
     return FitReport(data=data, fitter=fitter, model=model, prompt_split=split, drift=drift,
                      drift_source=drift_source)
 

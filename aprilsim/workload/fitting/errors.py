@@ -8,4 +8,5 @@ from __future__ import annotations
 
 
 class LengthDataError(ValueError):
-    """The input holds no usable lengths (empty, no numeric column, a single repeated value, ...)."""
+    """The input holds no usable lengths (empty, no numeric column, a single repeated value,
+    ...)."""

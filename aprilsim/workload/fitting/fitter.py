@@ -368,7 +368,8 @@ class LengthFitter:
             "best": best.family,
             "model": self.model_.to_dict()
             if best.family != "empirical"
-            else {"family": "empirical", "points": len(expect_model(self.model_, Empirical).values)},
+            else {"family": "empirical",
+                  "points": len(expect_model(self.model_, Empirical).values)},
             "ranking": [
                 {**r.to_dict(), f"delta_{key}": getattr(r, key) - getattr(best, key)}
                 for r in self.results_

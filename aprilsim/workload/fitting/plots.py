@@ -1,4 +1,5 @@
-"""`--plot fit.png`: histogram + fitted densities (log x), survival (log-log), QQ of the chosen family.
+"""`--plot fit.png`: histogram + fitted densities (log x), survival (log-log), QQ of the chosen
+family.
 
 matplotlib is imported here only (optional extra `aprilsim[fit]`), so fitting works without it.
 With a drift, a fourth panel shows mean length by step with the linear and table fits.

@@ -163,7 +163,8 @@ class _Accumulator:
         self._validate(x, None, None)
 
     def add_array(self, lengths: np.ndarray, reasons: np.ndarray, groups=None, steps=None) -> None:
-        """Vectorised path (Parquet): floats plus a per-row reason ("" when the cell is a number)."""
+        """Vectorised path (Parquet): floats plus a per-row reason ("" when the cell is a
+        number)."""
         self.rows += len(lengths)
         x = np.asarray(lengths, float)
         ok = reasons == ""

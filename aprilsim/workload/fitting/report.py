@@ -1,4 +1,5 @@
-"""`FitReport`: what `aprilsim fit` found, as a terminal table, a JSON-ready dict and a model file."""
+"""`FitReport`: what `aprilsim fit` found, as a terminal table, a JSON-ready dict and a model
+file."""
 
 from __future__ import annotations
 
@@ -89,7 +90,8 @@ class FitReport:
                 )
             key = f.criterion
             best = f.results_[0]
-            hdr = f"{'rank':>4} {'family':<19} {'k':>4} {'loglik':>12} {'AIC':>12} {'BIC':>12} {'d' + key.upper():>9} {'KS':>7} {'AD':>9}"
+            hdr = (f"{'rank':>4} {'family':<19} {'k':>4} {'loglik':>12} {'AIC':>12} {'BIC':>12} "
+                   f"{'d' + key.upper():>9} {'KS':>7} {'AD':>9}")
             lines += ["", hdr]
             for i, r in enumerate(f.results_, 1):
                 delta = getattr(r, key) - getattr(best, key)
