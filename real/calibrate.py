@@ -1,10 +1,11 @@
 """Live calibration: drive engines through the Engine protocol with controlled batches and time
 their steps (``aprilsim calibrate --local N | --engines URL,...``).
 
-Every engine family the runner reaches is measured through the same :func:`real.clients.connect.connect`
-(``vllm+http://...``: vLLM; ``http://...``: SGLang, an sglang-router or a bundled
-``python -m real.serve``). Before the sweep: the vocabulary (``--vocab-size``, else what the
-server states, else probed: :func:`real.clients.connect.engine_vocab`) and the concurrency (the server's
+Every engine family the runner reaches is measured through the same
+:func:`real.clients.connect.connect` (``vllm+http://...``: vLLM; ``http://...``: SGLang, an
+sglang-router or a bundled ``python -m real.serve``). Before the sweep: the vocabulary
+(``--vocab-size``, else what the server states, else probed:
+:func:`real.clients.connect.engine_vocab`) and the concurrency (the server's
 ``max_running_requests``, else probed: as many requests as the sweep needs sent at once, the most
 seen running together).
 
@@ -109,7 +110,8 @@ class _Timing:
     async def begin(self) -> None:
         self.engine.take()
 
-    async def run(self, batch: int, prompt_len: int, gen: int, vocab: int, seed: int) -> list[Record]:
+    async def run(self, batch: int, prompt_len: int, gen: int, vocab: int,
+                  seed: int) -> list[Record]:
         await self.begin_run()
         t0 = time.perf_counter()
         await _run_batch(self.engine, batch, prompt_len, gen, vocab, seed)
@@ -175,7 +177,8 @@ class _MetricsTiming(_Timing):
         out = []
         if d.get("prefill_count", 0) > 0 and d.get("prefill_sum_s", 0) > 0:
             out.append(Record("prefill", batch, 0.0, batch * prompt_len,
-                              d["prefill_sum_s"] / d["prefill_count"], float(batch * prompt_len ** 2)))
+                              d["prefill_sum_s"] / d["prefill_count"],
+                              float(batch * prompt_len ** 2)))
         if gen > 1 and d.get("itl_count", 0) > 0 and d.get("itl_sum_s", 0) > 0:
             kv = batch * (prompt_len + gen / 2)  # the run's mean KV load
             out.append(Record("decode", batch, kv, 0, d["itl_sum_s"] / d["itl_count"]))
@@ -233,7 +236,8 @@ async def probe_concurrency(engine: Engine, need: int, vocab: int,
         m = await base.metrics() if hasattr(base, "metrics") else None
         if m is not None:
             seen = max(seen, int(m.running))
-        if t_all is None and (seen >= need or len(s.logs) >= need and all(lg.events for lg in s.logs)):
+        if t_all is None and (seen >= need
+                              or len(s.logs) >= need and all(lg.events for lg in s.logs)):
             t_all = time.monotonic()
         if t_all is not None and time.monotonic() - t_all > settle_s:
             await engine.abort_all()
@@ -259,7 +263,8 @@ def server_facts(engine: Engine, info) -> list[str]:
     if info.kv_capacity_tokens:
         block = getattr(m, "block_size", None)
         out.append(f"kv_capacity {info.kv_capacity_tokens} (reported by the server"
-                   + (f": {info.kv_capacity_tokens // block} blocks of {block} tokens)" if block else ")"))
+                   + (f": {info.kv_capacity_tokens // block} blocks of {block} tokens)"
+                      if block else ")"))
     batched = ((info.raw or {}).get("scheduler_config") or {}).get("max_num_batched_tokens")
     if isinstance(batched, int) and batched > 0:
         out.append(f"max_num_batched_tokens {batched} (reported by the server)")
@@ -268,7 +273,8 @@ def server_facts(engine: Engine, info) -> list[str]:
 
 async def _measure_engine(engine: Engine, timing: _Timing, vocab: tuple[int, str], max_batch: int,
                           batch_sizes: Sequence[int] | None, kv_loads: Sequence[int] | None,
-                          gen_tokens: int, progress: Progress_, label: str) -> tuple[list[Record], dict]:
+                          gen_tokens: int, progress: Progress_,
+                          label: str) -> tuple[list[Record], dict]:
     info = await engine.server_info()
     measured, assumed = [f"vocabulary {vocab[0]} ({vocab[1]})"], []
     if info.max_running_requests:
@@ -313,7 +319,8 @@ async def _measure_engine(engine: Engine, timing: _Timing, vocab: tuple[int, str
     known = bool(info.max_running_requests) or any(m.startswith("max_running") for m in measured)
     from .clients.connect import engine_family
 
-    out = {"max_running": conc if known else None, "kv_capacity": info.kv_capacity_tokens, "vocab_size": vocab[0],
+    out = {"max_running": conc if known else None, "kv_capacity": info.kv_capacity_tokens,
+           "vocab_size": vocab[0],
            "family": engine_family(engine, info.version),
            "measured": measured, "assumed": assumed, "timing": timing.name,
            "batch_sizes": decode_b, "client_walls": list(timing.walls)}
@@ -381,7 +388,8 @@ async def measure_http(specs: Sequence[str], batch_sizes, kv_loads, gen_tokens, 
             await engine.close()
     info.update(measured=measured, assumed=assumed, client_walls=walls,
                 timing=timing_names[0] if len(set(timing_names)) == 1 else "mixed timings",
-                source=f"engines {', '.join(specs)} ({', '.join(sorted(set(timing_names)))}), live sweep",
+                source=f"engines {', '.join(specs)} ({', '.join(sorted(set(timing_names)))}), "
+                       "live sweep",
                 label="calibrated-live")
     return records, info
 

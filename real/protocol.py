@@ -195,7 +195,8 @@ def resume_request(result: GenerateResult) -> GenerateRequest | None:
     )
 
 
-def replay_finish_reason(req: GenerateRequest, generated: int, engine_reason: FinishReason) -> FinishReason:
+def replay_finish_reason(req: GenerateRequest, generated: int,
+                         engine_reason: FinishReason) -> FinishReason:
     """Map an engine's finish reason to the sample's, for replay mode.
 
     In replay mode the engine is asked for exactly ``tokens_to_generate`` tokens with EOS ignored,

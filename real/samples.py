@@ -69,14 +69,16 @@ def request_from_sample(
     A fresh sample sends its prompt. A resumed sample (``sample.generated > 0``) sends prompt +
     partial output ids; pass the ids the engine returned, or leave None to synthesise filler ids
     of the right length (same KV work, different tokens). ``max_new_tokens`` is
-    ``sample.max_new_tokens``; in replay mode ``replay_len`` is what is left of the workload's target length.
+    ``sample.max_new_tokens``; in replay mode ``replay_len`` is what is left of the workload's
+    target length.
     """
     if sample.generated > 0 and partial_output_ids is None:
         partial_output_ids = synth_token_ids(sample.uid, sample.generated, vocab_size, salt=1)
     partial = tuple(int(t) for t in (partial_output_ids or ()))
     if len(partial) != sample.generated:
         raise ValueError(
-            f"sample {sample.uid}: {len(partial)} partial ids given, sample.generated={sample.generated}"
+            f"sample {sample.uid}: {len(partial)} partial ids given, "
+            f"sample.generated={sample.generated}"
         )
     return GenerateRequest(
         prompt_ids=prompt_ids_for(sample, vocab_size) + partial,

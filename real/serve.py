@@ -42,7 +42,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="KV token budget (default: max running requests x max context)")
     e.add_argument("--max-prefill-tokens", type=int, default=8192)
     e.add_argument("--enable-priority-scheduling", action="store_true",
-                   help="admit waiting requests by their /generate `priority`, higher first (SGLang's flag)")
+                   help="admit waiting requests by their /generate `priority`, higher first "
+                        "(SGLang's flag)")
     e.add_argument("--device", default="cpu")
     e.add_argument("--dtype", default="float32")
     e.add_argument("--min-step-seconds", type=float, default=0.0,

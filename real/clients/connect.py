@@ -54,7 +54,8 @@ async def _accepts(engine: Engine, token_id: int) -> bool:
     refuses the id (a 400 naming the vocabulary); raises for any other failure."""
     from ..protocol import GenerateRequest
 
-    res = await engine.generate(GenerateRequest(prompt_ids=(token_id,), max_new_tokens=1, replay_len=1))
+    res = await engine.generate(GenerateRequest(prompt_ids=(token_id,), max_new_tokens=1,
+                                                replay_len=1))
     if not res.error:
         return True
     if any(w in res.error.lower() for w in VOCAB_WORDS):

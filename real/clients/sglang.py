@@ -3,7 +3,8 @@
 Works against one SGLang server, a list of servers, or sglang-router in front of servers:
 
 - generation: ``POST /generate`` with ``stream: true`` to the router/server (or round-robin over
-  an explicit worker list), streamed and checked by :class:`real.clients.sglang_wire.StreamAccumulator`;
+  an explicit worker list), streamed and checked by
+  :class:`real.clients.sglang_wire.StreamAccumulator`;
 - abort: the router does not proxy ``/abort_request``, so :meth:`SGLangClient.abort_all` posts
   ``{"rid": "", "abort_all": true}`` to every *worker* (from the router's ``GET /workers`` or the
   given list), then polls each worker's ``/v1/loads`` until it is idle and every local request
@@ -228,7 +229,8 @@ class SGLangClient:
         entry = _InFlight(rid="")
         first_rid = None
 
-        def result(reason: FinishReason, error: str | None = None, message: str | None = None) -> GenerateResult:
+        def result(reason: FinishReason, error: str | None = None,
+                   message: str | None = None) -> GenerateResult:
             timings.finished = time.monotonic()
             return GenerateResult(
                 rid=first_rid or entry.rid, request=request, output_ids=output,
@@ -241,7 +243,8 @@ class SGLangClient:
             while True:
                 if current is None or current.tokens_to_generate <= 0:
                     # Nothing left to generate (e.g. the cut came right after the last token).
-                    base = FinishReason.LENGTH if len(output) >= request.tokens_to_generate else FinishReason.ABORT
+                    base = (FinishReason.LENGTH if len(output) >= request.tokens_to_generate
+                            else FinishReason.ABORT)
                     return result(replay_finish_reason(request, len(output), base))
                 if entry.abort_requested:
                     return result(FinishReason.ABORT, message="aborted by abort_all")
@@ -253,7 +256,8 @@ class SGLangClient:
                 worker = target
                 self._per_worker[target] = self._per_worker.get(target, 0) + 1
                 try:
-                    out = await self._stream_once(target, current, rid, output, on_progress, timings)
+                    out = await self._stream_once(target, current, rid, output, on_progress,
+                                                  timings)
                 except _Fatal as exc:
                     return result(FinishReason.ABORT, error=str(exc))
                 except _Retryable as exc:
@@ -270,7 +274,8 @@ class SGLangClient:
                 finally:
                     self._per_worker[target] -= 1
                 if out.prompt_tokens is not None and prompt_tokens is None:
-                    prompt_tokens = out.prompt_tokens - (len(current.prompt_ids) - len(request.prompt_ids))
+                    prompt_tokens = out.prompt_tokens - (len(current.prompt_ids)
+                                                         - len(request.prompt_ids))
                 weight_version = out.weight_version or weight_version
                 reason = out.finish.reason
                 if reason is FinishReason.ABORT:
@@ -320,7 +325,8 @@ class SGLangClient:
                                         sock_read=self.cfg.read_timeout_s)
         new_this_attempt: list[int] = []
         try:
-            async with self.session.post(f"{target}/generate", json=payload, timeout=timeout) as resp:
+            async with self.session.post(f"{target}/generate", json=payload,
+                                         timeout=timeout) as resp:
                 if resp.status != 200:
                     msg = parse_error_body(resp.status, await resp.read())
                     raise (_Retryable if is_retryable_status(resp.status) else _Fatal)(msg)
@@ -338,8 +344,10 @@ class SGLangClient:
                         chunk = parse_chunk(item)
                     except StreamError as exc:
                         code = exc.code
-                        kind = _Retryable if code is not None and is_retryable_status(code) else _Fatal
-                        raise kind(f"error in stream: {exc}" + (f" (code {code})" if code else "")) from exc
+                        kind = (_Retryable if code is not None and is_retryable_status(code)
+                                else _Fatal)
+                        raise kind(f"error in stream: {exc}"
+                                   + (f" (code {code})" if code else "")) from exc
                     new = acc.feed(chunk)
                     if new:
                         if timings.first_token is None:
@@ -351,7 +359,8 @@ class SGLangClient:
                     if chunk.finish is not None:
                         final = chunk
                         break
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError) as exc:
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError,
+                asyncio.TimeoutError) as exc:
             raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
         if final is None:
             raise _Retryable("stream ended before its final chunk")
@@ -359,7 +368,8 @@ class SGLangClient:
         if len(acc.ids) != len(new_this_attempt) or acc.ids != new_this_attempt:
             del output[len(output) - len(new_this_attempt):]
             output += acc.ids
-        return _Outcome(acc.ids, final.finish, final.prompt_tokens, final.weight_version)  # type: ignore[arg-type]
+        return _Outcome(acc.ids, final.finish, final.prompt_tokens,  # type: ignore[arg-type]
+                        final.weight_version)
 
     # ---- control ---------------------------------------------------------------------------
     async def abort_all(self) -> None:
@@ -406,7 +416,8 @@ class SGLangClient:
         if len(workers) != 1:
             return None
         try:
-            async with self.session.get(f"{workers[0]}/metrics", timeout=self._control_timeout()) as r:
+            async with self.session.get(f"{workers[0]}/metrics",
+                                        timeout=self._control_timeout()) as r:
                 text = await r.text()
         except (aiohttp.ClientError, asyncio.TimeoutError, UnicodeDecodeError):
             return None
@@ -520,7 +531,8 @@ class SGLangClient:
 def _first_int(d: dict, key: str) -> int | None:
     """``key`` at top level, else in internal_states[0], else in deployment_info."""
     for src in (d, *(d.get("internal_states") or [])[:1], d.get("deployment_info") or {}):
-        if isinstance(src, dict) and isinstance(src.get(key), int) and not isinstance(src.get(key), bool):
+        if isinstance(src, dict) and isinstance(src.get(key), int) \
+                and not isinstance(src.get(key), bool):
             return src[key]
     return None
 
@@ -536,7 +548,8 @@ def summarize_server_info(infos: Sequence[dict], workers: Sequence[str]) -> Serv
         max_running_requests=total("max_running_requests"),
         kv_capacity_tokens=total("max_total_num_tokens"),
         max_context_length=min((c for c in ctx if c is not None), default=None),
-        incremental_streaming_output=any(bool(i.get("incremental_streaming_output")) for i in infos),
+        incremental_streaming_output=any(bool(i.get("incremental_streaming_output"))
+                                         for i in infos),
         version=str(infos[0].get("version")) if infos else None,
         workers=tuple(workers),
         raw={"workers": list(infos)},

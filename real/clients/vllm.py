@@ -4,8 +4,8 @@ One ``vllm serve`` endpoint (a data-parallel server counts as one; put several b
 as several engines):
 
 - generation: ``POST /v1/completions`` with a token-id prompt, streamed, the generated ids read
-  from ``token_ids`` (or logprob tokens, see :mod:`real.clients.vllm_wire`), checked against the final
-  ``usage.completion_tokens``;
+  from ``token_ids`` (or logprob tokens, see :mod:`real.clients.vllm_wire`), checked against the
+  final ``usage.completion_tokens``;
 - abort: vLLM aborts a request when its client disconnects, so :meth:`VLLMEngine.abort_all`
   closes every open stream (each ``generate`` returns ``ABORT`` with the ids received so far),
   then polls ``/metrics`` until the server runs and queues nothing;
@@ -127,7 +127,8 @@ class VLLMEngine:
 
     family = "vllm"  # its rules: aprilsim.engine.families.vllm
 
-    def __init__(self, url: str, model: str | None = None, config: VLLMConfig | None = None) -> None:
+    def __init__(self, url: str, model: str | None = None,
+                 config: VLLMConfig | None = None) -> None:
         self.url = url.rstrip("/")
         self.model = model
         self.cfg = config or VLLMConfig()
@@ -164,7 +165,8 @@ class VLLMEngine:
         await self.close()
 
     def _control_timeout(self) -> aiohttp.ClientTimeout:
-        return aiohttp.ClientTimeout(total=self.cfg.control_timeout_s, connect=self.cfg.connect_timeout_s)
+        return aiohttp.ClientTimeout(total=self.cfg.control_timeout_s,
+                                     connect=self.cfg.connect_timeout_s)
 
     async def _request(self, method: str, path: str, body: dict | None = None,
                        timeout_s: float | None = None) -> tuple[int, object]:
@@ -172,7 +174,8 @@ class VLLMEngine:
         timeout = self._control_timeout() if timeout_s is None else aiohttp.ClientTimeout(
             total=timeout_s, connect=self.cfg.connect_timeout_s)
         try:
-            async with self.session.request(method, self.url + path, json=body, timeout=timeout) as resp:
+            async with self.session.request(method, self.url + path, json=body,
+                                            timeout=timeout) as resp:
                 raw = await resp.read()
                 try:
                     return resp.status, json.loads(raw) if raw else None
@@ -218,18 +221,21 @@ class VLLMEngine:
         entry = _InFlight(rid="")
         first_rid = None
 
-        def result(reason: FinishReason, error: str | None = None, message: str | None = None) -> GenerateResult:
+        def result(reason: FinishReason, error: str | None = None,
+                   message: str | None = None) -> GenerateResult:
             timings.finished = time.monotonic()
             return GenerateResult(
-                rid=first_rid or entry.rid, request=request, output_ids=output, finish_reason=reason,
-                timings=timings, error=error, prompt_tokens=prompt_tokens, abort_message=message,
-                weight_version=weight_version, worker=self.url, attempts=attempts,
+                rid=first_rid or entry.rid, request=request, output_ids=output,
+                finish_reason=reason, timings=timings, error=error, prompt_tokens=prompt_tokens,
+                abort_message=message, weight_version=weight_version, worker=self.url,
+                attempts=attempts,
             )
 
         try:
             while True:
                 if current is None or current.tokens_to_generate <= 0:
-                    base = FinishReason.LENGTH if len(output) >= request.tokens_to_generate else FinishReason.ABORT
+                    base = (FinishReason.LENGTH if len(output) >= request.tokens_to_generate
+                            else FinishReason.ABORT)
                     return result(replay_finish_reason(request, len(output), base))
                 if entry.abort_requested:
                     return result(FinishReason.ABORT, message="aborted by abort_all")
@@ -240,7 +246,8 @@ class VLLMEngine:
                 try:
                     out = await self._attempt(entry, current, rid, output, on_progress, timings)
                 except _Aborted:
-                    return result(FinishReason.ABORT, message="aborted by abort_all (stream closed)")
+                    return result(FinishReason.ABORT,
+                                  message="aborted by abort_all (stream closed)")
                 except _Fatal as exc:
                     return result(FinishReason.ABORT, error=str(exc))
                 except _Retryable as exc:
@@ -248,22 +255,26 @@ class VLLMEngine:
                     if entry.abort_requested:
                         return result(FinishReason.ABORT, message="aborted by abort_all")
                     if attempts >= self.cfg.retry.max_attempts:
-                        return result(FinishReason.ABORT, error=f"gave up after {attempts} attempts: {exc}")
+                        return result(FinishReason.ABORT,
+                                      error=f"gave up after {attempts} attempts: {exc}")
                     await asyncio.sleep(self.cfg.retry.backoff(attempts))
                     current = _remainder(request, output)
                     continue
                 if out.prompt_tokens is not None and prompt_tokens is None:
-                    prompt_tokens = out.prompt_tokens - (len(current.prompt_ids) - len(request.prompt_ids))
+                    prompt_tokens = out.prompt_tokens - (len(current.prompt_ids)
+                                                         - len(request.prompt_ids))
                 weight_version = out.weight_version or weight_version
                 reason = out.finish.reason
                 if reason is FinishReason.ABORT:
                     code = out.finish.status_code
-                    if code is not None and is_retryable_status(code) and not entry.abort_requested \
+                    if code is not None and is_retryable_status(code) \
+                            and not entry.abort_requested \
                             and attempts < self.cfg.retry.max_attempts:
                         await asyncio.sleep(self.cfg.retry.backoff(attempts))
                         current = _remainder(request, output)
                         continue
-                    err = None if code is None else f"engine ended the request: {out.finish.message}"
+                    err = (None if code is None
+                           else f"engine ended the request: {out.finish.message}")
                     return result(FinishReason.ABORT, error=err, message=out.finish.message)
                 return result(replay_finish_reason(request, len(output), reason))
         finally:
@@ -298,7 +309,8 @@ class VLLMEngine:
 
     async def _stream_once(self, req: GenerateRequest, rid: str, output: list[int],
                            on_progress: ProgressCallback | None, timings: Timings) -> _Outcome:
-        """Stream one request; appends new ids to ``output`` as they arrive (kept on any failure)."""
+        """Stream one request; appends new ids to ``output`` as they arrive (kept on any
+        failure)."""
         payload = completion_payload(req, await self._model_name(), rid, self.cfg.ids_via)
         timeout = aiohttp.ClientTimeout(total=None, connect=self.cfg.connect_timeout_s,
                                         sock_read=self.cfg.read_timeout_s)
@@ -316,7 +328,8 @@ class VLLMEngine:
                         try:
                             item = parse_sse_line(raw_line)
                         except ValueError as exc:
-                            raise _Fatal(f"malformed stream line {raw_line[:200]!r}: {exc}") from exc
+                            raise _Fatal(f"malformed stream line {raw_line[:200]!r}: "
+                                         f"{exc}") from exc
                         if item is None:
                             continue
                         if item == "[DONE]":
@@ -325,8 +338,10 @@ class VLLMEngine:
                             chunk = parse_stream_chunk(item)
                         except StreamError as exc:
                             code = exc.code
-                            kind = _Retryable if code is not None and is_retryable_status(code) else _Fatal
-                            raise kind(f"error in stream: {exc}" + (f" (code {code})" if code else "")) from exc
+                            kind = (_Retryable if code is not None and is_retryable_status(code)
+                                    else _Fatal)
+                            raise kind(f"error in stream: {exc}"
+                                       + (f" (code {code})" if code else "")) from exc
                         if chunk.prompt_ids is not None:
                             prompt_tokens = len(chunk.prompt_ids)
                         if chunk.prompt_tokens is not None and chunk.is_usage:
@@ -349,14 +364,16 @@ class VLLMEngine:
                 except asyncio.CancelledError:
                     resp.close()  # drop the connection: vLLM aborts a request whose client left
                     raise
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError) as exc:
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError,
+                asyncio.TimeoutError) as exc:
             if finish is None:
                 raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
             log.info("stream of %s broke after its finish chunk: %s", rid, exc)
         if finish is None:
             raise _Retryable("stream ended before its finish_reason")
         if completion_tokens is not None and completion_tokens != got:
-            raise _Fatal(f"usage.completion_tokens={completion_tokens} but {got} token ids streamed")
+            raise _Fatal(f"usage.completion_tokens={completion_tokens} but {got} token ids "
+                         "streamed")
         return _Outcome(finish, prompt_tokens, version)
 
     # ---- control ---------------------------------------------------------------------------
@@ -388,17 +405,19 @@ class VLLMEngine:
     async def metrics(self) -> MetricsLoad | None:
         """Load from ``/metrics``; None when unreachable or without vLLM's gauges."""
         try:
-            async with self.session.get(f"{self.url}/metrics", timeout=self._control_timeout()) as r:
+            async with self.session.get(f"{self.url}/metrics",
+                                        timeout=self._control_timeout()) as r:
                 text = await r.text()
                 return parse_metrics(text) if r.status == 200 else None
         except (aiohttp.ClientError, asyncio.TimeoutError, UnicodeDecodeError):
             return None
 
     async def counters(self) -> dict[str, float] | None:
-        """vLLM's engine-side counters from ``/metrics`` (:func:`real.clients.vllm_wire.parse_counters`);
-        None when unreachable or without them."""
+        """vLLM's engine-side counters from ``/metrics``
+        (:func:`real.clients.vllm_wire.parse_counters`); None when unreachable or without them."""
         try:
-            async with self.session.get(f"{self.url}/metrics", timeout=self._control_timeout()) as r:
+            async with self.session.get(f"{self.url}/metrics",
+                                        timeout=self._control_timeout()) as r:
                 text = await r.text()
                 got = parse_counters(text) if r.status == 200 else {}
                 return got or None
@@ -409,7 +428,8 @@ class VLLMEngine:
         """The counters and the load of one ``/metrics`` read (one request where a sampler
         wants both); (None, None) when unreachable."""
         try:
-            async with self.session.get(f"{self.url}/metrics", timeout=self._control_timeout()) as r:
+            async with self.session.get(f"{self.url}/metrics",
+                                        timeout=self._control_timeout()) as r:
                 text = await r.text()
                 if r.status != 200:
                     return None, None
@@ -423,7 +443,8 @@ class VLLMEngine:
         return None if m is None else m.as_loads()
 
     async def _wait_idle(self, deadline: float) -> None:
-        """Poll ``/metrics`` until nothing runs or waits (vLLM notices a disconnect within a step)."""
+        """Poll ``/metrics`` until nothing runs or waits (vLLM notices a disconnect within a
+        step)."""
         while time.monotonic() < deadline:
             m = await self.metrics()
             if m is None or m.running + m.waiting == 0:
@@ -483,7 +504,8 @@ class VLLMEngine:
                 timeout_s=self.cfg.weights_timeout_s)
             if self._weight_call_failed("/collective_rpc reload_weights", status, body):
                 return
-        status, body = await self._request("POST", "/update_weight_version", {"new_version": str(version)})
+        status, body = await self._request("POST", "/update_weight_version",
+                                           {"new_version": str(version)})
         try:
             self._weight_call_failed("/update_weight_version", status, body)
         except NotSupported:
@@ -500,7 +522,8 @@ class VLLMEngine:
         if status == 0:
             return True
         if status in (404, 405):
-            raise NotSupported(f"{what}: not offered by this server (start vLLM with VLLM_SERVER_DEV_MODE=1)")
+            raise NotSupported(f"{what}: not offered by this server "
+                               "(start vLLM with VLLM_SERVER_DEV_MODE=1)")
         if status != 200:
             raise RuntimeError(f"{what} failed with status {status}: {body!r}"[:500])
         return False

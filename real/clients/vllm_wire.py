@@ -1,7 +1,7 @@
 """vLLM's OpenAI-compatible wire format: the payloads we build and the responses we read, no I/O.
 
-Kept apart from :mod:`real.clients.vllm` so that the contract tests can check every payload and every
-parser against the shapes vLLM documents. Shapes follow vLLM 0.33.0 (the PyPI wheel):
+Kept apart from :mod:`real.clients.vllm` so that the contract tests can check every payload and
+every parser against the shapes vLLM documents. Shapes follow vLLM 0.33.0 (the PyPI wheel):
 
 - ``POST /v1/completions`` body (``entrypoints/openai/completion/protocol.py``,
   ``CompletionRequest``): ``prompt`` as a list of token ids, ``max_tokens``, ``temperature``,
@@ -57,7 +57,8 @@ __all__ = [
     "parse_stream_chunk",
 ]
 
-#: How generated ids are asked for: ``return_token_ids`` (vLLM >= 0.10.2) or logprobs spelled as ids.
+#: How generated ids are asked for: ``return_token_ids`` (vLLM >= 0.10.2) or logprobs spelled as
+#: ids.
 IDS_VIA = ("token_ids", "logprobs")
 TOKEN_ID_PREFIX = "token_id:"
 
@@ -75,7 +76,8 @@ def completion_payload(req: GenerateRequest, model: str | None, request_id: str,
         raise ValueError(f"ids_via must be one of {IDS_VIA}, got {ids_via!r}")
     n = req.tokens_to_generate
     if n < 1:
-        raise ValueError("vLLM needs max_tokens >= 1; a request with nothing to generate is not sent")
+        raise ValueError("vLLM needs max_tokens >= 1; a request with nothing to generate is not "
+                         "sent")
     s = req.sampling
     body: dict = {
         "prompt": [int(t) for t in req.prompt_ids],
@@ -156,7 +158,8 @@ def _ids_from_logprobs(logprobs: object) -> list[int] | None:
 
 
 def _int_list(v: object, what: str) -> list[int]:
-    if not isinstance(v, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in v):
+    if not isinstance(v, list) or not all(isinstance(t, int) and not isinstance(t, bool)
+                                          for t in v):
         raise StreamError(f"{what} is not a list of ints: {v!r}"[:300], None)
     return list(v)
 
@@ -250,7 +253,8 @@ class MetricsLoad:
     block_size: int | None = None  # the KV block size (``block_size`` of cache_config_info)
 
     def as_loads(self) -> dict:
-        """The keys of :meth:`real.clients.sglang.SGLangClient.loads`, for code that reads either."""
+        """The keys of :meth:`real.clients.sglang.SGLangClient.loads`, for code that reads
+        either."""
         return {"num_running_reqs": self.running, "num_waiting_reqs": self.waiting,
                 "num_used_tokens": self.kv_used_tokens, "kv_cache_usage": self.kv_cache_usage}
 

@@ -28,7 +28,8 @@ def build_engine(
     checkpoint: str | None = None,
 ) -> BatchEngine:
     """A BatchEngine on a random-init model (``seed``) or a checkpoint directory."""
-    model = TinyDecoder.load(checkpoint) if checkpoint else TinyDecoder.random(model_cfg or ModelConfig(), seed)
+    model = (TinyDecoder.load(checkpoint) if checkpoint
+             else TinyDecoder.random(model_cfg or ModelConfig(), seed))
     return BatchEngine(model, engine_cfg)
 
 

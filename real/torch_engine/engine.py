@@ -315,7 +315,8 @@ class BatchEngine:
         if req.rid in self.rids():
             raise ValueError(f"duplicate request id {req.rid!r}")
         # SGLang's scheduler: keep max_new_tokens inside the admission budget.
-        req.max_new_tokens = max(0, min(req.max_new_tokens, self.max_req_len - len(req.prompt_ids) - 1))
+        req.max_new_tokens = max(0, min(req.max_new_tokens,
+                                        self.max_req_len - len(req.prompt_ids) - 1))
         if req.seed is not None:
             req.generator = torch.Generator(device=self.device).manual_seed(req.seed % (2**63))
         if self.cfg.enable_priority_scheduling and self.waiting \
@@ -612,12 +613,14 @@ class BatchEngine:
             if self.output_mask is not None:
                 which = torch.tensor([int(batch[i].ignore_eos) for i in rows], device=sub.device)
                 sub = sub + self.output_mask[which]
-            temps = torch.tensor([batch[i].spec.temperature for i in rows],  # type: ignore[union-attr]
-                                 device=sub.device)[:, None]
+            temps = torch.tensor(
+                [batch[i].spec.temperature for i in rows],  # type: ignore[union-attr]
+                device=sub.device)[:, None]
             lps = torch.log_softmax(sub / temps, dim=-1)
             greedy = sub.argmax(-1).tolist()
             shared = [j for j, i in enumerate(rows)
-                      if not batch[i].spec.greedy and batch[i].generator is None]  # type: ignore[union-attr]
+                      if not batch[i].spec.greedy  # type: ignore[union-attr]
+                      and batch[i].generator is None]
             drawn: dict[int, int] = {}
             if shared:
                 picks = torch.multinomial(lps[shared].exp(), 1, generator=self.generator)

@@ -144,7 +144,8 @@ def decode_body(raw: bytes, encoding: str) -> bytes:
 
 async def read_body(request: web.Request) -> bytes:
     """The request's body, decoded; BodyError (408) when it does not arrive in time. The app
-    must be served with ``auto_decompress=False`` (``real.serve`` does), or aiohttp decodes first."""
+    must be served with ``auto_decompress=False`` (``real.serve`` does), or aiohttp decodes
+    first."""
     timeout = request.app.get(READ_TIMEOUT_KEY) or 0.0
     timeout = timeout if timeout > 0 else None
     try:

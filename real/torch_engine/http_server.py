@@ -1,4 +1,5 @@
-"""An aiohttp server for the bundled engine that speaks SGLang's HTTP API (the subset in docs/real.md).
+"""An aiohttp server for the bundled engine that speaks SGLang's HTTP API (the subset in
+docs/real.md).
 
 The point is that SGLang clients (:class:`real.clients.sglang.SGLangClient`, the real
 sglang-router, ``sglang.bench_serving``, RL frameworks' rollout code, OpenAI clients) can run

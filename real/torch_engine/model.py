@@ -180,7 +180,8 @@ class TinyDecoder(nn.Module):
         model = cls(cfg)
         state = torch.load(path / "model.pt", map_location="cpu", weights_only=True)
         bad = next((k for k, v in state.items()
-                    if torch.is_tensor(v) and v.is_floating_point() and not torch.isfinite(v).all()),
+                    if torch.is_tensor(v) and v.is_floating_point()
+                    and not torch.isfinite(v).all()),
                    None)
         if bad is not None:  # it would serve NaN log-probs and garbage tokens
             raise ValueError(f"checkpoint {path} has non-finite weights in {bad!r} (NaN or inf)")
