@@ -31,7 +31,13 @@ from aiohttp import web  # noqa: E402
 
 from real.clients.sglang import SGLangClient  # noqa: E402
 from real.protocol import GenerateRequest, SamplingParams  # noqa: E402
-from real.torch_engine import BatchEngine, EngineConfig, EngineRequest, ModelConfig, TinyDecoder  # noqa: E402
+from real.torch_engine import (  # noqa: E402
+    BatchEngine,
+    EngineConfig,
+    EngineRequest,
+    ModelConfig,
+    TinyDecoder,
+)
 from real.torch_engine.http_server import EngineHTTPServer, ServerConfig  # noqa: E402
 from real.torch_engine.local import LocalEngine  # noqa: E402
 from real.torch_engine.runner import EngineRunner  # noqa: E402
@@ -63,8 +69,9 @@ async def http_overhead(model: TinyDecoder, n: int) -> dict:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = EngineHTTPServer(EngineRunner(BatchEngine(model, EngineConfig(max_running_requests=4))),
-                              ServerConfig(port=port))
+    server = EngineHTTPServer(
+        EngineRunner(BatchEngine(model, EngineConfig(max_running_requests=4))),
+        ServerConfig(port=port))
     app = web.AppRunner(server.app, access_log=None)
     await app.setup()
     await web.TCPSite(app, "127.0.0.1", port).start()
@@ -136,7 +143,8 @@ def bench_serving(prompts: int, vocab: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--d-model", type=int, default=128)
     p.add_argument("--n-layers", type=int, default=2)

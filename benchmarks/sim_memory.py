@@ -1,4 +1,5 @@
-"""Simulator cost and memory over a long run: CPU seconds, peak RSS, and per-step cost early vs late.
+"""Simulator cost and memory over a long run: CPU seconds, peak RSS, and per-step cost early vs
+late.
 
     taskset -c 0 python benchmarks/sim_memory.py --json [--groups 1024] [--steps 100]
                                                  [-s sync -s april] [--baseline REF|none]

@@ -49,7 +49,8 @@ from _trees import (
 POINT = SIMULATE + r"""
 import sys
 from aprilsim.config import default_scenario
-engines, name, steps, groups_per_engine = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+engines, name, steps, groups_per_engine = (int(sys.argv[1]), sys.argv[2], int(sys.argv[3]),
+                                           int(sys.argv[4]))
 sc = default_scenario()
 sc = sc.model_copy(update={"batch_size": groups_per_engine * engines, "group_size": 16,
                            "steps": steps,

@@ -4,8 +4,9 @@
 
 Cases: `aprilsim --help`, `simulate --help`, `fit --help`, `run --help`, `validate --help`,
 `sweep --help`, and two commands up to their first line of work: `simulate` (default scenario)
-stopped where the simulator is called, and `fit FILE` stopped where the file starts to be read. The stop is a patch applied in the child
-after importing the module that the command itself imports, so the child loads exactly what the
+stopped where the simulator is called, and `fit FILE` stopped where the file starts to be read.
+The stop is a patch applied in the child after importing the module that the command itself
+imports, so the child loads exactly what the
 command loads. Each figure is the least CPU (user + system) of `--repeat` child processes, this
 tree alternating with the baseline commit's; `ratio` is new / old. Target: < 0.5 s each.
 """

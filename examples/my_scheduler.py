@@ -37,7 +37,8 @@ class EarlyStopScheduler:
 
     name: ClassVar[str] = "early_stop"
     mode: ClassVar[Mode] = "colocated"
-    ratio: float = 1.5  # a knob: set it in the scenario's [schedulers."my_scheduler:EarlyStopScheduler"]
+    # a knob: set it in the scenario's [schedulers."my_scheduler:EarlyStopScheduler"]
+    ratio: float = 1.5
     _groups: list[Group] = field(default_factory=list, repr=False)  # state: _private or a factory
     _done: list[Group] = field(default_factory=list, repr=False)
 

@@ -32,8 +32,8 @@ from aprilsim.policies.registry import REGISTRY  # noqa: E402
 from aprilsim.scheduler_spec import build_scheduler  # noqa: E402
 from aprilsim.sim.build import build_simulation  # noqa: E402
 
-ORDER = ["sync", "april", "april_ds", "slime_dapo", "dynamic_sampling", "tail_batching", "async_one_step",
-         "fully_async"]
+ORDER = ["sync", "april", "april_ds", "slime_dapo", "dynamic_sampling", "tail_batching",
+         "async_one_step", "fully_async"]
 USER = "my_scheduler:EarlyStopScheduler"
 COLUMNS = [
     ("rollout tok/s", "rollout_throughput_tok_s", "{:,.0f}"),
@@ -106,7 +106,8 @@ def main() -> None:
         for suffix, s in variants:
             label = ("early_stop (user)" if name == USER else name) + suffix
             print(f"simulating {label} x {args.seeds} seeds ...", file=sys.stderr)
-            per_seed[label] = [simulate(s, name, args.steps, sc.seed + k) for k in range(args.seeds)]
+            per_seed[label] = [simulate(s, name, args.steps, sc.seed + k)
+                               for k in range(args.seeds)]
     base = per_seed["sync"]
     rows = []
     for label, runs in per_seed.items():

@@ -66,6 +66,7 @@ def cpu_delta(a: dict, b: dict, cores: list[int] | None = None) -> dict:
     wall = b["t"] - a["t"]
     procs = {k: b["procs"][k] - a["procs"][k] for k in a["procs"]}
     names = [f"cpu{c}" for c in cores] if cores else list(a["cores"])
-    tot = {k: sum(b["cores"][n][k] - a["cores"][n][k] for n in names) for k in ("busy", "idle", "steal")}
+    tot = {k: sum(b["cores"][n][k] - a["cores"][n][k] for n in names)
+           for k in ("busy", "idle", "steal")}
     return {"wall_s": wall, "procs_s": procs, "cores": names, "cores_s": tot,
             "others_busy_s": max(0.0, tot["busy"] - sum(procs.values()))}

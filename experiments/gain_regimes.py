@@ -230,7 +230,8 @@ def figure(res: dict[str, Any], path: Path) -> bool:
     ax2.set_xscale("log")
     ax2.set_ylabel("APRIL rollout-throughput gain over sync (%)")
     b = res["default_balance"]
-    ax2.set_xlabel(f"decode cost balance a : (b·B + c·K) (log scale)\nat B = {b['B']:.0f} requests, "
+    ax2.set_xlabel(f"decode cost balance a : (b·B + c·K) (log scale)\nat B = {b['B']:.0f} "
+                   "requests, "
                    f"K = {b['K'] / 1e3:.0f}k KV tokens per engine (a full sync batch)")
     ax2.set_title("Engine regime (default lengths)")
     ax2.legend(fontsize=8, loc="upper left")

@@ -55,14 +55,16 @@ def main() -> None:
         return [s.rollout_time_s for s in r.steps]
 
     print(f"logged run: {args.scheduler}, {sc.cluster.engines} engines, {sc.batch_size} x "
-          f"{sc.group_size}, max {sc.max_response_len}, {args.steps} steps (warm-up {warm} left out)")
+          f"{sc.group_size}, max {sc.max_response_len}, {args.steps} steps "
+          f"(warm-up {warm} left out)")
     # the run's draw order (slime's group_index), with the never-trained prompts run to the cap
     # or left out; the trained order
     for order, unlogged in (("prompt", "cap"), ("prompt", "draw"), ("prompt", "skip"),
                             ("step", "skip")):
         rep = _errors(run_with({"replay": "log.csv", "order": order, "unlogged": unlogged}),
                       meas, warm)
-        print(f"replay (exact list, {order} order, unlogged {unlogged}): per-step error {min(rep):+.2%} .. "
+        print(f"replay (exact list, {order} order, unlogged {unlogged}): per-step error "
+              f"{min(rep):+.2%} .. "
               f"{max(rep):+.2%}, median |error| {statistics.median(abs(e) for e in rep):.2%}, "
               f"mean rollout {statistics.mean(rep):+.2%}")
 
@@ -80,7 +82,8 @@ def main() -> None:
             mean_err.append(statistics.mean(e))
             step_abs.append(statistics.median(abs(x) for x in e))
         print(f"{label}: over {args.seeds} seeds, mean rollout-time error {min(mean_err):+.1%} .. "
-              f"{max(mean_err):+.1%} (mean {statistics.mean(mean_err):+.1%}), median per-step |error| "
+              f"{max(mean_err):+.1%} (mean {statistics.mean(mean_err):+.1%}), "
+              "median per-step |error| "
               f"{statistics.median(step_abs):.1%} ({min(step_abs):.1%} .. {max(step_abs):.1%})")
 
 

@@ -99,7 +99,8 @@ def main() -> None:
         for label, got in runs.items():
             row = rows[label]
             base = bases["history" if row["scheduler"] == "seer_history" else ""]
-            row[f"{tag}_gain"], row[f"{tag}_gain_sd"] = paired(got, base, "rollout_throughput_tok_s")
+            row[f"{tag}_gain"], row[f"{tag}_gain_sd"] = paired(got, base,
+                                                               "rollout_throughput_tok_s")
             row[f"{tag}_samples_gain"], row[f"{tag}_samples_gain_sd"] = paired(
                 got, base, "samples_per_s")
             row[f"{tag}_offpolicy"] = sum(r["offpolicy_token_fraction"] for r in got) / len(got)
@@ -121,7 +122,8 @@ def main() -> None:
     ]
     for r in done:
         lines.append(
-            f"| `{r['scheduler']}`" + (f" {r['label'].split(' ', 1)[1]}" if " " in r["label"] else "")
+            f"| `{r['scheduler']}`"
+            + (f" {r['label'].split(' ', 1)[1]}" if " " in r["label"] else "")
             + f" | {r['source']} | {r['assumes']} | "
             f"{r['default_gain']:+.1%} ± {r['default_gain_sd']:.1%} | "
             f"{r['default_samples_gain']:+.1%} ± {r['default_samples_gain_sd']:.1%} | "
@@ -130,7 +132,8 @@ def main() -> None:
             f"{r['default_offpolicy']:.0%} |")
     table = "\n".join(lines) + "\n"
     (out / "scheduler_families.md").write_text(table)
-    print(f"{args.seeds} paired seeds, warm-up left out; mean ± sd of paired differences\n\n{table}")
+    print(f"{args.seeds} paired seeds, warm-up left out; mean ± sd of paired differences\n\n"
+          f"{table}")
 
 
 if __name__ == "__main__":

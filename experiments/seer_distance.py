@@ -5,11 +5,12 @@
 
 `seer` (its defaults: pieces of 2,048 tokens, KV through a global pool; `experiments/seer_gain.py`)
 against sync on the same seeds (paired, warm-up left out), both round-robin sync and veRL's
-dispatch (`sync@dispatch=group`, the Seer paper's baseline), on the default scenario and on versions of it
-that each add one thing Seer's production setting has (arXiv 2511.14617: long reasoning on
-large models, big groups, many engines): longer responses with a heavier tail and a 32k cap,
-siblings whose lengths agree (a higher prompt share), groups of 16, four times the engines and
-the batch (the KV-bound scenario is `experiments/seer_gain.py experiments/scenarios/kv_bound.toml`).
+dispatch (`sync@dispatch=group`, the Seer paper's baseline), on the default scenario and on
+versions of it that each add one thing Seer's production setting has (arXiv 2511.14617: long
+reasoning on large models, big groups, many engines): longer responses with a heavier tail and a
+32k cap, siblings whose lengths agree (a higher prompt share), groups of 16, four times the
+engines and the batch (the KV-bound scenario is
+`experiments/seer_gain.py experiments/scenarios/kv_bound.toml`).
 Writes experiments/results/seer_distance.md.
 """
 

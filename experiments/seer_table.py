@@ -179,7 +179,8 @@ def markdown(rows: list[Row], meta: dict[str, Any]) -> str:
     lo, hi = PUBLISHED["throughput"]
     tlo, thi = PUBLISHED["tail"]
     lines += ["", f"published (Seer v1 abstract, against veRL): rollout throughput {lo:+.0%} to "
-              f"{hi:+.0%}, long-tail latency {tlo:+.0%} to {thi:+.0%}. {meta['seeds']} paired seeds, "
+              f"{hi:+.0%}, long-tail latency {tlo:+.0%} to {thi:+.0%}. {meta['seeds']} paired "
+              "seeds, "
               f"{meta['steps']} steps of which 1 is left out as warm-up"
               + (f"; scaled down {meta['scale']}x" if meta["scale"] > 1 else "") + "."]
     return "\n".join(lines) + "\n"

@@ -7,7 +7,8 @@ and models fitted by `aprilsim fit --bootstrap 0` to the shared serving traces (
 conversation, Azure conversation, Azure code; ../shared/data/lengths or $APRILSIM_SHARED_DATA),
 cached in experiments/results/models/ (--refit to redo). Engine regimes on the default lengths:
 the default 4 engines, 16 engines (few requests per engine: decode is weight-bound, extra requests
-are nearly free) and 4 engines capped at 32 running requests (saturated: requests queue from ratio 1 on).
+are nearly free) and 4 engines capped at 32 running requests (saturated: requests queue from
+ratio 1 on).
 
 Schedulers: sync, april and april_ds (`ratio`) and fully_async (`inflight_ratio`), the three
 ratios linked to one swept value. Writes experiments/results/sweep_ratio/*.parquet (resumable),
@@ -36,7 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
 FIGURES = ROOT / "docs" / "figures"
 RATIOS = [1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0]
-AXIS = ("schedulers.april.ratio", "schedulers.april_ds.ratio", "schedulers.fully_async.inflight_ratio")
+AXIS = ("schedulers.april.ratio", "schedulers.april_ds.ratio",
+        "schedulers.fully_async.inflight_ratio")
 SCHEDULERS = ["sync", "april", "april_ds", "fully_async"]
 TRACES = {
     "mooncake_conv": "mooncake_conversation_trace.jsonl",
@@ -119,7 +121,8 @@ def main() -> None:
     from aprilsim.config import scenario_from_dict
 
     lines = [
-        f"Over-provision ratio {RATIOS[0]}..{RATIOS[-1]}, {args.seeds} seeds, 10 steps (1 warm-up). "
+        f"Over-provision ratio {RATIOS[0]}..{RATIOS[-1]}, {args.seeds} seeds, 10 steps "
+        "(1 warm-up). "
         "best: highest mean rollout throughput; knee: smallest ratio within 5 % of it; "
         f"capped: best with mean off-policy share <= {OFFPOLICY_CAP:.0%}. gain: rollout throughput "
         "x sync, paired by seed; samples/s: end-to-end trained samples per second x sync.",
@@ -146,7 +149,8 @@ def main() -> None:
                 f"| {lengths} | {regime} | {sync['mean'].iloc[0]:,.0f} | {sched} | "
                 f"{b['best']:g} ({b['gain_best']:.2f}x, {b['offpolicy_best']:.0%}) | "
                 f"{b['knee']:g} ({b['gain_knee']:.2f}x) | "
-                + (f"{b['capped']:g} ({b['gain_capped']:.2f}x) |" if b['capped'] == b['capped'] else "none |")
+                + (f"{b['capped']:g} ({b['gain_capped']:.2f}x) |" if b['capped'] == b['capped']
+                   else "none |")
                 + f" {b['e2e_best']:.2f}x |"
             )
     summary_figure(summary, FIGURES / "sweep_ratio_summary.png")

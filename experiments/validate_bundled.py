@@ -60,8 +60,9 @@ def start_servers(n: int, work: Path, pin: bool = False) -> list[tuple[subproces
         port = _port()
         log = (work / f"serve-{port}.log").open("wb")
         taskset = ["taskset", "-c", str(cores[i % len(cores)])] if pin else []
-        p = subprocess.Popen([*taskset, sys.executable, "-m", "real.serve", "--host", "127.0.0.1", "--port",
-                              str(port), "--d-model", "64", "--n-layers", "2", "--max-context", "1024",
+        p = subprocess.Popen([*taskset, sys.executable, "-m", "real.serve", "--host", "127.0.0.1",
+                              "--port", str(port), "--d-model", "64", "--n-layers", "2",
+                              "--max-context", "1024",
                               "--max-running-requests", "64", "--tokenizer-path", "none",
                               "--torch-threads", "1", "--seed", "0"],
                              cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
@@ -96,7 +97,8 @@ def serve_main(args) -> None:
         from aprilsim.engine.router import make_router
 
         make_router(args.router)  # an unknown name fails here, with the known ones
-        sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"router": args.router})})
+        sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(
+            update={"router": args.router})})
     scale = local_scale(sc.max_response_len)
     t0 = time.monotonic()
     load0 = os.getloadavg()
@@ -112,8 +114,9 @@ def serve_main(args) -> None:
         procs = start_servers(args.serve, work, args.pin)
         try:
             urls = [u for _, u in procs]
-            opts = ValidateOptions(EngineTarget(engines=tuple(urls)), seed=args.seed, steps=args.steps,
-                                   repeats=args.repeats, scale=scale, cross_fit=args.cross_fit)
+            opts = ValidateOptions(EngineTarget(engines=tuple(urls)), seed=args.seed,
+                                   steps=args.steps, repeats=args.repeats, scale=scale,
+                                   cross_fit=args.cross_fit)
             v = validate(sc, SPECS, opts, lambda n, d, t: print(f"{n}: step {d}/{t}", flush=True),
                          save=args.save)
             rep = write_all(v, work / "report", figures=False)
@@ -130,19 +133,26 @@ def serve_main(args) -> None:
     live = rep["meta"]["live"]
     rv = live.get("reconstruction_vs_log", {})
     cal = rep["calibration"]
-    md = [f"## Bundled engines in separate processes (measured by `python experiments/validate_bundled.py --serve {args.serve}`)", "",
-          f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs (loaded-machine figures); "
+    fit_of = ("the other rounds, shown for the first" if args.cross_fit
+              else "the calibration round")
+    md = ["## Bundled engines in separate processes (measured by "
+          f"`python experiments/validate_bundled.py --serve {args.serve}`)", "",
+          f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs "
+          "(loaded-machine figures); "
           f"load average {load0[0]:.1f} before, {load1[0]:.1f} after (1 min); "
-          f"{args.serve} `python -m real.serve` servers (d_model 64, 2 layers, one torch thread each"
-          f"{', each pinned to one core' if args.pin else ''}) on loopback, router {sc.cluster.router}; scenario `experiments/scenarios/validate_live.toml` at scale {scale:g} "
-          f"(max_response_len {int(round(sc.max_response_len * scale))}), {args.steps} steps (1 warm-up), "
+          f"{args.serve} `python -m real.serve` servers (d_model 64, 2 layers, one torch thread "
+          f"each{', each pinned to one core' if args.pin else ''}) on loopback, router "
+          f"{sc.cluster.router}; scenario `experiments/scenarios/validate_live.toml` at scale "
+          f"{scale:g} "
+          f"(max_response_len {int(round(sc.max_response_len * scale))}), {args.steps} steps "
+          "(1 warm-up), "
           f"seed {args.seed}; "
           + (f"{args.repeats} interleaved rounds, each judged with the cost fitted on the other "
              f"rounds' iteration logs (`--cross-fit`). " if args.cross_fit else
-             f"a calibration round of every scheduler first (its iteration logs give the cost, held "
-             f"out), then {args.repeats} interleaved rounds judged. ")
+             f"a calibration round of every scheduler first (its iteration logs give the cost, "
+             f"held out), then {args.repeats} interleaved rounds judged. ")
           + f"{time.monotonic() - t0:.0f} s wall in all.", "",
-          f"Cost (wall fit of {'the other rounds, shown for the first' if args.cross_fit else 'the calibration round'}): decode a {1e3 * cal['wall']['a']:.3f} ms + b "
+          f"Cost (wall fit of {fit_of}): decode a {1e3 * cal['wall']['a']:.3f} ms + b "
           f"{1e6 * cal['wall']['b']:.1f} us x B + c {cal['wall']['c']:.3g} s x K; prefill p0 "
           f"{1e3 * cal['wall']['p0']:.3f} ms + p1 {1e6 * cal['wall']['p1']:.2f} us x n + pr "
           f"{1e3 * cal['wall']['pr']:.3f} ms x requests; compute fit error decode "
@@ -152,9 +162,12 @@ def serve_main(args) -> None:
     md += targets_table(rep)
     if rv:
         md += ["", f"Iterations rebuilt from the token streams against the servers' own "
-               f"`/iteration_log` (median over runs and engines): {100 * rv.get('matched_share', 0):.0f}% "
-               f"of logged steps matched, batch size exact in {100 * rv.get('batch_exact_share', 0):.0f}%, "
-               f"step interval error {100 * rv.get('interval_median_rel_err', 0):.1f}% median, summed "
+               f"`/iteration_log` (median over runs and engines): "
+               f"{100 * rv.get('matched_share', 0):.0f}% "
+               f"of logged steps matched, batch size exact in "
+               f"{100 * rv.get('batch_exact_share', 0):.0f}%, "
+               f"step interval error {100 * rv.get('interval_median_rel_err', 0):.1f}% median, "
+               f"summed "
                f"intervals {100 * rv.get('total_rel_err', 0):+.1f}%."]
     if rep["explanations"]:
         md += ["", "### Gaps (round 1)", ""] + [f"- {x}" for x in rep["explanations"]]
@@ -173,9 +186,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "docs")
     ap.add_argument("--pin", action="store_true", help="--serve: pin server i to core i (taskset)")
     ap.add_argument("--save", type=Path, help="--serve: pickle the live runs to this file")
-    ap.add_argument("--load", type=Path, help="--serve: judge live runs saved by --save (no servers)")
-    ap.add_argument("--router", help="the scenario's [cluster] router on both sides (e.g. group_hash: "
-                                     "placement the order of sends cannot change)")
+    ap.add_argument("--load", type=Path,
+                    help="--serve: judge live runs saved by --save (no servers)")
+    ap.add_argument("--router", help="the scenario's [cluster] router on both sides (e.g. "
+                                     "group_hash: placement the order of sends cannot change)")
     ap.add_argument("--cross-fit", action="store_true",
                     help="--serve: judge each round with the cost fitted on the other rounds (no "
                          "extra calibration round; with --load, runs saved with one judge it too)")

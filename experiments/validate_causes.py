@@ -1,4 +1,4 @@
-"""Where a bundled-server validation's engine-time error comes from, from saved live runs.
+r"""Where a bundled-server validation's engine-time error comes from, from saved live runs.
 
 Reads the live runs that ``experiments/validate_bundled.py --serve N --save FILE`` pickled and
 judges them again at this tree, then prints, per scheduler:
@@ -17,7 +17,8 @@ same live runs against those simulated busy times, so two simulator versions are
 identical live data:
 
     python experiments/validate_causes.py --load RUN.pkl --write-sim-input in.json
-    (cd DIR && PYTHONPATH=DIR python ROOT/experiments/validate_causes.py --sim-input in.json --dump-sim old.json)
+    (cd DIR && PYTHONPATH=DIR python ROOT/experiments/validate_causes.py \
+        --sim-input in.json --dump-sim old.json)
     python experiments/validate_causes.py --load RUN.pkl --old-sim old.json
 """
 
@@ -47,12 +48,14 @@ def dump_sim(inp: Path, out: Path) -> None:
 
     d = json.loads(inp.read_text())
     ok = inspect.signature(matched_engine).parameters
-    eng = matched_engine(CostModel(**d["cost"]), **{k: v for k, v in d["limits"].items() if k in ok})
+    eng = matched_engine(CostModel(**d["cost"]),
+                         **{k: v for k, v in d["limits"].items() if k in ok})
     res = {}
     for spec in SPECS:
-        r = simulate_matched(scenario(d["steps"]), spec, eng, n_engines=d["n_engines"], scale=d["scale"],
-                             seed=d["seed"], steps=d["steps"])
-        res[spec] = {"rollout": [s.rollout_time_s for s in r.steps], "busy": [list(s.busy_by_engine_s) for s in r.steps]}
+        r = simulate_matched(scenario(d["steps"]), spec, eng, n_engines=d["n_engines"],
+                             scale=d["scale"], seed=d["seed"], steps=d["steps"])
+        res[spec] = {"rollout": [s.rollout_time_s for s in r.steps],
+                     "busy": [list(s.busy_by_engine_s) for s in r.steps]}
     out.write_text(json.dumps(res))
 
 
@@ -118,7 +121,8 @@ def main() -> None:
     if args.write_sim_input:
         args.write_sim_input.write_text(json.dumps(
             {"cost": {k: getattr(cost, k) for k in ("a", "b", "c", "p0", "p1", "p2", "pr")},
-             "limits": v.limits, "n_engines": len(v.live[0].rows), "scale": scale, "seed": args.seed,
+             "limits": v.limits, "n_engines": len(v.live[0].rows), "scale": scale,
+             "seed": args.seed,
              "steps": len(v.live[0].result.steps)}))
     drift: dict[str, list[float]] = {}
     for o in v.calibration_runs + v.live:
@@ -135,15 +139,19 @@ def main() -> None:
         per = [engine_times(o, cost, i) for i in steps for o in runs]
         l_hi, l_lo = mean(max(p) for p in per), mean(min(p) for p in per)
         print(f"{lab}: engine time per step (s), busier / other: simulated {s_hi:.3f} / {s_lo:.3f} "
-              f"(x{s_hi / s_lo:.2f}), live {l_hi:.3f} / {l_lo:.3f} (x{l_hi / l_lo:.2f}); both engines "
+              f"(x{s_hi / s_lo:.2f}), live {l_hi:.3f} / {l_lo:.3f} (x{l_hi / l_lo:.2f}); "
+              "both engines "
               f"{l_hi + l_lo:.3f} live vs {s_hi + s_lo:.3f} simulated")
         same = [same_engines(v.sim_traces[lab], o.trace) for o in runs]
         print(f"  samples whose sends all went to the simulated engine: {100 * min(same):.0f}-"
               f"{100 * max(same):.0f}% over the rounds (router {sc.cluster.router})")
         for o in runs:
-            c = compare_runs(o.label, sim, o.result, per_step(o.result, o.rows), per_step(o.result, o.rows, cost))
-            print(f"  round {o.round}: engine-time error {100 * median(abs(e) for e in c.priced_errors):.1f}% "
-                  f"(per step {', '.join(f'{100 * e:+.1f}%' for e in c.priced_errors)}); generated tokens "
+            c = compare_runs(o.label, sim, o.result, per_step(o.result, o.rows),
+                             per_step(o.result, o.rows, cost))
+            print(f"  round {o.round}: engine-time error "
+                  f"{100 * median(abs(e) for e in c.priced_errors):.1f}% "
+                  f"(per step {', '.join(f'{100 * e:+.1f}%' for e in c.priced_errors)}); "
+                  "generated tokens "
                   f"{[s.generated_tokens for s in o.result.steps[sim.warmup_steps:]]} "
                   f"(simulated {[s.generated_tokens for s in sim.steps[sim.warmup_steps:]]})")
     if args.old_sim:
@@ -163,7 +171,8 @@ def main() -> None:
                 rounds.append(rows)
             p = pooled(rounds)
             print(f"simulator of {name}: engine-time error",
-                  {lab: f"{100 * s['step_priced_median_abs']:.1f}%" for lab, s in p["schedulers"].items()},
+                  {lab: f"{100 * s['step_priced_median_abs']:.1f}%"
+                   for lab, s in p["schedulers"].items()},
                   "engine-time gain error (pp)",
                   {lab: round(g["diff_priced_pp"]["mean"], 1) for lab, g in p["gains"].items()})
 

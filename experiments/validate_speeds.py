@@ -1,6 +1,7 @@
-"""Do engines of unequal speed explain APRIL's engine-time error on several live engines?
+r"""Do engines of unequal speed explain APRIL's engine-time error on several live engines?
 
-    python experiments/validate_speeds.py RUN.pkl [--scenario experiments/scenarios/validate_live.toml]
+    python experiments/validate_speeds.py RUN.pkl \
+        [--scenario experiments/scenarios/validate_live.toml]
 
 Reads live runs saved by ``experiments/validate_bundled.py --serve N --save RUN.pkl`` (or
 ``validate_vllm.py --save``). Fits one cost on all the runs' rows (a diagnosis, not a
@@ -46,7 +47,8 @@ def engine_speeds(o, cost, share) -> list[float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", type=Path)
-    ap.add_argument("--scenario", type=Path, default=ROOT / "experiments" / "scenarios" / "validate_live.toml")
+    ap.add_argument("--scenario", type=Path,
+                    default=ROOT / "experiments" / "scenarios" / "validate_live.toml")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
@@ -85,10 +87,12 @@ def main() -> None:
         d["equal"].append(res["equal"])
         d["measured"].append(res["measured"])
         d["ratio"].append(max(f) / min(f))
-    print("| scheduler | runs | engine speed ratio (slow/fast, median) | engine-time error, equal engines | with the measured speeds |")
+    print("| scheduler | runs | engine speed ratio (slow/fast, median) | "
+          "engine-time error, equal engines | with the measured speeds |")
     print("|---|---|---|---|---|")
     for lab, d in by.items():
-        print(f"| {lab} | {len(d['equal'])} | {median(d['ratio']):.2f}x | {100 * median(d['equal']):.1f} % | "
+        print(f"| {lab} | {len(d['equal'])} | {median(d['ratio']):.2f}x | "
+              f"{100 * median(d['equal']):.1f} % | "
               f"{100 * median(d['measured']):.1f} % |")
 
 

@@ -70,12 +70,14 @@ def build_model(venv: Path, out: Path) -> dict:
 class VLLMServer:
     """One ``vllm.entrypoints.openai.api_server`` in a process group of its own."""
 
-    def __init__(self, venv: Path, model: Path, port: int, log: Path, pin: str | None = None) -> None:
+    def __init__(self, venv: Path, model: Path, port: int, log: Path,
+                 pin: str | None = None) -> None:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
         self.url = f"http://127.0.0.1:{port}"
         self.log = log
         self.proc = subprocess.Popen(
-            [*(["taskset", "-c", pin] if pin else []), str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server", "--model",
+            [*(["taskset", "-c", pin] if pin else []), str(venv / "bin" / "python"), "-m",
+             "vllm.entrypoints.openai.api_server", "--model",
              str(model), "--max-model-len", "2048", "--dtype", "bfloat16", "--port", str(port),
              "--host", "127.0.0.1"],
             stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -149,17 +151,20 @@ def cpu_lines(cpu: dict) -> list[str]:
                           for k, v in ps.items() if v > 0)
         out.append(
             f"- {phase}: {n:.0f} tokens in {d['wall_s']:.0f} s; CPU per generated token (share of "
-            f"the server's): {roles}; on {cores}: busy {100 * cs['busy'] / d['wall_s']:.0f} % of the wall "
-            f"time, of which other processes {100 * d['others_busy_s'] / d['wall_s']:.0f} %, stolen by "
-            f"the hypervisor {100 * cs['steal'] / d['wall_s']:.1f} %, idle {100 * cs['idle'] / d['wall_s']:.0f} %")
+            f"the server's): {roles}; on {cores}: busy {100 * cs['busy'] / d['wall_s']:.0f} % of "
+            f"the wall time, of which other processes "
+            f"{100 * d['others_busy_s'] / d['wall_s']:.0f} %, stolen by the hypervisor "
+            f"{100 * cs['steal'] / d['wall_s']:.1f} %, idle {100 * cs['idle'] / d['wall_s']:.0f} %")
     return out
 
 
 def calibrate(urls: list[str], scale: float, out: Path) -> dict:
-    res = subprocess.run([sys.executable, "-m", "aprilsim", "calibrate", "--engines", ",".join(urls),
+    res = subprocess.run([sys.executable, "-m", "aprilsim", "calibrate", "--engines",
+                          ",".join(urls),
                           "--scenario", str(SCENARIO), "--scale", str(scale), "--out", str(out),
                           "--plot", str(out.with_suffix(".png")), "--json"],
-                         cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                         cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
     if res.returncode != 0:
         raise RuntimeError(f"calibrate failed: {res.stderr.strip()}")
     return json.loads(res.stdout)
@@ -171,15 +176,19 @@ def targets_table(rep: dict) -> list[str]:
     def pct(x):
         return "n/a" if x is None else f"{100 * x:.1f}%"
 
-    lines = [f"| scheduler | per-step rollout error vs the mean of {pool['rounds']} rounds (median) | "
+    lines = [f"| scheduler | per-step rollout error vs the mean of {pool['rounds']} rounds "
+             "(median) | "
              "noise floor of that mean (floor / sqrt(R); split halves) | single-run per-step error "
              "(median, pooled) | noise floor of one run | gain over sync: "
-             "predicted / measured (mean +- 95 %) | gain error (pp, paired, +- 95 %) | engine-time error "
-             "(priced, median; vs mean) | noise floor of the priced work (one run) | engine-time gain error (pp, paired) |",
+             "predicted / measured (mean +- 95 %) | gain error (pp, paired, +- 95 %) | "
+             "engine-time error "
+             "(priced, median; vs mean) | noise floor of the priced work (one run) | "
+             "engine-time gain error (pp, paired) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for lab, v in pool["schedulers"].items():
         g = pool["gains"].get(lab)
-        vm = (f"{pct(v.get('step_rollout_vs_mean_median_abs'))} | {pct(v.get('noise_floor_of_mean'))}; "
+        vm = (f"{pct(v.get('step_rollout_vs_mean_median_abs'))} | "
+              f"{pct(v.get('noise_floor_of_mean'))}; "
               f"{pct(v.get('noise_floor_of_mean_split_half'))}")
         err = pct(v["step_rollout_median_abs"])
         nf = pct(v["noise_floor"])
@@ -194,7 +203,8 @@ def targets_table(rep: dict) -> list[str]:
                 "" if dp.get("half_width") is None else f" +- {dp['half_width']:.1f}")
         else:
             gain, ge, gp = "(base)", "", ""
-        pe = f"{pct(v.get('step_priced_median_abs'))}; {pct(v.get('step_priced_vs_mean_median_abs'))}"
+        pe = (f"{pct(v.get('step_priced_median_abs'))}; "
+              f"{pct(v.get('step_priced_vs_mean_median_abs'))}")
         pn = pct(v.get("priced_noise_floor"))
         lines.append(f"| {lab} | {vm} | {err} | {nf} | {gain} | {ge} | {pe} | {pn} | {gp} |")
     rk = t["ranking"]
@@ -230,10 +240,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--keep", action="store_true", help="leave the servers running")
     ap.add_argument("--pin", help="taskset core list for the servers (e.g. 1)")
     ap.add_argument("--save", type=Path, help="pickle the live runs (and keep cal.json in --work)")
-    ap.add_argument("--load", type=Path, help="judge live runs saved by --save (no servers, no calibrate)")
+    ap.add_argument("--load", type=Path,
+                    help="judge live runs saved by --save (no servers, no calibrate)")
     ap.add_argument("--fit", choices=["sweep", "round", "cross"],
-                    help="the simulation's cost: calibrate's sweep (the default), a held-out round of "
-                         "the schedulers' own runs (validate without --calibration), or cross-fitted "
+                    help="the simulation's cost: calibrate's sweep (the default), a held-out round "
+                         "of the schedulers' own runs (validate without --calibration), or "
+                         "cross-fitted "
                          "(each round judged with the cost of the other rounds); the last two need "
                          "--repeats >= 2; with --load, default: what the saved runs used")
     ap.add_argument("--pgid", help="with --url: the servers' process group ids (comma-separated), "
@@ -273,8 +285,10 @@ def main() -> None:
             if args.prefix_cache_block:
                 limits = {**limits, "prefix_cache_block": args.prefix_cache_block}
             sc = with_overrides(load_scenario(SCENARIO), steps=args.steps, warmup=None)
-            opts = ValidateOptions(EngineTarget(engines=tuple(urls)), seed=args.seed, steps=args.steps,
-                                   calibration=args.work / "cal.toml" if args.fit == "sweep" else None,
+            opts = ValidateOptions(EngineTarget(engines=tuple(urls)), seed=args.seed,
+                                   steps=args.steps,
+                                   calibration=(args.work / "cal.toml" if args.fit == "sweep"
+                                                else None),
                                    repeats=args.repeats, max_running=cal.get("max_running"),
                                    scale=args.scale, cross_fit=args.fit == "cross")
             tv = time.monotonic()
@@ -307,10 +321,11 @@ def main() -> None:
         cpu["calibrate"] = cpu_delta(s0, s1, cores) | {"tokens": g1 - g0}
         t_cal = time.monotonic() - tc
         sc = with_overrides(load_scenario(SCENARIO), steps=args.steps, warmup=None)
-        opts = ValidateOptions(EngineTarget(engines=tuple(urls)), seed=args.seed, steps=args.steps,
+        opts = ValidateOptions(EngineTarget(engines=tuple(urls)), seed=args.seed,
+                               steps=args.steps,
                                calibration=args.work / "cal.toml" if args.fit == "sweep" else None,
-                               repeats=args.repeats, max_running=cal.get("max_running"), scale=args.scale,
-                               cross_fit=args.fit == "cross")
+                               repeats=args.repeats, max_running=cal.get("max_running"),
+                               scale=args.scale, cross_fit=args.fit == "cross")
         tv = time.monotonic()
         v = validate(sc, SPECS, opts, lambda n, d, t: print(f"{n}: step {d}/{t}", flush=True),
                      save=args.save)
@@ -346,8 +361,12 @@ def main() -> None:
     md = ["## vLLM (vllm-cpu, measured by "
           "`python experiments/validate_vllm.py --doc docs/validation.md`)", "",
           f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs (loaded-machine "
-          f"figures; load average {load0[0]:.1f} at the start, 1 min){'; servers pinned to core(s) ' + args.pin if args.pin else ''}; {ver} ({', '.join(urls)}){''.join('; ' + n for n in notes)}. Scenario `experiments/scenarios/validate_live.toml` "
-          f"at scale {args.scale:g} (max_response_len {int(16384 * args.scale)}), {args.steps} steps "
+          f"figures; load average {load0[0]:.1f} at the start, 1 min)"
+          f"{'; servers pinned to core(s) ' + args.pin if args.pin else ''}; {ver} "
+          f"({', '.join(urls)}){''.join('; ' + n for n in notes)}. Scenario "
+          "`experiments/scenarios/validate_live.toml` "
+          f"at scale {args.scale:g} (max_response_len {int(16384 * args.scale)}), "
+          f"{args.steps} steps "
           f"(1 warm-up), seed {args.seed}, {args.repeats} interleaved rounds of "
           f"{', '.join(SPECS)}. Wall: calibrate {t_cal:.0f} s, validate {t_val:.0f} s, "
           f"{t_all:.0f} s in all.", "",
@@ -369,13 +388,15 @@ def main() -> None:
         w = f["wall"]
         md += ["", f"**The simulation's cost here is not the sweep's** (`--fit {args.fit}`): "
                f"{rep['meta']['calibration_from']}. Wall fit: decode a {1e3 * w['a']:.3f} ms + b "
-               f"{1e6 * w['b']:.1f} us x B + c {w['c']:.3g} s x K, prefill p0 {1e3 * w['p0']:.2f} ms "
+               f"{1e6 * w['b']:.1f} us x B + c {w['c']:.3g} s x K, prefill p0 "
+               f"{1e3 * w['p0']:.2f} ms "
                f"+ p1 {1e6 * w['p1']:.2f} us x n + pr {1e3 * w.get('pr', 0.0):.3f} ms x requests "
                f"(the compute fit's median decode error {100 * f['decode_median_err']:.1f} %)."]
     if cpu:
         md += ["", "### Where the CPU went (/proc, the server's processes and its cores)", ""]
         md += cpu_lines(cpu)
-    md += ["", "### Targets (median per-step rollout-time error <= 10 %, gain within 3 pp, ranking)", ""]
+    md += ["", "### Targets (median per-step rollout-time error <= 10 %, gain within 3 pp, "
+           "ranking)", ""]
     md += targets_table(rep)
     md += ["", "### What the engine said", "",
            f"- timing: {', '.join(live.get('timing', []))}; iterations rebuilt from the token "
@@ -385,8 +406,9 @@ def main() -> None:
            f"- prefix cache: {100 * (vl.get('prefix_cache_hit_share') or 0):.1f}% of prompt tokens "
            f"served from cache (resumed samples re-send their partial output; the simulation keeps "
            f"a retained prefix cache too: vLLM's family default, prefix_cache = \"lru\" unflushed, "
-           f"serving whole blocks of {rep['meta']['limits'].get('prefix_cache_block', 1)} tokens; the "
-           f"priced engine time counts only the prompt tokens vLLM computed), {int(vl.get('preemptions', 0))} preemptions, {int(vl.get('iterations', 0))} "
+           f"serving whole blocks of {rep['meta']['limits'].get('prefix_cache_block', 1)} tokens; "
+           f"the priced engine time counts only the prompt tokens vLLM computed), "
+           f"{int(vl.get('preemptions', 0))} preemptions, {int(vl.get('iterations', 0))} "
            "engine iterations",
            f"- checks before the first run: {'; '.join(rep['meta']['checks'])}"]
     if rep["explanations"]:
