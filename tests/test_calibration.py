@@ -47,7 +47,8 @@ def _synthetic(cost, noise: float, seed: int = 0, batches=(1, 2, 4, 8, 16, 32, 6
         for bs in (1, 4):
             sizes = [n] * bs
             t = cost.prefill_time(sum(sizes), sum(s * s for s in sizes))
-            out.append(Record("prefill", bs, 0.0, sum(sizes), t * (1 + noise * rng.standard_normal()),
+            out.append(Record("prefill", bs, 0.0, sum(sizes),
+                              t * (1 + noise * rng.standard_normal()),
                               float(sum(s * s for s in sizes))))
     return out
 
@@ -115,11 +116,17 @@ def test_csv_round_trip_and_per_request_prefill_sizes(tmp_path):
 
 
 SGLANG_LOG = """\
-[2026-11-30 09:00:00 TP0] Prefill batch, #new-seq: 2, #new-token: 1024, #cached-token: 0, token usage: 0.01, #running-req: 0, #queue-req: 1, #pending-token: 0, cuda graph: False, input throughput (token/s): 0.00
-[2026-11-30 09:00:00 TP0] Prefill batch, #new-seq: 1, #new-token: 512, #cached-token: 0, token usage: 0.02, #running-req: 2, #queue-req: 0, #pending-token: 0, cuda graph: False, input throughput (token/s): 25600.00
-[2026-11-30 09:00:01 TP0] Decode batch, #running-req: 3, #token: 1600, token usage: 0.02, cuda graph: True, gen throughput (token/s): 300.00, #queue-req: 0
+[2026-11-30 09:00:00 TP0] Prefill batch, #new-seq: 2, #new-token: 1024, #cached-token: 0, \
+token usage: 0.01, #running-req: 0, #queue-req: 1, #pending-token: 0, cuda graph: False, \
+input throughput (token/s): 0.00
+[2026-11-30 09:00:00 TP0] Prefill batch, #new-seq: 1, #new-token: 512, #cached-token: 0, \
+token usage: 0.02, #running-req: 2, #queue-req: 0, #pending-token: 0, cuda graph: False, \
+input throughput (token/s): 25600.00
+[2026-11-30 09:00:01 TP0] Decode batch, #running-req: 3, #token: 1600, token usage: 0.02, \
+cuda graph: True, gen throughput (token/s): 300.00, #queue-req: 0
 [2026-11-30 09:00:02 TP0] Some other line: #running-req: 99
-[2026-11-30 09:00:03 TP0] Decode batch [812], #running-req: 64, #token: 80000, token usage: 0.40, cuda graph: True, gen throughput (token/s): 3200.00, #queue-req: 5
+[2026-11-30 09:00:03 TP0] Decode batch [812], #running-req: 64, #token: 80000, token usage: 0.40, \
+cuda graph: True, gen throughput (token/s): 3200.00, #queue-req: 5
 """
 
 

@@ -21,13 +21,15 @@ HEAD = "phase,batch_size,kv_tokens,prefill_tokens,duration_s,prefill_sizes,prefi
 
 def _grid(fn, batches=(1, 2, 4, 8, 16, 32, 64), kvs=(100, 1000, 5000)) -> list[Record]:
     out = [Record("decode", b, float(b * k), 0, fn(b, b * k)) for b in batches for k in kvs]
-    out += [Record("prefill", 1, 0.0, n, 1e-3 + 1e-6 * n, float(n * n)) for n in (32, 128, 512, 2048)]
+    out += [Record("prefill", 1, 0.0, n, 1e-3 + 1e-6 * n, float(n * n))
+            for n in (32, 128, 512, 2048)]
     return out
 
 
 @pytest.mark.parametrize(("rows", "message"), [
     ("decode,4,100,0,0.01,,\n", "distinct decode shape(s)"),  # one row: no error estimate
-    ("decode,1,10,0,0.01,,\ndecode,2,10,0,0.02,,\ndecode,4,10,0,inf,,\n", "duration_s must be finite"),
+    ("decode,1,10,0,0.01,,\ndecode,2,10,0,0.02,,\ndecode,4,10,0,inf,,\n",
+     "duration_s must be finite"),
     ("decode,2.5,10,0,0.01,,\n", "batch_size must be a whole number"),
     ("prefill,,0,,0.01,-5;10,\n", "prefill_sizes must be >= 1"),
     ("prefill,2,0,10,0.01,,200\n", "prefill_tokens_sq 200 is impossible"),  # > (n-b+1)^2 + b-1 = 82
@@ -76,7 +78,8 @@ def test_cli_prints_the_advice_and_draws_predicted_vs_measured(tmp_path):
     pytest.importorskip("matplotlib")
     p = tmp_path / "r.csv"
     write_csv(_grid(lambda b, k: 1e-3 * np.sqrt(b) + 1e-8 * k), p)
-    res = CliRunner().invoke(main, ["calibrate", "--csv", str(p), "--plot", str(tmp_path / "f.png")])
+    res = CliRunner().invoke(main, ["calibrate", "--csv", str(p),
+                                    "--plot", str(tmp_path / "f.png")])
     assert res.exit_code == 0, res.output
     assert "note: the linear form fits decode with" in res.output and "--form tables" in res.output
     assert (tmp_path / "f.png").stat().st_size > 10_000
@@ -85,7 +88,8 @@ def test_cli_prints_the_advice_and_draws_predicted_vs_measured(tmp_path):
 
 
 def test_the_preset_says_what_was_measured_and_what_was_assumed():
-    text = preset_toml(CostModel(a=1e-3, b=1e-5, c=1e-8, p0=0.0, p1=0.0), measured=["vocabulary 384 (probed)"],
+    text = preset_toml(CostModel(a=1e-3, b=1e-5, c=1e-8, p0=0.0, p1=0.0),
+                       measured=["vocabulary 384 (probed)"],
                        assumed=["kv_capacity: not reported"])
     assert "# measured: vocabulary 384 (probed)" in text
     assert "# assumed: kv_capacity: not reported" in text
@@ -104,10 +108,12 @@ def test_fit_prefill_holds_a_given_p0_and_fits_pr_from_an_iteration_log():
         for n in (10, 60, 250):  # tokens per request: fresh prompts to resumed inputs
             seq += 1
             rows.append(dict(seq=seq, phase="prefill", batch_size=b, prefill_tokens=b * n,
-                             kv_tokens=b * n, duration_s=true.prefill_time(b * n, b * n * n, requests=b)))
+                             kv_tokens=b * n,
+                             duration_s=true.prefill_time(b * n, b * n * n, requests=b)))
     recs = records_from_iterations(rows)
     p0, p1, p2, pr = fit_prefill(recs, p0=true.p0)
-    assert p0 == true.p0 and pr == pytest.approx(true.pr, rel=1e-3) and p1 == pytest.approx(true.p1, rel=1e-2)
+    assert (p0 == true.p0 and pr == pytest.approx(true.pr, rel=1e-3)
+            and p1 == pytest.approx(true.p1, rel=1e-2))
     fitted = CostModel(a=true.a, b=true.b, c=0.0, p0=p0, p1=p1, p2=p2, pr=pr)
     assert np.max(np.abs(relative_errors(fitted, recs))) < 1e-3
     q0, q1, q2, none = fit_prefill(recs, per_request=False)
@@ -127,7 +133,8 @@ def test_a_per_request_prefill_term_is_fitted_priced_and_kept_in_the_preset(tmp_
     recs = [r for r in recs if r.phase == "decode"]
     for b in (1, 4, 16, 64):
         for n in (2, 16, 128):
-            recs.append(Record("prefill", b, 0.0, b * n, true.prefill_time(b * n, b * n * n, requests=b),
+            recs.append(Record("prefill", b, 0.0, b * n,
+                               true.prefill_time(b * n, b * n * n, requests=b),
                                float(b * n * n)))
     cal = CostCalibrator().fit(recs)
     assert cal.cost_.pr == pytest.approx(2e-3, rel=0.05)
@@ -135,9 +142,11 @@ def test_a_per_request_prefill_term_is_fitted_priced_and_kept_in_the_preset(tmp_
     # chunked walk: once per request, in the pass of its first piece; without pr, unchanged
     lens = [300, 5, 700]
     t1, passes, _ = chunked_prefill_time(true, lens, chunk=256)
-    t0, _, _ = chunked_prefill_time(CostModel(a=1e-3, b=1e-5, c=1e-8, p0=2e-3, p1=1e-6), lens, chunk=256)
+    t0, _, _ = chunked_prefill_time(CostModel(a=1e-3, b=1e-5, c=1e-8, p0=2e-3, p1=1e-6), lens,
+                                    chunk=256)
     assert t1 - t0 == pytest.approx(3 * 2e-3)
-    assert chunked_prefill_time(true, lens, chunk=0)[0] == pytest.approx(true.prefill_time(1005, sum(n * n for n in lens), requests=3))
+    assert chunked_prefill_time(true, lens, chunk=0)[0] == pytest.approx(
+        true.prefill_time(1005, sum(n * n for n in lens), requests=3))
     p = tmp_path / "cal.toml"
     from aprilsim.engine.calibration import write_preset
 
@@ -159,7 +168,8 @@ def test_the_sweep_reaches_what_the_scenarios_rollouts_reach():
     from aprilsim.config import load_scenario
     from aprilsim.engine.calibration.reach import scenario_reach
 
-    sc = load_scenario(Path(__file__).parents[1] / "experiments" / "scenarios" / "validate_live.toml")
+    sc = load_scenario(Path(__file__).parents[1] / "experiments" / "scenarios"
+                       / "validate_live.toml")
     assert scenario_reach(sc, 1, 1 / 64) == (64, (16, 51, 160))
     assert scenario_reach(sc, 2, 1 / 64)[0] == 32
 

@@ -22,13 +22,26 @@ from aprilsim.engine.speculative import SpeculativeSpec, tokens_per_step
 # accept rate: .., " after the token usage); k = 4 draft tokens per round: accept rate =
 # (accept len - 1) / 4
 SGLANG_SPEC_LOG = """\
-[2026-11-30 09:00:00 TP0] Prefill batch, #new-seq: 2, #new-token: 1024, #cached-token: 0, token usage: 0.01, #running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False, input throughput (token/s): 0.00
-[2026-11-30 09:00:01 TP0] Decode batch, #running-req: 30, #token: 16000, token usage: 0.02, accept len: 2.60, accept rate: 0.40, cuda graph: True, gen throughput (token/s): 3000.00, #queue-req: 0
-[2026-11-30 09:00:02 TP0] Decode batch, #running-req: 10, #token: 9000, token usage: 0.01, accept len: 3.00, accept rate: 0.50, cuda graph: True, gen throughput (token/s): 1500.00, #queue-req: 0
-[2026-11-30 09:00:04 TP0] Decode batch, #running-req: 5, #token: 3500, token usage: 0.01, accept len: 2.70, accept rate: 0.42, cuda graph: True, gen throughput (token/s): 550.00, #queue-req: 0
-[2026-11-30 09:00:05 TP0] Decode batch, #running-req: 20, #token: 14000, token usage: 0.01, accept len: 2.70, accept rate: 0.42, cuda graph: True, gen throughput (token/s): 2800.00, #queue-req: 0
-[2026-11-30 09:00:06 TP0] Decode batch, #running-req: 50, #token: 35000, token usage: 0.01, accept len: 2.70, accept rate: 0.42, cuda graph: True, gen throughput (token/s): 10000.00, #queue-req: 0
-[2026-11-30 09:00:03 TP0] Decode batch, #running-req: 0, #token: 0, token usage: 0.00, accept len: 0.00, accept rate: 0.00, cuda graph: True, gen throughput (token/s): 0.00, #queue-req: 0
+[2026-11-30 09:00:00 TP0] Prefill batch, #new-seq: 2, #new-token: 1024, #cached-token: 0, \
+token usage: 0.01, #running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False, \
+input throughput (token/s): 0.00
+[2026-11-30 09:00:01 TP0] Decode batch, #running-req: 30, #token: 16000, token usage: 0.02, \
+accept len: 2.60, accept rate: 0.40, cuda graph: True, gen throughput (token/s): 3000.00, \
+#queue-req: 0
+[2026-11-30 09:00:02 TP0] Decode batch, #running-req: 10, #token: 9000, token usage: 0.01, \
+accept len: 3.00, accept rate: 0.50, cuda graph: True, gen throughput (token/s): 1500.00, \
+#queue-req: 0
+[2026-11-30 09:00:04 TP0] Decode batch, #running-req: 5, #token: 3500, token usage: 0.01, \
+accept len: 2.70, accept rate: 0.42, cuda graph: True, gen throughput (token/s): 550.00, \
+#queue-req: 0
+[2026-11-30 09:00:05 TP0] Decode batch, #running-req: 20, #token: 14000, token usage: 0.01, \
+accept len: 2.70, accept rate: 0.42, cuda graph: True, gen throughput (token/s): 2800.00, \
+#queue-req: 0
+[2026-11-30 09:00:06 TP0] Decode batch, #running-req: 50, #token: 35000, token usage: 0.01, \
+accept len: 2.70, accept rate: 0.42, cuda graph: True, gen throughput (token/s): 10000.00, \
+#queue-req: 0
+[2026-11-30 09:00:03 TP0] Decode batch, #running-req: 0, #token: 0, token usage: 0.00, \
+accept len: 0.00, accept rate: 0.00, cuda graph: True, gen throughput (token/s): 0.00, #queue-req: 0
 """
 
 # vLLM's Prometheus text (v1/spec_decode/metrics.py counters), two engines' label sets
@@ -55,7 +68,8 @@ def test_sglang_accept_len_lines_give_p_at_the_logged_draft_length():
     assert fit.accept_len == pytest.approx(2.7)
     assert tokens_per_step(4, fit.p) == pytest.approx(2.7, rel=1e-9)
     assert fit_from_sglang_lines(SGLANG_SPEC_LOG.splitlines(), k=6).k == 6  # given: kept
-    assert fit_from_sglang_lines(["Decode batch, #running-req: 3, gen throughput (token/s): 1"]) is None
+    assert fit_from_sglang_lines(
+        ["Decode batch, #running-req: 3, gen throughput (token/s): 1"]) is None
 
 
 def test_vllm_counters_give_p_from_accepted_over_drafts():

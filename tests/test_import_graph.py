@@ -31,7 +31,8 @@ def _package_of(module: str, path: Path) -> str:
     return module if path.name == "__init__.py" else module.rpartition(".")[0]
 
 
-def _imports(module: str, path: Path, tree: ast.AST | None = None) -> list[tuple[str, list[str], ast.AST]]:
+def _imports(module: str, path: Path,
+             tree: ast.AST | None = None) -> list[tuple[str, list[str], ast.AST]]:
     """(absolute module, imported names, node) of every import in ``path``, relative ones
     resolved: ``from . import x`` in package ``p`` is module ``p`` with name ``x``."""
     out = []
@@ -155,7 +156,8 @@ def test_the_resolver_reads_relative_imports(tmp_path):
     assert _edges("pkg", 2, tmp_path) == {"pkg.sub": {"pkg", "pkg.top"}}
     assert _cycle(_edges("pkg", None, tmp_path)) is None
     (tmp_path / "pkg/top.py").write_text("from .sub.leaf import z\n")
-    assert _cycle(_edges("pkg", None, tmp_path)) == ["pkg.sub.leaf", "pkg.sub.sib", "pkg.top", "pkg.sub.leaf"]
+    assert _cycle(_edges("pkg", None, tmp_path)) == ["pkg.sub.leaf", "pkg.sub.sib", "pkg.top",
+                                                     "pkg.sub.leaf"]
 
 
 def test_relative_imports_are_seen_in_real():
@@ -200,11 +202,13 @@ def test_no_module_imports_another_packages_private_names():
 def test_the_private_import_scan_finds_them(tmp_path):
     _write(tmp_path, {
         "a/__init__.py": "", "a/x.py": "_p = 1\n__all__ = []\n", "a/_hidden.py": "q = 1\n",
-        "b/__init__.py": "", "b/y.py": "from a.x import _p\nfrom a.x import __all__\nfrom a._hidden import q\n",
+        "b/__init__.py": "",
+        "b/y.py": "from a.x import _p\nfrom a.x import __all__\nfrom a._hidden import q\n",
         "a/z.py": "from a.x import _p\nfrom .x import _p as p2\n",
         "b/w.py": "from y import _q\n",  # a sibling, imported by bare name (sys.path[0])
     })
-    assert _private_imports(tmp_path, ("a", "b")) == ["b.y: from a.x import _p", "b.y: from a._hidden import q"]
+    assert _private_imports(tmp_path, ("a", "b")) == ["b.y: from a.x import _p",
+                                                      "b.y: from a._hidden import q"]
 
 
 def test_core_never_imports_torch_aiohttp_or_real():
@@ -275,7 +279,8 @@ def test_the_arrow_scan_finds_them(tmp_path):
         "aprilsim/sim/runtime.py": "", "aprilsim/engine/__init__.py": "",
         "aprilsim/engine/x.py": "from aprilsim.sim import runtime\n",
         "real/__init__.py": "", "real/runner/__init__.py": "",
-        "real/runner/virtual.py": "from aprilsim.conformance import y\nimport aprilsim.sim.runtime\n",
+        "real/runner/virtual.py": "from aprilsim.conformance import y\n"
+                                  "import aprilsim.sim.runtime\n",
         "real/runner/live_conformance.py": "from aprilsim.conformance import y\n",
     })
     assert _forbidden_arrows(tmp_path) == [

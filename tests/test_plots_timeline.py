@@ -15,7 +15,8 @@ from aprilsim.report.timeline import pack_rows, version_color
 pytest.importorskip("matplotlib")
 
 
-def synthetic_trace(n_engines: int = 2, steps: int = 2, per_engine: int = 12, seed: int = 0) -> Trace:
+def synthetic_trace(n_engines: int = 2, steps: int = 2, per_engine: int = 12,
+                    seed: int = 0) -> Trace:
     """An APRIL-like run: each step aborts the stragglers, and they resume in the next step."""
     rng = random.Random(seed)
     tr = Trace(scheduler="april", n_engines=n_engines, source="sim")
@@ -36,8 +37,9 @@ def synthetic_trace(n_engines: int = 2, steps: int = 2, per_engine: int = 12, se
                 tokens = int((end - submit) * 40)
                 if reason == "abort":
                     carried[e].append((sample, carry + tokens))
-                tr.requests.append(RequestSpan(engine=e, rid=rid, sample_uid=sample, group_id=sample // 4,
-                                               version=step, submit_s=submit, end_s=end, tokens=tokens,
+                tr.requests.append(RequestSpan(engine=e, rid=rid, sample_uid=sample,
+                                               group_id=sample // 4, version=step,
+                                               submit_s=submit, end_s=end, tokens=tokens,
                                                reason=reason, carried=carry,
                                                retractions=1 if k == 3 else 0))
                 rid += 1
@@ -46,7 +48,8 @@ def synthetic_trace(n_engines: int = 2, steps: int = 2, per_engine: int = 12, se
                 running = sum(1 for r in tr.requests if r.engine == e and r.submit_s <= t < r.end_s)
                 tr.engine_samples.append(EngineSample(engine=e, t=t, running=running,
                                                       kv_tokens=running * 2000 + j * 10))
-        tr.phases += [PhaseSpan("rollout", step, t0, stop), PhaseSpan("train", step, stop, stop + 15),
+        tr.phases += [PhaseSpan("rollout", step, t0, stop),
+                      PhaseSpan("train", step, stop, stop + 15),
                       PhaseSpan("sync", step, stop + 15, stop + 18)]
         t0 = stop + 18
     return tr

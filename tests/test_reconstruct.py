@@ -53,7 +53,8 @@ def synthetic(seed: int, n_req: int = 12, jitter: float = 0.1, coalesce: float =
             logs[i].finished = t + 0.0002
         kv = sum(reqs[i]["inp"] + g for i, g in running.items())
         rows.append({"seq": seq, "t": t, "phase": phase, "batch_size": batch, "duration_s": dur,
-                     "prefill_tokens": sum(reqs[i]["inp"] for i in new) if phase == "prefill" else 0,
+                     "prefill_tokens": (sum(reqs[i]["inp"] for i in new) if phase == "prefill"
+                                        else 0),
                      "kv_tokens": kv, "running": len(running)})
     if coalesce:
         for lg in logs:
@@ -74,7 +75,8 @@ def test_exact_on_an_engine_whose_deliveries_jitter_less_than_a_step(seed, n):
     rows = reconstruct(logs)
     m = match_error(rows, truth)
     event(f"iterations {'<= 20' if len(truth) <= 20 else '> 20'}")
-    event(f"prefill steps {'one' if sum(r['phase'] == 'prefill' for r in truth) == 1 else 'several'}")
+    event("prefill steps "
+          f"{'one' if sum(r['phase'] == 'prefill' for r in truth) == 1 else 'several'}")
     target(float(len(truth)), label="iterations")
     assert len(rows) == len(truth)
     assert [r["phase"] for r in rows] == [r["phase"] for r in truth]
@@ -101,7 +103,8 @@ def test_coalesced_chunks_stand_for_the_steps_they_missed():
 def test_no_logs_no_rows():
     assert reconstruct([]) == []
     assert reconstruct([StreamLog(0.0, 5)]) == []
-    assert match_error([], [{"seq": 1, "t": 1.0, "phase": "decode", "duration_s": 0.1}])["matched_share"] == 0.0
+    assert match_error([], [{"seq": 1, "t": 1.0, "phase": "decode",
+                             "duration_s": 0.1}])["matched_share"] == 0.0
 
 
 @pytest.mark.slow
@@ -156,7 +159,8 @@ def test_engine_counts_merge_or_split_the_rebuilt_iterations():
     from aprilsim.validate.reconstruct import fit_counts
 
     def row(t, phase="decode", b=4):
-        return {"seq": 0, "t": t, "phase": phase, "batch_size": b, "prefill_tokens": 40 if phase == "prefill" else 0,
+        return {"seq": 0, "t": t, "phase": phase, "batch_size": b,
+                "prefill_tokens": 40 if phase == "prefill" else 0,
                 "kv_tokens": 100, "running": b, "duration_s": 0.01, "padded_s": 0.01}
 
     rows = [row(0.01 * i) for i in range(1, 21)]  # 20 rows in (0, 0.2]

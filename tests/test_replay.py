@@ -113,7 +113,8 @@ def test_torch_pickle_never_runs_code(tmp_path, capsys):
 
     p = tmp_path / "evil.pt"
     with zipfile.ZipFile(p, "w") as z:
-        z.writestr("evil/data.pkl", pickle.dumps({"rollout_id": 0, "samples": [Evil()]}, protocol=2))
+        z.writestr("evil/data.pkl", pickle.dumps({"rollout_id": 0, "samples": [Evil()]},
+                                                 protocol=2))
     seen: Counter = Counter()
     data = load_torch_save(p, seen)
     assert isinstance(data["samples"][0], Opaque) and data["samples"][0].origin == "builtins.print"
@@ -149,8 +150,10 @@ def test_verl_reader_tokenises_text_like_the_run():
     assert [tuple(x - 1 for x in g.lengths) for g in plus.groups] == [g.lengths for g in run.groups]
     # verl's rows are shuffled within a step (balance_batch): groups are matched by prompt text
     for s_verl, s_tab in zip(run.steps, table.steps):
-        a = sorted((g.prompt_len, sorted(g.lengths), sorted(g.rewards)) for g in run.groups_of(s_verl))
-        b = sorted((g.prompt_len, sorted(g.lengths), sorted(g.rewards)) for g in table.groups_of(s_tab))
+        a = sorted((g.prompt_len, sorted(g.lengths), sorted(g.rewards))
+                   for g in run.groups_of(s_verl))
+        b = sorted((g.prompt_len, sorted(g.lengths), sorted(g.rewards))
+                   for g in table.groups_of(s_tab))
         assert a == b
 
 
@@ -218,9 +221,11 @@ def test_sync_replay_trains_the_log_step_by_step():
             expect = log[k * sc.batch_size:(k + 1) * sc.batch_size]
             groups = sorted(groups, key=lambda g: g.prompt_key)  # closed in finishing order
             assert [g.prompt_key for g in groups] == list(range(k * 8, (k + 1) * 8))
-            assert [tuple(s.generated for s in g.samples) for g in groups] == [e.lengths for e in expect]
+            assert ([tuple(s.generated for s in g.samples) for g in groups]
+                    == [e.lengths for e in expect])
             assert [g.prompt_len for g in groups] == [e.prompt_len for e in expect]
-            assert [tuple(s.reward for s in g.samples) for g in groups] == [e.rewards for e in expect]
+            assert ([tuple(s.reward for s in g.samples) for g in groups]
+                    == [e.rewards for e in expect])
         if lengths["replay"] == "table.csv":  # a sync log in step order: the run's own batches
             assert [{e.key for e in wl.run.groups_of(s)} for s in wl.run.steps] == [
                 {log[g.prompt_key].key for g in groups} for _, groups in rec.batches]
@@ -249,7 +254,8 @@ def test_april_replay_trains_logged_lengths_exactly():
 def test_common_random_numbers_across_schedulers():
     sc = _scenario({"replay": "slime/rollout_data"})
     drawn = {}
-    for name in ("sync", "april", "tail_batching", "async_one_step", "dynamic_sampling", "fully_async"):
+    for name in ("sync", "april", "tail_batching", "async_one_step", "dynamic_sampling",
+                 "fully_async"):
         _, wl = _trained(sc, name)
         assert wl.drawn >= 40
         drawn[name] = wl
@@ -290,7 +296,8 @@ def test_more_responses_than_logged_regenerate_and_cap():
     (g,) = wl.generate(1, group_size=6)
     logged = run.groups[0].lengths
     assert [s._target_len for s in g.samples] == [min(logged[i % 4], 100) for i in range(6)]
-    assert wl.stretched == 1 and wl.n_capped == sum(x > 100 for gg in run.groups for x in gg.lengths)
+    assert wl.stretched == 1 and wl.n_capped == sum(x > 100 for gg in run.groups
+                                                    for x in gg.lengths)
     (r,) = wl.regenerate([g], 0, 3)
     assert [s._target_len for s in r.samples] == [s._target_len for s in g.samples[:3]]
     assert r.prompt_key == g.prompt_key and r.gid != g.gid and wl.drawn == 1
@@ -301,14 +308,17 @@ def test_more_responses_than_logged_regenerate_and_cap():
 def test_missing_prompts_and_rewards_are_drawn_by_log_index(tmp_path):
     p = tmp_path / "bare.csv"
     p.write_text("step,prompt_id,response_length\n" + "".join(
-        f"{s},{s * 10 + k},{50 + s + k + i}\n" for s in range(3) for k in range(4) for i in range(2)))
+        f"{s},{s * 10 + k},{50 + s + k + i}\n"
+        for s in range(3) for k in range(4) for i in range(2)))
     a = _scenario({"replay": str(p)}, seed=5).workload_for()
     b = _scenario({"replay": str(p)}, seed=5).workload_for()
     c = _scenario({"replay": str(p)}, seed=6).workload_for()
     ga, gb, gc = a.generate(12), b.generate(12), c.generate(12)
     assert [g.prompt_len for g in ga] == [g.prompt_len for g in gb] != [g.prompt_len for g in gc]
-    assert [[s._reward for s in g.samples] for g in ga] == [[s._reward for s in g.samples] for g in gb]
-    assert [[s._target_len for s in g.samples] for g in ga] == [[s._target_len for s in g.samples] for g in gc]
+    assert ([[s._reward for s in g.samples] for g in ga]
+            == [[s._reward for s in g.samples] for g in gb])
+    assert ([[s._target_len for s in g.samples] for g in ga]
+            == [[s._target_len for s in g.samples] for g in gc])
     assert all(s._reward in (0.0, 1.0) for g in ga for s in g.samples)
     # group i's draws are the seeded generator's for prompt i: independent of the other groups
     fb = _scenario({"family": "lognormal", "mu": 5.0, "sigma": 0.5}, seed=5).workload_for()
@@ -320,7 +330,8 @@ def test_missing_prompts_and_rewards_are_drawn_by_log_index(tmp_path):
 
 
 def test_scenario_errors_are_one_line():
-    with pytest.raises(ScenarioError, match=r"^lengths.exhausted: Input should be 'wrap' or 'stop'"):
+    with pytest.raises(ScenarioError,
+                       match=r"^lengths.exhausted: Input should be 'wrap' or 'stop'"):
         _scenario({"replay": "table.csv", "exhausted": "never"})
     with pytest.raises(ScenarioError, match=r"^lengths.colour: unknown key"):
         _scenario({"replay": "table.csv", "colour": 1})
@@ -356,7 +367,8 @@ def test_replay_hands_out_the_log_in_any_chunking(rows, chunks, order):
     REACHED["examples"] += 1
     for name, hit in (("wrapped", wl.wrapped > 0), ("capped", wl.n_capped > 0),
                       ("several steps", len(log.steps) > 1), ("prompt order", order == "prompt"),
-                      ("a prompt in two steps", len({(g.key) for g in log.groups}) < len(log.groups))):
+                      ("a prompt in two steps",
+                       len({(g.key) for g in log.groups}) < len(log.groups))):
         if hit:
             event(name)
             REACHED[name] += 1
@@ -469,7 +481,8 @@ def test_unlogged_prompts_run_to_the_cap(tmp_path):
                                                            rel=1e-9)
     assert got["skip"] != got["cap"]
     # "draw": the gaps' responses drawn from the logged lengths, keyed by prompt and response
-    a, b, c = (_scenario({"replay": str(tmp_path / "rd"), "unlogged": "draw"}, seed=sd).workload_for()
+    a, b, c = (_scenario({"replay": str(tmp_path / "rd"), "unlogged": "draw"},
+                         seed=sd).workload_for()
                for sd in (1, 1, 2))
     pool = {x for g in run.groups for x in g.lengths}
     assert all(set(a.groups[k].lengths) <= pool for k in gaps)
@@ -477,7 +490,8 @@ def test_unlogged_prompts_run_to_the_cap(tmp_path):
         c.groups[k].lengths for k in gaps]
     # a log without gaps (sync) is replayed alike either way
     same = [[s.rollout_time_s for s in simulate(_scenario(
-        {"replay": "table.csv", "order": "prompt", "unlogged": m}), "sync").steps] for m in ("skip", "cap")]
+        {"replay": "table.csv", "order": "prompt", "unlogged": m}), "sync").steps]
+        for m in ("skip", "cap")]
     assert same[0] == same[1]
     with pytest.raises(ScenarioError, match="needs the groups in prompt order"):
         _scenario({"replay": "slime/rollout_data", "unlogged": "cap", "order": "step"})
@@ -498,7 +512,8 @@ def test_the_worked_example_in_the_docs_is_what_the_commands_print(tmp_path, mon
             while cmd.endswith("\\"):
                 cmd = cmd[:-1] + next(lines).strip()
             commands.append(shlex.split(cmd.split("&& ")[-1])[1:])
-    quoted = [ln for ln in block.splitlines() if re.match(r"^(sync|april) +[\d,]+ |^\w+: rollout ", ln)]
+    quoted = [ln for ln in block.splitlines()
+              if re.match(r"^(sync|april) +[\d,]+ |^\w+: rollout ", ln)]
     assert len(commands) >= 5 and len(quoted) >= 6
     monkeypatch.chdir(DATA)
     printed = ""
@@ -558,7 +573,8 @@ def test_validate_from_log_is_replay_validate(tmp_path):
 
     assert from_log_args(["run.toml", "--from-log", "log.csv", "-s", "sync", "--out", "o"]) == [
         "replay-validate", "log.csv", "-s", "sync", "--out", "o", "--scenario", "run.toml"]
-    assert from_log_args(["--from-log=x", "--no-figures"]) == ["replay-validate", "x", "--no-figures"]
+    assert from_log_args(["--from-log=x", "--no-figures"]) == ["replay-validate", "x",
+                                                                "--no-figures"]
     out = tmp_path / "rep"
     r = CliRunner().invoke(main, ["validate", str(DATA / "run.toml"), "--from-log",
                                   str(DATA / "table.csv"), "-s", "sync", "--timing",
@@ -571,7 +587,8 @@ PICKLE_REACHED: Counter = Counter()
 _plain = st.recursive(
     st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.floats(allow_nan=False)
     | st.text(max_size=5),
-    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=3), kids, max_size=4),
+    lambda kids: (st.lists(kids, max_size=4)
+                  | st.dictionaries(st.text(max_size=3), kids, max_size=4)),
     max_leaves=12)
 
 
@@ -586,7 +603,8 @@ def test_torch_free_reader_matches_torch_load(tmp_path_factory, plain, tensors):
     torch = pytest.importorskip("torch")
     obj = {"plain": plain, "tensors": []}
     for dtype, shape, transpose in tensors:
-        t = (torch.arange(int(torch.tensor(shape).prod()) if shape else 1) % 3).to(getattr(torch, dtype))
+        t = (torch.arange(int(torch.tensor(shape).prod()) if shape else 1) % 3).to(
+            getattr(torch, dtype))
         t = t.reshape(shape)
         if transpose and t.dim() == 2:
             t = t.t()

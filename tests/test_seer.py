@@ -67,7 +67,8 @@ def test_placement_survives_a_pause():
     core, sink = _core(react)
     core.start_rollout(0, 0.0)
     core.drain(0.0)
-    assert sorted(sink.sent, key=lambda x: x[0]) == [([0], None, Placement(2, 1)), ([1], None, None)]
+    assert sorted(sink.sent, key=lambda x: x[0]) == [([0], None, Placement(2, 1)),
+                                                     ([1], None, None)]
 
 
 SPEC = EngineSpec(CostModel(a=0.005, b=1e-4, c=2e-7, p0=0.01, p1=1e-5, p2=0.0),
@@ -224,11 +225,13 @@ def test_dataset_prompts_repeat_prompts_with_new_responses():
     assert [g.prompt_id for g in a] == [g.prompt_id for g in b] == [0, 1, 2]
     assert [g.prompt_len for g in a] == [g.prompt_len for g in b]
     assert [g._pass_rate for g in a] == [g._pass_rate for g in b]
-    assert [s._target_len for g in a for s in g.samples] != [s._target_len for g in b for s in g.samples]
+    assert ([s._target_len for g in a for s in g.samples]
+            != [s._target_len for g in b for s in g.samples])
     plain = Workload(Parametric("lognormal", {"mu": 6.0, "sigma": 0.8}), max_len=4096, group_size=4,
                      prompt_share=0.5, seed=1)
     c = plain.generate(3, 0)  # no dataset: every prompt new, the draws as before
-    assert [s._target_len for g in a for s in g.samples] == [s._target_len for g in c for s in g.samples]
+    assert ([s._target_len for g in a for s in g.samples]
+            == [s._target_len for g in c for s in g.samples])
     assert [g.prompt_id for g in plain.generate(3, 1)] == [3, 4, 5]
 
 
@@ -257,4 +260,5 @@ def test_placed_sends_record_the_queue_wait(name):
     trained = [s for g in sim.groups.values() for s in g.samples if s.finish_s >= 0]
     assert trained and all(0 <= s.first_submit_s <= s.start_s <= s.finish_s for s in trained)
     for rec in res.steps:
-        assert rec.queue_wait_p50_s is not None and 0 <= rec.queue_wait_p50_s <= rec.queue_wait_p99_s
+        assert (rec.queue_wait_p50_s is not None
+                and 0 <= rec.queue_wait_p50_s <= rec.queue_wait_p99_s)

@@ -37,7 +37,8 @@ def test_value_parsing_and_axes():
     assert parse_grid("a+b=1,2") == (("a", "b"), [1, 2])
     assert parse_range("cluster.engines=1:4:4", {"cluster": {"engines": 4}})[1] == [1, 2, 3, 4]
     # integer-looking bounds on a float knob still give floats
-    assert parse_range(f"{RATIO}=1:2:3", {"schedulers": {"april": {"ratio": 2.0}}})[1] == [1.0, 1.5, 2.0]
+    assert parse_range(f"{RATIO}=1:2:3",
+                       {"schedulers": {"april": {"ratio": 2.0}}})[1] == [1.0, 1.5, 2.0]
 
 
 @pytest.mark.parametrize(
@@ -67,7 +68,8 @@ def test_rows_one_per_point_scheduler_seed_and_scalar_columns():
     # sync does not read the APRIL ratio: one simulation per seed, the same numbers at each point
     sync = df[df["scheduler"] == "sync"].sort_values(["seed", RATIO])
     a, b = sync[sync[RATIO] == 1.0], sync[sync[RATIO] == 2.0]
-    assert (a["rollout_throughput_tok_s"].to_numpy() == b["rollout_throughput_tok_s"].to_numpy()).all()
+    assert (a["rollout_throughput_tok_s"].to_numpy()
+            == b["rollout_throughput_tok_s"].to_numpy()).all()
     # more over-provisioning, more off-policy tokens
     april = df[df["scheduler"] == "april"].groupby(RATIO)["offpolicy_token_fraction"].mean()
     assert april[2.0] > april[1.0]
@@ -109,7 +111,8 @@ def test_resume_extends_a_grid_and_tolerates_a_torn_line(tmp_path):
     run_sweep(tiny(), {RATIO: [1.0]}, seeds=1, schedulers=["april"], jobs=1, out=out)
     with journal_path(out).open("a") as f:
         f.write('{"point_id": "[[')  # killed mid-write
-    _, stats, _ = run_sweep(tiny(), {RATIO: [1.0, 2.0]}, seeds=1, schedulers=["april"], jobs=1, out=out)
+    _, stats, _ = run_sweep(tiny(), {RATIO: [1.0, 2.0]}, seeds=1, schedulers=["april"], jobs=1,
+                            out=out)
     assert stats["skipped"] == 1 and stats["runs"] == 1
     assert len(pd.read_parquet(out)) == 2
 
@@ -135,7 +138,8 @@ def test_aggregate_on_a_hand_built_table():
     assert (a["ci_lo"], a["ci_hi"]) == pytest.approx((150 - half, 150 + half))
     # paired differences 50, 60, 40: mean 50, sd 10
     half_d = sps.t.ppf(0.975, 2) * 10.0 / math.sqrt(3)
-    assert (a["diff_mean"], a["diff_lo"], a["diff_hi"]) == pytest.approx((50, 50 - half_d, 50 + half_d))
+    assert (a["diff_mean"], a["diff_lo"], a["diff_hi"]) == pytest.approx((50, 50 - half_d,
+                                                                          50 + half_d))
     assert a["ratio_mean"] == pytest.approx((1.5 + 170 / 110 + 130 / 90) / 3)
     s = agg.loc["sync"]
     assert (s["diff_mean"], s["ratio_mean"]) == (0.0, 1.0)

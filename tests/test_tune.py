@@ -20,7 +20,8 @@ RATIO = "schedulers.april.ratio"
 
 
 def test_constraint_syntax():
-    assert Constraint.parse("offpolicy_token_fraction<=0.5") == Constraint("offpolicy_token_fraction", "<=", 0.5)
+    assert Constraint.parse("offpolicy_token_fraction<=0.5") == Constraint(
+        "offpolicy_token_fraction", "<=", 0.5)
     assert Constraint.parse("|length_bias| <= 2%") == Constraint("length_bias", "<=", 0.02, True)
     assert Constraint.parse("abs(length_bias)<=0.02").absolute
     assert Constraint.parse("samples_per_s>=1.5").op == ">="
@@ -43,7 +44,8 @@ def test_tuned_setting_meets_constraints_on_fresh_seeds():
              for s in range(500, 506)]
     assert np.mean([f["offpolicy_token_fraction"] for f in fresh]) <= cap
     # and it beats not over-provisioning at all
-    sync = [simulate(sc, "sync", seed=s).summary()["rollout_throughput_tok_s"] for s in range(500, 506)]
+    sync = [simulate(sc, "sync", seed=s).summary()["rollout_throughput_tok_s"]
+            for s in range(500, 506)]
     assert np.mean([f["rollout_throughput_tok_s"] for f in fresh]) > np.mean(sync)
 
 
@@ -113,7 +115,8 @@ def test_tune_refuses_a_scheduler_that_reads_none_of_the_knobs(tmp_path):
     for spec, said in (("sync", "sync does not read schedulers.april.ratio"),
                        ("april@ratio=2", "sets ratio itself")):
         r = CliRunner().invoke(main, ["tune", "-s", spec, "--knob", f"{RATIO}=1:3", "--maximize",
-                                      "rollout_throughput_tok_s", "--out", str(tmp_path / "t.toml")])
+                                      "rollout_throughput_tok_s",
+                                      "--out", str(tmp_path / "t.toml")])
         assert r.exit_code == 2 and said in r.stderr and r.stderr.count("\n") == 1
         assert not (tmp_path / "t.toml").exists()
 

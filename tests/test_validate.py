@@ -42,12 +42,14 @@ def synthetic_log(n: int = 400, noise: float = 0.0, gap: float = 0.0, seed: int 
             dur = TRUE.prefill_time(tokens, 0) * (1 + noise * rng.random())
             kv = tokens
             rows.append(dict(seq=seq, t=0, phase="prefill", batch_size=batch, prefill_tokens=tokens,
-                             kv_tokens=kv, running=batch, retracted=0, duration_s=dur, padded_s=dur))
+                             kv_tokens=kv, running=batch, retracted=0, duration_s=dur,
+                             padded_s=dur))
         else:
             dur = TRUE.decode_time(batch, kv) * (1 + noise * rng.random())
             kv += batch
             rows.append(dict(seq=seq, t=0, phase="decode", batch_size=batch, prefill_tokens=0,
-                             kv_tokens=kv, running=batch, retracted=0, duration_s=dur, padded_s=dur))
+                             kv_tokens=kv, running=batch, retracted=0, duration_s=dur,
+                             padded_s=dur))
         t += dur + gap
         rows[-1]["t"] = t
     return rows
@@ -63,7 +65,8 @@ def test_fit_recovers_known_coefficients():
         assert getattr(fit.wall, k) == pytest.approx(getattr(TRUE, k), rel=1e-3)
     assert fit.wall.p0 == fit.wall.a and fit.cost.pr < 1e-3 * TRUE.p0
     assert fit.source == "aprilsim.engine.calibration.CostCalibrator"
-    assert fit.decode_median_err < 1e-3 and fit.n_decode == 360 and fit.n_prefill == 40  # bins: not exact
+    # bins: not exact
+    assert fit.decode_median_err < 1e-3 and fit.n_decode == 360 and fit.n_prefill == 40
 
 
 PER_REQ = CostModel(a=2e-3, b=1e-4, c=1e-6, p0=2e-3, p1=2e-6, pr=1.5e-3)
@@ -81,13 +84,15 @@ def per_request_log(n: int = 600, seed: int = 0) -> list[dict]:
             tokens = batch * per
             dur = PER_REQ.prefill_time(tokens, tokens * tokens // batch, requests=batch)
             kv = tokens
-            rows.append(dict(seq=i + 1, t=0, phase="prefill", batch_size=batch, prefill_tokens=tokens,
-                             kv_tokens=kv, running=batch, retracted=0, duration_s=dur, padded_s=dur))
+            rows.append(dict(seq=i + 1, t=0, phase="prefill", batch_size=batch,
+                             prefill_tokens=tokens, kv_tokens=kv, running=batch, retracted=0,
+                             duration_s=dur, padded_s=dur))
         else:
             dur = PER_REQ.decode_time(batch, kv)
             kv += batch
             rows.append(dict(seq=i + 1, t=0, phase="decode", batch_size=batch, prefill_tokens=0,
-                             kv_tokens=kv, running=batch, retracted=0, duration_s=dur, padded_s=dur))
+                             kv_tokens=kv, running=batch, retracted=0, duration_s=dur,
+                             padded_s=dur))
         t += dur
         rows[-1]["t"] = t
     return rows
@@ -190,8 +195,10 @@ def test_simulations_pair_with_themselves_and_reports_are_written(tmp_path):
     assert all(abs(g["diff_pp"]) < 1e-9 for g in gains(rows).values())
     assert ranking_preserved(rows)
     t = targets(rows)  # one run: exact errors are met, but a gain or a ranking has no interval
-    assert t["step_rollout_error"]["verdict"] == "met" and t["step_priced_error"]["verdict"] == "met"
-    assert {t[k]["verdict"] for k in ("gain_vs_sync_pp", "gain_priced_pp", "ranking")} == {"undecided"}
+    assert (t["step_rollout_error"]["verdict"] == "met"
+            and t["step_priced_error"]["verdict"] == "met")
+    assert {t[k]["verdict"]
+            for k in ("gain_vs_sync_pp", "gain_priced_pp", "ranking")} == {"undecided"}
     from aprilsim.validate.rounds import pooled
 
     t = targets(rows, pooled([rows, rows]))  # two identical rounds: every interval is 0 wide
@@ -229,8 +236,12 @@ def test_ranking_with_ties():
     eng = matched_engine(TRUE, max_running=64, kv_capacity=5120)
     a = simulate_matched(sc, "sync", eng, n_engines=2, scale=1 / 256, seed=1, steps=3)
     rows = [compare_runs("x", a, a), compare_runs("y", a, a)]
-    rows[0].measured = {**rows[0].measured, "rollout_throughput_tok_s": rows[0].predicted["rollout_throughput_tok_s"] * 0.99}
-    rows[1].predicted = {**rows[1].predicted, "rollout_throughput_tok_s": rows[1].predicted["rollout_throughput_tok_s"] * 0.98}
+    rows[0].measured = {**rows[0].measured,
+                        "rollout_throughput_tok_s":
+                            rows[0].predicted["rollout_throughput_tok_s"] * 0.99}
+    rows[1].predicted = {**rows[1].predicted,
+                         "rollout_throughput_tok_s":
+                             rows[1].predicted["rollout_throughput_tok_s"] * 0.98}
     assert not ranking_preserved(rows) and ranking_preserved(rows, tie=0.02)
 
 
@@ -240,10 +251,10 @@ def test_per_step_sums_the_busiest_engine_inside_each_window():
                            n_engines=2, scale=1 / 256, seed=1, steps=3)
     s0 = run.steps[0]
     mid = s0.rollout_start_s + s0.rollout_time_s / 2
-    rows_a = [dict(seq=1, t=0, t_run=mid, phase="decode", batch_size=2, prefill_tokens=0, kv_tokens=10,
-                   running=2, duration_s=0.5, padded_s=0.5)]
-    rows_b = [dict(seq=1, t=0, t_run=mid, phase="decode", batch_size=2, prefill_tokens=0, kv_tokens=10,
-                   running=2, duration_s=0.2, padded_s=0.2)]
+    rows_a = [dict(seq=1, t=0, t_run=mid, phase="decode", batch_size=2, prefill_tokens=0,
+                   kv_tokens=10, running=2, duration_s=0.5, padded_s=0.5)]
+    rows_b = [dict(seq=1, t=0, t_run=mid, phase="decode", batch_size=2, prefill_tokens=0,
+                   kv_tokens=10, running=2, duration_s=0.2, padded_s=0.2)]
     assert per_step(run, [rows_a, rows_b])[:2] == [0.5, 0.0]
     assert per_step(run, [rows_a], TRUE)[0] == pytest.approx(TRUE.decode_time(2, 8))
 
@@ -255,14 +266,18 @@ def test_cli_refuses_bad_input_in_one_line(tmp_path):
 
     r = CliRunner().invoke(main, ["validate", "--out", str(tmp_path)])
     assert r.exit_code == 2 and "exactly one of --local" in r.output
-    r = CliRunner().invoke(main, ["validate", "--local", "1", "-s", "nosuch", "--out", str(tmp_path)])
+    r = CliRunner().invoke(main, ["validate", "--local", "1", "-s", "nosuch",
+                                  "--out", str(tmp_path)])
     assert r.exit_code == 2 and "nosuch" in r.output
-    r = CliRunner().invoke(main, ["validate", "--local", "1", "-s", "april@ratio", "--out", str(tmp_path)])
+    r = CliRunner().invoke(main, ["validate", "--local", "1", "-s", "april@ratio",
+                                  "--out", str(tmp_path)])
     assert r.exit_code == 2 and "knob=value" in r.output
     for extra in ([], ["--repeats", "3", "--calibration", str(tmp_path / "cal.toml")]):
         (tmp_path / "cal.toml").write_text("[cost]\na = 1e-3\nb = 1e-4\nc = 0\n")
-        r = CliRunner().invoke(main, ["validate", "--local", "1", "--cross-fit", *extra, "--out", str(tmp_path)])
-        assert r.exit_code == 2 and "--cross-fit needs --repeats >= 2 and no --calibration" in r.output
+        r = CliRunner().invoke(main, ["validate", "--local", "1", "--cross-fit", *extra,
+                                      "--out", str(tmp_path)])
+        assert (r.exit_code == 2
+                and "--cross-fit needs --repeats >= 2 and no --calibration" in r.output)
         assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
 
 
@@ -321,7 +336,8 @@ def test_rounds_give_the_noise_floor_and_paired_gain_intervals():
     assert p["ranking"]["rounds"] == 3
     t = targets(rounds[0], p)
     assert t["step_rollout_error"]["single_run_noise_floor"]["sync"] == pytest.approx(nf)
-    assert t["step_rollout_error"]["noise_floor"]["sync"] == pytest.approx(nf / 3 ** 0.5)  # of the mean
+    # of the mean
+    assert t["step_rollout_error"]["noise_floor"]["sync"] == pytest.approx(nf / 3 ** 0.5)
     assert t["gain_vs_sync_pp"]["by_scheduler"]["april"]["rounds"] == 3
 
 
@@ -350,7 +366,8 @@ def test_the_matched_engine_keeps_the_live_prefix_cache_and_client_overhead():
     kept = run("april", prefix_cache="lru", prefix_cache_flush=False)
     assert sum(s.prefill_tokens for s in kept.steps) < sum(s.prefill_tokens for s in none.steps)
     base, slow = run("sync"), run("sync", client_overhead_s=0.05)
-    assert all(b.rollout_time_s + 0.05 <= s.rollout_time_s + 1e-9 for b, s in zip(base.steps, slow.steps))
+    assert all(b.rollout_time_s + 0.05 <= s.rollout_time_s + 1e-9
+               for b, s in zip(base.steps, slow.steps))
 
 
 def test_client_overhead_comes_from_the_calibration_file(tmp_path):
@@ -420,13 +437,15 @@ def _vs_mean_properties(r, n, data):
     from aprilsim.validate.rounds import errors_vs_mean, split_half_floor
 
     pos = st.floats(0.01, 100.0, allow_nan=False)
-    meas = [[data.draw(st.one_of(pos, st.just(0.0)) if s == 0 else pos) for s in range(n)] for _ in range(r)]
+    meas = [[data.draw(st.one_of(pos, st.just(0.0)) if s == 0 else pos) for s in range(n)]
+            for _ in range(r)]
     pred = [data.draw(pos) for _ in range(n)]
     perm = data.draw(st.permutations(range(r)))
     k = data.draw(st.floats(0.1, 10.0))
     REACHED_MEAN["examples"] = REACHED_MEAN.get("examples", 0) + 1
     zero_step = any(m[0] == 0.0 for m in meas)
-    for name, hit in (("even R", r % 2 == 0), ("odd R", r % 2 == 1), ("a step measured 0", zero_step)):
+    for name, hit in (("even R", r % 2 == 0), ("odd R", r % 2 == 1),
+                      ("a step measured 0", zero_step)):
         if hit:
             event(name)
             REACHED_MEAN[name] = REACHED_MEAN.get(name, 0) + 1
@@ -441,7 +460,8 @@ def _vs_mean_properties(r, n, data):
     if e:
         target(max(abs(x) for x in e), label="largest error against the mean")
         assert f is not None and f >= 0
-        assert split_half_floor([[k * x for x in m] for m in meas], range(n)) == pytest.approx(f, rel=1e-9, abs=1e-12)
+        assert split_half_floor([[k * x for x in m] for m in meas], range(n)) == pytest.approx(
+            f, rel=1e-9, abs=1e-12)
 
 
 def test_error_against_the_mean_properties():
@@ -475,17 +495,21 @@ def test_the_wall_fit_fits_p2_only_where_the_records_give_each_batch_s_squares()
         b = rng.randint(1, 16)
         recs.append(Record("decode", b, float(rng.randint(100, 4000)), 0,
                            QUAD.decode_time(b, 0.0)))
-        recs[-1] = Record("decode", b, recs[-1].kv_tokens, 0, QUAD.decode_time(b, recs[-1].kv_tokens))
-        sizes = [rng.choice([rng.randint(4, 30), rng.randint(200, 900)]) for _ in range(rng.randint(1, 8))]
+        recs[-1] = Record("decode", b, recs[-1].kv_tokens, 0,
+                          QUAD.decode_time(b, recs[-1].kv_tokens))
+        sizes = [rng.choice([rng.randint(4, 30), rng.randint(200, 900)])
+                 for _ in range(rng.randint(1, 8))]
         n, sq = sum(sizes), sum(x * x for x in sizes)
         dur = QUAD.prefill_time(n, sq, requests=len(sizes))
         recs.append(Record("prefill", len(sizes), 0.0, n, dur, prefill_tokens_sq=sq))
     exact = fit_wall(recs)
-    assert exact.p2 == pytest.approx(QUAD.p2, rel=0.02) and exact.pr == pytest.approx(QUAD.pr, rel=0.05)
+    assert (exact.p2 == pytest.approx(QUAD.p2, rel=0.02)
+            and exact.pr == pytest.approx(QUAD.pr, rel=0.05))
     estimated = fit_wall([Record(r.phase, r.batch_size, r.kv_tokens, r.prefill_tokens, r.duration_s)
                           for r in recs])
     assert estimated.p2 == 0.0 and estimated.p1 > 0
-    assert (estimated.a, estimated.b, estimated.c) == pytest.approx((exact.a, exact.b, exact.c), rel=1e-6)
+    assert (estimated.a, estimated.b, estimated.c) == pytest.approx((exact.a, exact.b, exact.c),
+                                                                    rel=1e-6)
 
 
 def test_rebuilt_prefills_are_fitted_on_the_tokens_the_engine_computed():
@@ -497,7 +521,8 @@ def test_rebuilt_prefills_are_fitted_on_the_tokens_the_engine_computed():
     for r in per_request_log(seed=2):
         if r["phase"] == "prefill":
             computed = r["prefill_tokens"] // 2
-            r = {**r, "duration_s": PER_REQ.prefill_time(computed, computed * computed // r["batch_size"],
+            r = {**r, "duration_s": PER_REQ.prefill_time(computed,
+                                                         computed * computed // r["batch_size"],
                                                          requests=r["batch_size"])}
             r["padded_s"] = r["duration_s"]
         t += r["duration_s"]
@@ -524,7 +549,8 @@ def _live_round(sc, eng, factor: float, round_: int):
         r["duration_s"] *= factor
         r["padded_s"] = r["duration_s"]
         r["t_run"] = t0 + 1e-6 * (i + 1)
-    return LiveOutcome(label="sync", result=res, rows=[rows], trace=Trace(scheduler="sync", n_engines=1),
+    return LiveOutcome(label="sync", result=res, rows=[rows],
+                       trace=Trace(scheduler="sync", n_engines=1),
                        wall_s=1.0, overhead_per_request_s=0.0, round=round_)
 
 
@@ -546,7 +572,8 @@ def test_cross_fitting_judges_each_round_with_the_other_rounds_cost():
         return judge(sc, ["sync"], opts, live, limits, "synthetic", [], 0.0)
 
     v = run([1.0, 1.0, 1.5])
-    assert sorted(v.round_fits) == [0, 1, 2] and sorted(v.round_sims) == [("sync", 0), ("sync", 1), ("sync", 2)]
+    assert (sorted(v.round_fits) == [0, 1, 2]
+            and sorted(v.round_sims) == [("sync", 0), ("sync", 1), ("sync", 2)])
     assert v.round_fits[2].wall.b == pytest.approx(TRUE.b, rel=1e-3)  # rounds 0 and 1 only
     assert TRUE.b * 1.01 < v.round_fits[0].wall.b < TRUE.b * 1.5  # round 2's slow rows in it
     w = run([1.0, 1.0, 3.0])
@@ -572,7 +599,8 @@ def test_the_priced_work_has_its_own_noise_floor():
     rounds = [[compare_runs("april", sim, sim, busy, [f * b for b in busy]),
                compare_runs("sync", sim, sim, busy, busy)] for f in factors]
     p = pooled(rounds)["schedulers"]
-    assert p["april"]["priced_noise_floor"] == pytest.approx(stdev(factors) / mean(factors), rel=1e-6)
+    assert p["april"]["priced_noise_floor"] == pytest.approx(stdev(factors) / mean(factors),
+                                                             rel=1e-6)
     assert p["sync"]["priced_noise_floor"] == 0.0
     assert p["april"]["noise_floor"] == 0.0  # the wall-clock times were the same
     assert noise_floor([compare_runs("april", sim, sim)] * 2, "meas_priced_s") is None

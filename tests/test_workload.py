@@ -65,7 +65,8 @@ def test_bad_parameters_raise_value_error(bad):
         length_model_from_dict(bad)
 
 
-@given(st.lists(st.floats(-10, 1e6, allow_nan=False), min_size=1, max_size=50), st.integers(1, 5000))
+@given(st.lists(st.floats(-10, 1e6, allow_nan=False), min_size=1, max_size=50),
+       st.integers(1, 5000))
 def test_capping_gives_integers_in_range(xs, max_len):
     out = cap_lengths(np.array(xs), max_len)
     assert out.dtype.kind == "i"
@@ -74,7 +75,8 @@ def test_capping_gives_integers_in_range(xs, max_len):
 
 
 def _workload(**kw):
-    base = dict(lengths=Parametric("lognormal", {"mu": 7.0, "sigma": 1.0}), max_len=8192, group_size=8)
+    base = dict(lengths=Parametric("lognormal", {"mu": 7.0, "sigma": 1.0}), max_len=8192,
+                group_size=8)
     base.update(kw)
     return Workload(**base)
 
@@ -107,7 +109,8 @@ def test_prompt_share_is_the_between_prompt_share_of_log_variance(share):
 
 
 def test_hard_prompts_are_long_and_mostly_wrong():
-    w = _workload(rewards=RewardModel(1.0, 1.0, difficulty_length_corr=0.8), prompt_share=0.5, seed=2)
+    w = _workload(rewards=RewardModel(1.0, 1.0, difficulty_length_corr=0.8), prompt_share=0.5,
+                  seed=2)
     groups = w.generate(3000)
     mean_log_len = np.array([np.log([s._target_len for s in g.samples]).mean() for g in groups])
     pass_rate = np.array([g._pass_rate for g in groups])

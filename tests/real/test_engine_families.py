@@ -76,22 +76,26 @@ def test_calibrate_a_vllm_server_probes_its_concurrency_and_times_the_stream():
 
     async def main():
         async with FakeVLLM(vocab=400, max_running=4, step_s=0.003) as fake:
-            return await measure_http([f"vllm+{fake.url}"], (1, 2, 4, 8), (8, 32), 8, None, 8, None), fake
+            return await measure_http([f"vllm+{fake.url}"], (1, 2, 4, 8), (8, 32), 8, None, 8,
+                                      None), fake
 
     (records, info), fake = run(main())
-    sweep = [b["prompt"] for b in fake.bodies if isinstance(b.get("prompt"), list) and len(b["prompt"]) > 1]
+    sweep = [b["prompt"] for b in fake.bodies
+             if isinstance(b.get("prompt"), list) and len(b["prompt"]) > 1]
     assert sweep and max(max(p) for p in sweep) < 400  # only the one-token probes go beyond
     assert info["max_running"] == 4  # probed: 8 sent at once, 4 ran
     assert any("max_running 4 (probed" in m for m in info["measured"])
     assert any("vocabulary 400 (probed" in m for m in info["measured"])
-    assert any("kv_capacity" in a for a in info["assumed"]) or any("kv_capacity" in m for m in info["measured"])
+    assert (any("kv_capacity" in a for a in info["assumed"])
+            or any("kv_capacity" in m for m in info["measured"]))
     assert "token stream" in info["source"]
     dec = [r for r in records if r.phase == "decode"]
     assert dec and max(r.batch_size for r in dec) <= 4
 
 
 @pytest.mark.slow
-def test_calibrate_through_the_router_and_validate_on_a_bundled_server(router, fresh_server, tmp_path):
+def test_calibrate_through_the_router_and_validate_on_a_bundled_server(router, fresh_server,
+                                                                        tmp_path):
     """The router has no iteration log: timed from the rebuilt iterations. Validate on one bundled
     server over HTTP (a server of its own: the run moves its weight version): its own log is
     used, and the reconstruction is checked against it."""
@@ -104,8 +108,8 @@ def test_calibrate_through_the_router_and_validate_on_a_bundled_server(router, f
     assert out["vocab_size"] == VOCAB
     sc = tmp_path / "s.toml"
     sc.write_text(SMALL)
-    res = _aprilsim("validate", str(sc), "--engines", fresh_server.url, "-s", "sync", "--steps", "2",
-                    "--scale", "0.01", "--no-figures", "--out", str(tmp_path / "rep"))
+    res = _aprilsim("validate", str(sc), "--engines", fresh_server.url, "-s", "sync",
+                    "--steps", "2", "--scale", "0.01", "--no-figures", "--out", str(tmp_path / "rep"))
     assert res.returncode == 0, res.stderr
     rep = json.loads((tmp_path / "rep" / "report.json").read_text())
     live = rep["meta"]["live"]
@@ -142,8 +146,9 @@ def test_run_reads_the_vocabulary_of_a_small_vocabulary_vllm_model():
 
     async def main():
         async with FakeVLLM(vocab=351) as fake:
-            conn = await connect_cluster(EngineTarget(engines=(f"vllm+{fake.url}",), stalled_after=5,
-                                                      progress_deadline_s=9.0), 256)
+            conn = await connect_cluster(EngineTarget(engines=(f"vllm+{fake.url}",),
+                                                      stalled_after=5, progress_deadline_s=9.0),
+                                         256)
             await conn.cluster.close()
             return conn
 
@@ -157,7 +162,8 @@ def test_sglang_counters_from_its_metrics_text():
     time by category: the iteration counter validate fits the rebuilt iterations to."""
     from real.clients.sglang import parse_sglang_counters
 
-    text = """# HELP sglang:cuda_graph_passes_total Total number of forward passes categorized by CUDA graph.
+    text = """# HELP sglang:cuda_graph_passes_total Total number of forward passes categorized by \
+CUDA graph.
 # TYPE sglang:cuda_graph_passes_total counter
 sglang:cuda_graph_passes_total{model_name="m",mode="decode_graph"} 120.0
 sglang:cuda_graph_passes_total{model_name="m",mode="no_graph"} 7.0

@@ -20,7 +20,8 @@ COST = CostModel(a=2e-3, b=1e-4, c=1e-6, p0=1e-3, p1=5e-4)
 
 
 def _vllm(queries: float, hits: float) -> str:
-    return f"""# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.
+    return f"""# HELP vllm:prefix_cache_queries_total Prefix cache queries, \
+in terms of number of queried tokens.
 # TYPE vllm:prefix_cache_queries_total counter
 vllm:prefix_cache_queries_total{{engine="0",model_name="tiny"}} {queries}
 # HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.
@@ -60,19 +61,24 @@ def test_no_reported_hits_is_no_share():
     """The bundled engine has no cache and reports none; SGLang without --enable-metrics and
     a run that sent no prompt report nothing to scale by: None, every token priced."""
     assert computed_share(None) is None and computed_share({}) is None
-    assert computed_share({"iterations": 5.0, "busy_s": 1.0}) is None  # SGLang without its cache counters
+    # SGLang without its cache counters
+    assert computed_share({"iterations": 5.0, "busy_s": 1.0}) is None
     assert computed_share({"prefix_queries": 0.0, "prefix_hits": 0.0}) is None
     assert computed_share({"prompt_tokens": 10.0}) is None  # sent, hits not reported
 
 
 def test_a_prefill_is_priced_on_the_tokens_computed():
     row = dict(seq=1, phase="prefill", prefill_tokens=400, batch_size=4, kv_tokens=400, t_run=1.0)
-    assert price(COST, None, row) == pytest.approx(COST.prefill_time(400, 400 * 400 // 4, requests=4))
-    assert price(COST, None, row, 0.25) == pytest.approx(COST.prefill_time(100, 100 * 100 // 4, requests=4))
-    dec = dict(seq=2, phase="decode", batch_size=2, kv_tokens=10, prefill_tokens=0, running=2, t_run=1.5)
+    assert price(COST, None, row) == pytest.approx(COST.prefill_time(400, 400 * 400 // 4,
+                                                                     requests=4))
+    assert price(COST, None, row, 0.25) == pytest.approx(COST.prefill_time(100, 100 * 100 // 4,
+                                                                           requests=4))
+    dec = dict(seq=2, phase="decode", batch_size=2, kv_tokens=10, prefill_tokens=0, running=2,
+               t_run=1.5)
     assert price(COST, None, dec, 0.25) == price(COST, None, dec)  # decodes are not scaled
 
-    run = RunResult(scheduler="x", steps=[StepRecord(step=0, rollout_start_s=0.0, rollout_time_s=2.0)],
+    run = RunResult(scheduler="x",
+                    steps=[StepRecord(step=0, rollout_start_s=0.0, rollout_time_s=2.0)],
                     n_engines=1, peak_tokens_per_s=1.0, total_time_s=2.0)
     full, cut = per_step(run, [[row, dec]], COST), per_step(run, [[row, dec]], COST, [0.25])
     assert full[0] - cut[0] == pytest.approx(price(COST, None, row) - price(COST, None, row, 0.25))
@@ -86,8 +92,9 @@ def test_only_rows_rebuilt_from_token_streams_are_scaled():
     from real.validate import computed_shares
 
     c = {"prefix_queries": 200.0, "prefix_hits": 50.0}
-    o = SimpleNamespace(rows=[[], [], []], timing=["token stream + /metrics counts", "iteration log",
-                                                  "token stream"],
+    o = SimpleNamespace(rows=[[], [], []],
+                        timing=["token stream + /metrics counts", "iteration log",
+                                "token stream"],
                         counters=[c, c, None])
     assert computed_shares(o) == [0.75, None, None]
 

@@ -49,10 +49,12 @@ def test_stop_token_ends_early(servers):
 
     async def main():
         async with SGLangClient(servers[0].url) as c:
-            probe = await c.generate(GenerateRequest((11, 12, 13), 20, SamplingParams(temperature=0.0)))
+            probe = await c.generate(GenerateRequest((11, 12, 13), 20,
+                                                     SamplingParams(temperature=0.0)))
             first = probe.output_ids[0]
             return probe, await c.generate(
-                GenerateRequest((11, 12, 13), 20, SamplingParams(temperature=0.0, stop_token_ids=(first,))))
+                GenerateRequest((11, 12, 13), 20,
+                                SamplingParams(temperature=0.0, stop_token_ids=(first,))))
 
     probe, stopped = run(main())
     assert stopped.finish_reason is FinishReason.STOP
@@ -75,7 +77,8 @@ def test_abort_running_and_queued_then_resume(servers):
     first = run(main())
     queued = [r for r in first if not r.output_ids]
     assert len(queued) == 4
-    assert all(r.prompt_tokens is None and r.abort_message == "Abort in waiting queue" for r in queued)
+    assert all(r.prompt_tokens is None and r.abort_message == "Abort in waiting queue"
+               for r in queued)
     running = [r for r in first if r.output_ids]
     assert all(r.prompt_tokens == len(r.request.prompt_ids) for r in running)
 
@@ -114,7 +117,8 @@ def test_resume_of_finished_or_empty_is_skipped():
     req = GenerateRequest((1, 2), 10, replay_len=4)
     done = GenerateResult("r", req, [5, 6, 7, 8], FinishReason.STOP, Timings())
     assert resume_request(done) is None
-    all_used = GenerateResult("r", GenerateRequest((1, 2), 3), [5, 6, 7], FinishReason.ABORT, Timings())
+    all_used = GenerateResult("r", GenerateRequest((1, 2), 3), [5, 6, 7], FinishReason.ABORT,
+                              Timings())
     assert resume_request(all_used) is None
 
 
@@ -124,7 +128,8 @@ def test_direct_worker_list_spreads_load(servers, n_workers):
 
     async def main():
         async with SGLangClient(worker_urls=[s.url for s in servers[:n_workers]]) as c:
-            rs = await asyncio.gather(*(c.generate(replay_request(i, 5, 30, 30, VOCAB)) for i in range(6)))
+            rs = await asyncio.gather(*(c.generate(replay_request(i, 5, 30, 30, VOCAB))
+                                        for i in range(6)))
             return rs
 
     rs = run(main())

@@ -37,7 +37,8 @@ def test_is_an_engine_and_generates_replay_and_free():
             assert all(b["ignore_eos"] and b["min_tokens"] == b["max_tokens"] for b in fake.bodies)
             r = await eng.generate(req(n=15, temperature=0.0, seed=5))
             assert r.output_ids == chain([11, 12, 13], 15, VOCAB)
-            assert r.finish_reason is FinishReason.LENGTH and r.prompt_tokens == 3 and r.attempts == 1
+            assert (r.finish_reason is FinishReason.LENGTH and r.prompt_tokens == 3
+                    and r.attempts == 1)
             assert fake.bodies[-1]["seed"] == 5 and "ignore_eos" not in fake.bodies[-1]
 
     run(main())
@@ -59,8 +60,10 @@ def test_eos_stops_free_run_and_replay_ignores_it():
             assert free.finish_reason is FinishReason.STOP and free.output_ids[-1] == 999
             assert len(free.output_ids) == 5
             rep = await eng.generate(req(prompt, n=30, replay=12))
-            assert rep.finish_reason is FinishReason.STOP and rep.output_ids == chain(prompt, 12, VOCAB)
-            stop = await eng.generate(req(prompt, n=30, stop_token_ids=(chain(prompt, 3, VOCAB)[-1],)))
+            assert (rep.finish_reason is FinishReason.STOP
+                    and rep.output_ids == chain(prompt, 12, VOCAB))
+            stop = await eng.generate(req(prompt, n=30,
+                                          stop_token_ids=(chain(prompt, 3, VOCAB)[-1],)))
             assert stop.finish_reason is FinishReason.STOP and len(stop.output_ids) == 3
 
     run(main())
@@ -72,7 +75,8 @@ def test_ids_via_logprobs_for_older_servers():
                 VLLMEngine(fake.url, config=VLLMConfig(ids_via="logprobs")) as eng:
             r = await eng.generate(req(n=9))
             assert r.output_ids == chain([11, 12, 13], 9, VOCAB) and r.error is None
-            assert fake.bodies[-1]["logprobs"] == 0 and fake.bodies[-1]["return_tokens_as_token_ids"]
+            assert (fake.bodies[-1]["logprobs"] == 0
+                    and fake.bodies[-1]["return_tokens_as_token_ids"])
 
     run(main())
 
@@ -81,10 +85,13 @@ def test_ids_via_logprobs_for_older_servers():
                                    ("finish", "error", 5)])
 def test_retryable_faults_resume_with_nothing_lost(fault):
     async def main():
-        cfg = VLLMConfig(retry=RetryPolicy(max_attempts=3, initial_backoff_s=0.01), read_timeout_s=0.5)
-        async with FakeVLLM(vocab=VOCAB, faults=[fault]) as fake, VLLMEngine(fake.url, config=cfg) as eng:
+        cfg = VLLMConfig(retry=RetryPolicy(max_attempts=3, initial_backoff_s=0.01),
+                         read_timeout_s=0.5)
+        async with FakeVLLM(vocab=VOCAB, faults=[fault]) as fake, \
+                VLLMEngine(fake.url, config=cfg) as eng:
             seen: list[int] = []
-            r = await eng.generate(req(n=30, replay=20), on_progress=lambda p: seen.extend(p.new_ids))
+            r = await eng.generate(req(n=30, replay=20),
+                                   on_progress=lambda p: seen.extend(p.new_ids))
             assert r.error is None and r.attempts == 2
             assert r.output_ids == chain([11, 12, 13], 20, VOCAB) == seen
             assert r.finish_reason is FinishReason.STOP and r.prompt_tokens == 3
@@ -101,9 +108,11 @@ def test_retryable_faults_resume_with_nothing_lost(fault):
 def test_fatal_status_and_exhausted_retries_keep_the_partial():
     async def main():
         faults = [("status", 400), ("cut", 4), ("cut", 3), ("cut", 2)]
-        async with FakeVLLM(vocab=VOCAB, faults=faults) as fake, VLLMEngine(fake.url, config=FAST) as eng:
+        async with FakeVLLM(vocab=VOCAB, faults=faults) as fake, \
+                VLLMEngine(fake.url, config=FAST) as eng:
             bad = await eng.generate(req())
-            assert bad.failed and bad.attempts == 1 and "HTTP 400" in bad.error and bad.output_ids == []
+            assert (bad.failed and bad.attempts == 1 and "HTTP 400" in bad.error
+                    and bad.output_ids == [])
             r = await eng.generate(req(n=30))
             assert r.failed and r.finish_reason is FinishReason.ABORT and r.attempts == 3
             assert r.output_ids == chain([11, 12, 13], 9, VOCAB)  # 4 + 3 + 2, in order
@@ -145,7 +154,8 @@ def test_abort_all_closes_streams_and_resume_finishes_exactly():
 
 def test_generate_waits_for_abort_all_and_cancellation_closes_stream():
     async def main():
-        async with FakeVLLM(vocab=VOCAB, step_s=0.005) as fake, VLLMEngine(fake.url, config=FAST) as eng:
+        async with FakeVLLM(vocab=VOCAB, step_s=0.005) as fake, \
+                VLLMEngine(fake.url, config=FAST) as eng:
             t = asyncio.create_task(eng.generate(req(n=500)))
             while fake.running == 0:
                 await asyncio.sleep(0.01)
@@ -171,7 +181,8 @@ def test_info_health_load_and_weights():
             assert (await eng.loads())["num_running_reqs"] == 0
             assert await eng.weight_version() is None
             await eng.update_weights("7", path="/ckpt/step7")
-            assert fake.rpc_calls == [{"method": "reload_weights", "kwargs": {"weights_path": "/ckpt/step7"}}]
+            assert fake.rpc_calls == [{"method": "reload_weights",
+                                       "kwargs": {"weights_path": "/ckpt/step7"}}]
             assert await eng.weight_version() == "7"
             r = await eng.generate(req(n=3))
             assert r.weight_version == "7"
@@ -191,7 +202,8 @@ def test_info_health_load_and_weights():
                 await eng.update_weights("1", path="/ckpt")  # loading weights cannot be faked
             assert (await eng.server_info()).max_running_requests is None
             url = fake.url
-        async with VLLMEngine(url, config=VLLMConfig(connect_timeout_s=0.5, control_timeout_s=1)) as gone:
+        async with VLLMEngine(url, config=VLLMConfig(connect_timeout_s=0.5,
+                                                     control_timeout_s=1)) as gone:
             assert not await gone.health() and await gone.loads() is None
 
     run(main())

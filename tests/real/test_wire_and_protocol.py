@@ -18,7 +18,8 @@ from real.samples import request_from_sample
 
 
 @settings(max_examples=50, deadline=None)  # timing on a loaded CI box is not the property
-@given(n=st.integers(2, 300), sessions=st.lists(st.text(max_size=20), min_size=1, max_size=3, unique=True))
+@given(n=st.integers(2, 300),
+       sessions=st.lists(st.text(max_size=20), min_size=1, max_size=3, unique=True))
 def test_request_ids_are_never_prefixes_of_each_other(n, sessions):
     rids = [f() for f in (RidFactory(s) for s in sessions) for _ in range(n)]
     rids += [RidFactory()() for _ in range(5)]
@@ -62,9 +63,11 @@ def test_stream_accumulator_rebuilds_output(ids, cuts, incremental, told, queued
 
 
 def test_error_bodies_in_every_shape():
-    assert parse_error_body(400, b'{"object":"error","message":"bad","code":400}') == "HTTP 400: bad"
+    assert parse_error_body(400,
+                            b'{"object":"error","message":"bad","code":400}') == "HTTP 400: bad"
     assert parse_error_body(400, b'{"error":"contract broken"}') == "HTTP 400: contract broken"
-    assert parse_error_body(503, b'{"error":{"message":"overloaded","code":503}}') == "HTTP 503: overloaded"
+    assert parse_error_body(503, b'{"error":{"message":"overloaded","code":503}}') == (
+        "HTTP 503: overloaded")
     assert parse_error_body(422, b'{"detail":[{"msg":"x"}]}') == 'HTTP 422: [{"msg": "x"}]'
     assert parse_error_body(502, b"Bad Gateway") == "HTTP 502: Bad Gateway"
     assert parse_error_body(500, b"") == "HTTP 500: <empty body>"
@@ -89,7 +92,8 @@ def test_replay_finish_reason_maps_length_to_stop_below_the_cap():
 
 
 def _sample(uid=3, group=7, generated=0):
-    s = Sample(uid=uid, group_id=group, index=0, prompt_len=12, _target_len=50, max_len=80, _reward=1.0)
+    s = Sample(uid=uid, group_id=group, index=0, prompt_len=12, _target_len=50, max_len=80,
+               _reward=1.0)
     s.generated = generated
     return s
 
@@ -103,7 +107,8 @@ def test_request_from_sample_fresh_and_resumed():
     assert all(16 <= t < 256 for t in ra.prompt_ids)
     other = request_from_sample(_sample(group=8), 256)
     assert other.prompt_ids != ra.prompt_ids
-    resumed = request_from_sample(_sample(generated=20), 256, partial_output_ids=list(range(20, 40)))
+    resumed = request_from_sample(_sample(generated=20), 256,
+                                  partial_output_ids=list(range(20, 40)))
     assert resumed.prompt_ids == ra.prompt_ids + tuple(range(20, 40))
     assert resumed.replay_len == 30 and resumed.max_new_tokens == 60
     synthetic = request_from_sample(_sample(generated=20), 256)

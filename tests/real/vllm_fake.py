@@ -1,8 +1,8 @@
 """A small fake of vLLM's OpenAI-compatible server (aiohttp on 127.0.0.1) for the adapter tests.
 
 It speaks the shapes of ``vllm_schema`` (and checks every request body against it): streamed
-``/v1/completions`` with ``token_ids`` or ``token_id:N`` logprob tokens, the trailing usage chunk and
-``[DONE]``; ``/metrics`` in Prometheus text; ``/health``, ``/v1/models``, ``/version``; with
+``/v1/completions`` with ``token_ids`` or ``token_id:N`` logprob tokens, the trailing usage chunk
+and ``[DONE]``; ``/metrics`` in Prometheus text; ``/health``, ``/v1/models``, ``/version``; with
 ``dev=True`` the RL endpoints (``/weight_info``, ``/update_weight_version``, ``/collective_rpc``,
 ``/pause``, ``/resume``). A client that disconnects aborts its request, as in vLLM.
 
@@ -110,10 +110,12 @@ class FakeVLLM:
             choice["logprobs"] = {
                 "text_offset": [offset + 3 * i for i in range(len(ids))],
                 "token_logprobs": [-0.5] * len(ids),
-                "tokens": [f"token_id:{t}" if req.return_tokens_as_token_ids else f" t{t}" for t in ids],
+                "tokens": [f"token_id:{t}" if req.return_tokens_as_token_ids else f" t{t}"
+                           for t in ids],
                 "top_logprobs": [None] * len(ids)}
         if finish is not None and req.return_weight_versions and self.weight_version is not None:
-            choice["weight_versions"] = [{"version": self.weight_version, "start": 0, "end": offset + len(ids)}]
+            choice["weight_versions"] = [{"version": self.weight_version, "start": 0,
+                                          "end": offset + len(ids)}]
         obj = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": MODEL,
                "choices": [choice]}
         S.check(obj, S.CompletionStreamResponse)
@@ -162,7 +164,8 @@ class FakeVLLM:
                         return resp
                     if fault[0] == "hang":
                         await asyncio.sleep(3600)
-                    await send({"error": {"message": "Internal server error", "type": "InternalServerError",
+                    await send({"error": {"message": "Internal server error",
+                                          "type": "InternalServerError",
                                           "param": None, "code": 500}})
                     await resp.write(b"data: [DONE]\n\n")
                     return resp
@@ -175,12 +178,14 @@ class FakeVLLM:
                 self.kv_tokens += 1
                 if generated >= limit:
                     finish = "length"
-                elif generated >= req.min_tokens and ((tok == self.eos and not req.ignore_eos) or tok in stops):
+                elif generated >= req.min_tokens and ((tok == self.eos and not req.ignore_eos)
+                                                      or tok in stops):
                     finish = "stop"
                 first = req.prompt if generated == 1 and req.return_token_ids else None
                 await send(self._chunk(rid, req, [tok], finish, prompt=first, offset=generated - 1))
             if req.stream_options and req.stream_options.include_usage:
-                usage = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": MODEL,
+                usage = {"id": rid, "object": "text_completion", "created": int(time.time()),
+                         "model": MODEL,
                          "choices": [], "usage": {"prompt_tokens": len(req.prompt),
                                                   "completion_tokens": generated,
                                                   "total_tokens": len(req.prompt) + generated}}
@@ -232,7 +237,8 @@ class FakeVLLM:
         return web.Response(status=200 if self.healthy else 503)
 
     async def _models(self, request: web.Request) -> web.Response:
-        body = {"object": "list", "data": [{"id": MODEL, "object": "model", "created": 0, "owned_by": "vllm",
+        body = {"object": "list", "data": [{"id": MODEL, "object": "model", "created": 0,
+                                            "owned_by": "vllm",
                                             "root": MODEL, "parent": None,
                                             "max_model_len": self.max_model_len, "permission": []}]}
         S.check(body, S.ModelList)
