@@ -48,8 +48,8 @@ def small_scenario(
     router: str = "round_robin",
 ) -> Scenario:
     """A few seconds of simulated cluster: long-tailed lengths, Beta(alpha, beta) pass rates."""
-    return _small(engines=engines, batch=batch, group=group, max_len=max_len, steps=steps, seed=seed,
-                  rewards=(alpha, beta), schedulers=schedulers,
+    return _small(engines=engines, batch=batch, group=group, max_len=max_len, steps=steps,
+                  seed=seed, rewards=(alpha, beta), schedulers=schedulers,
                   cluster={"router": router, **({"kv_capacity": kv} if kv is not None else {})})
 
 

@@ -27,7 +27,8 @@ SMALL = ["--set", "batch_size=8", "--steps", "3", "--seeds", "3", "--rounds", "1
          "-j", "1"]
 
 
-def test_advise_from_a_slime_script_and_a_log_ranks_options_and_says_how_to_try_the_winner(tmp_path):
+def test_advise_from_a_slime_script_and_a_log_ranks_options_and_says_how_to_try_the_winner(
+        tmp_path):
     out = tmp_path / "advice"
     args = ["advise", "--slime", str(SLIME), "--log", str(LOG), "--candidates",
             "april,async_one_step", "--max-staleness", "1", "--out", str(out), *SMALL]

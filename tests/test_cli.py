@@ -27,8 +27,8 @@ REQUIRED = {
 
 def test_module_entry_point_runs():
     """`python -m aprilsim` (the one subprocess run: the entry point itself is the point)."""
-    r = subprocess.run([sys.executable, "-m", "aprilsim", "schedulers", "--json"], capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run([sys.executable, "-m", "aprilsim", "schedulers", "--json"],
+                       capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert {row["name"] for row in json.loads(r.stdout)} >= {"sync", "april"}
 
@@ -126,7 +126,8 @@ def test_lengths_from_a_model_file(tmp_path):
     body = BASE[: BASE.index("[lengths]")] + BASE[BASE.index("[prompts]") :]
     text = 'lengths = { from = "m.toml" }\n' + body  # top-level keys come before any table
     (tmp_path / "s.toml").write_text(text)
-    r = aprilsim("simulate", str(tmp_path / "s.toml"), "--json", "--steps", "2", "--scheduler", "sync")
+    r = aprilsim("simulate", str(tmp_path / "s.toml"), "--json", "--steps", "2",
+                 "--scheduler", "sync")
     assert r.returncode == 0, r.stderr
     (row,) = json.loads(r.stdout)
     assert abs(row["workload_mean_length"] - 1200) < 60  # gamma mean = shape * scale

@@ -67,7 +67,8 @@ def test_set_any_scenario_key(tmp_path):
                         + "[schedulers.april]\nratio = 1.5\n")
     same = cli("simulate", via_file, "--json")
     strip = [{k: v for k, v in row.items() if k != "run"} for row in json.loads(r.stdout)]
-    assert strip == [{k: v for k, v in row.items() if k != "run"} for row in json.loads(same.stdout)]
+    assert strip == [{k: v for k, v in row.items() if k != "run"}
+                     for row in json.loads(same.stdout)]
     bad = cli("simulate", s, "--set", "cluster.enigne=3")
     assert bad.exit_code == 2 and "did you mean 'engines'" in bad.stderr
     mus = cli("simulate", s, "--set", "lengths.mus.1=3")
@@ -85,7 +86,8 @@ def test_set_takes_toml_values_inline_tables_and_arrays(tmp_path):
                         .replace('compare = ["sync", "april"]', 'compare = ["sync"]'))
     same = cli("simulate", via_file, "--json")
     strip = [{k: v for k, v in row.items() if k != "run"} for row in json.loads(r.stdout)]
-    assert strip == [{k: v for k, v in row.items() if k != "run"} for row in json.loads(same.stdout)]
+    assert strip == [{k: v for k, v in row.items() if k != "run"}
+                     for row in json.loads(same.stdout)]
     # a table replaces the table: a family's missing parameter is named, as in a file
     part = cli("simulate", s, "--set", 'lengths={family="lognormal", mu=7}')
     assert part.exit_code == 2 and "missing ['sigma']" in part.stderr
@@ -95,7 +97,8 @@ def test_set_takes_toml_values_inline_tables_and_arrays(tmp_path):
         e = cli("simulate", s, "--set", bad)
         lines = e.stderr.strip().splitlines()
         assert e.exit_code == 2 and len(lines) == 1, (bad, e.stderr)
-        assert lines[0].startswith(f"aprilsim: error: --set {key}=") and "not a TOML value" in lines[0]
+        assert (lines[0].startswith(f"aprilsim: error: --set {key}=")
+                and "not a TOML value" in lines[0])
         assert why in lines[0], (bad, lines[0])
     word = cli("simulate", s, "--set", "cluster.preset=qwen3-4b-h100-tp2", "--json")  # a bare word
     assert word.exit_code == 0, word.output

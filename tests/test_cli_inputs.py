@@ -1,4 +1,5 @@
-"""Issue 22, inputs: no silent wrong answer, no traceback, no hang; each bad input is one line, exit 2.
+"""Issue 22, inputs: no silent wrong answer, no traceback, no hang; each bad input is one line,
+exit 2.
 
 Every scenario here is tiny (a few groups, a few steps), run in-process through click's CliRunner.
 """
@@ -343,7 +344,8 @@ def test_any_length_model_either_runs_without_warnings_or_is_refused():
 
 @pytest.mark.parametrize("args", [
     ["advise", "--max-offpolicy", "nan"], ["advise", "--max-length-bias", "inf"],
-    ["run", "--local", "1", "--scale", "nan"], ["run", "--local", "1", "--progress-deadline", "inf"],
+    ["run", "--local", "1", "--scale", "nan"],
+    ["run", "--local", "1", "--progress-deadline", "inf"],
 ])
 def test_nan_and_inf_options_are_refused(tmp_path, args):
     """Issue 36 item 24: `advise --max-offpolicy nan` was accepted (nan passes every range

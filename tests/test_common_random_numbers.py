@@ -94,7 +94,8 @@ def test_every_scheduler_ratio_and_cluster_sees_the_same_groups(scheduler, setti
                                 "batch_size": 8, "max_response_len": 4096})
     sync = _groups_seen(small, "sync")
     other_cluster = scenario_from_dict({**small.model_dump(mode="json", exclude_none=True),
-                                        "cluster": {**small.cluster.model_dump(), "engines": engines}})
+                                        "cluster": {**small.cluster.model_dump(),
+                                                    "engines": engines}})
     other = _groups_seen(other_cluster, scheduler, **settings)
     common = sync.keys() & other.keys()
     assert len(common) >= 8 * 3

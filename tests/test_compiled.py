@@ -68,13 +68,15 @@ CLUSTER_RUN = (
     "import copy, json, sys; sys.path.insert(0, 'benchmarks'); from sim_speed import TIGHT_CLUSTER;"
     "from aprilsim.config import scenario_from_dict; from aprilsim.sim.run import simulate;"
     "import aprilsim.engine.fast as f; print(f.__file__.endswith('.py'));"
-    "s = copy.deepcopy(TIGHT_CLUSTER); s['steps'] = 3; r = simulate(scenario_from_dict(s), 'april');"
+    "s = copy.deepcopy(TIGHT_CLUSTER); s['steps'] = 3; "
+    "r = simulate(scenario_from_dict(s), 'april');"
     "print(json.dumps([r.summary(), [x.to_dict() for x in r.steps], r.end_state], sort_keys=True))"
 )
 
 
 @pytest.mark.skipif(not compiled(), reason="the pure-Python build is loaded (the compiled build "
-                    "is opt-in: APRILSIM_COMPILE=1 pip install -e '.[compiled]', docs/development.md)")
+                    "is opt-in: APRILSIM_COMPILE=1 pip install -e '.[compiled]', "
+                    "docs/development.md)")
 def test_compiled_build_keeps_fast_equal_to_reference_and_to_pure_python():
     package = Path(aprilsim.__file__).resolve().parent  # (a compiled module's __file__ is off)
     for name in compiled_modules():  # a stale extension would run (and test) the old code

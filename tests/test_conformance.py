@@ -1,4 +1,5 @@
-"""The conformance suite: every registered scheduler (and a user's own) against DESIGN.md's invariants.
+"""The conformance suite: every registered scheduler (and a user's own) against DESIGN.md's
+invariants.
 
 Like scikit-learn's check_estimator: one set of checks, run over every scheduler and a few of
 their settings, on two small scenarios (ordinary rewards, and U-shaped pass rates where most
@@ -64,7 +65,8 @@ def test_shared_invariants(case, rewards, events):
     name, settings = CASES[case]
     r = _run(case, rewards) if events == "own" else run(
         _scenario(rewards), name, settings, force_sample_events=True)
-    assert r.recorder.sample_events == (events == "forced" or getattr(r.recorder.inner, "sample_events", True))
+    assert r.recorder.sample_events == (events == "forced"
+                                        or getattr(r.recorder.inner, "sample_events", True))
     check_ledger(r, rewards)
     check_batches(r, rewards)
     check_max_length(r, rewards)
@@ -141,7 +143,8 @@ def test_promises(case, rewards):
             for g in r.sim.groups.values():
                 for s in g.samples:  # one segment = what one step generated (version = step)
                     assert all(seg.tokens <= budget for seg in s.segments)
-            assert any(len(s.segments) > 1 for b in r.recorder.batches for g in b for s in g.samples)
+            assert any(len(s.segments) > 1
+                       for b in r.recorder.batches for g in b for s in g.samples)
     if name in ("dynamic_sampling", "april_ds"):
         kept = sum(s.scheduler_stats.get("kept_insufficient", 0) for s in r.result.steps)
         flat = sum(g.reward_std() <= 0 for batch in r.recorder.batches for g in batch)

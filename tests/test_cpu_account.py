@@ -14,7 +14,8 @@ sys.path.insert(0, str(ROOT / "experiments"))
 
 pytestmark = pytest.mark.skipif(not Path("/proc/stat").exists(), reason="needs Linux /proc")
 
-SPIN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}: pass\ntime.sleep(30)\n"
+SPIN = ("import time\nt = time.process_time()\nwhile time.process_time() - t < {s}: pass\n"
+        "time.sleep(30)\n")
 
 
 def test_a_spinning_group_leader_is_counted_as_the_api_server():

@@ -66,8 +66,8 @@ def _source_doc(obj) -> str:
     node: ast.AST = ast.parse(source.read_text())
     defs = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
     for part in qualname.split("."):
-        node = next((n for n in getattr(node, "body", ()) if isinstance(n, defs) and n.name == part),
-                    None)
+        node = next((n for n in getattr(node, "body", ())
+                     if isinstance(n, defs) and n.name == part), None)
         if node is None:
             return ""
     return (ast.get_docstring(node) or "").strip()

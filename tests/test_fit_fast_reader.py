@@ -77,7 +77,8 @@ def files(draw):
     n = draw(st.integers(1, 3000))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     lengths = np.ceil(rng.lognormal(5, 1, n)).astype(int).astype(str).tolist()
-    junk = draw(st.lists(st.tuples(st.integers(0, n - 1), st.sampled_from(sorted(JUNK))), max_size=4))
+    junk = draw(st.lists(st.tuples(st.integers(0, n - 1), st.sampled_from(sorted(JUNK))),
+                         max_size=4))
     fmt = draw(st.sampled_from(["csv1", "csv3", "tsv", "plain"]))
     crlf = draw(st.booleans())
     return fmt, lengths, junk, crlf
@@ -110,7 +111,8 @@ def test_bulk_and_row_by_row_reads_agree(tmp_path_factory, monkeypatch, spec):
     tmp = tmp_path_factory.mktemp("f")
     fast, slow, calls = read_both(tmp, name, nl.join(rows) + nl, monkeypatch)
     same(fast, slow)
-    kind = "bulk" if calls["bulk"] and not calls["fallback"] else "fallback" if calls["fallback"] else "none"
+    kind = ("bulk" if calls["bulk"] and not calls["fallback"]
+            else "fallback" if calls["fallback"] else "none")
     event(f"path: {kind}")
     SEEN[f"path:{kind}"] += 1
     SEEN[f"format:{fmt}"] += 1
@@ -118,7 +120,8 @@ def test_bulk_and_row_by_row_reads_agree(tmp_path_factory, monkeypatch, spec):
 
 def test_the_property_reached_both_paths_and_every_junk_kind(tmp_path_factory, monkeypatch):
     if not SEEN:  # run on its own (-k, another order): run the property first
-        test_bulk_and_row_by_row_reads_agree(tmp_path_factory=tmp_path_factory, monkeypatch=monkeypatch)
+        test_bulk_and_row_by_row_reads_agree(tmp_path_factory=tmp_path_factory,
+                                             monkeypatch=monkeypatch)
     assert SEEN["path:bulk"] >= 5 and SEEN["path:fallback"] >= 5, SEEN
     assert sum(v for k, v in SEEN.items() if k.startswith("junk:")) >= 30, SEEN
     assert sum(1 for k in SEEN if k.startswith("junk:")) >= 10, SEEN

@@ -153,7 +153,8 @@ def test_empirical_recovery(censored, sigma, seed):
 
 
 def test_censoring_is_needed_for_recovery():
-    """With 25 % of lengths capped, the censored fit recovers sigma; treating caps as exact does not."""
+    """With 25 % of lengths capped, the censored fit recovers sigma; treating caps as exact does
+    not."""
     truth = Parametric("lognormal", {"mu": 6.0, "sigma": 1.0})
     x = cap_lengths(truth.rvs(N, np.random.default_rng(3)), 800)  # ~25 % at the cap
     assert 0.2 < np.mean(x == 800) < 0.3

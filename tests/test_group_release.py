@@ -84,7 +84,8 @@ def _release_changes_nothing(name, seed, batch, kv, abort_steps, rewards):
     free = build_simulation(sc, name, keep_groups=False)
     assert _fingerprint(free.run()) == _fingerprint(kept.run())
     released = _released(free, kept)  # every group is live or released, and counted once
-    for g in free.groups.values():  # what is kept is live: some sample neither trained nor discarded
+    # what is kept is live: some sample neither trained nor discarded
+    for g in free.groups.values():
         assert any(s.status is not _T and s.status is not _X for s in g.samples)
     assert all(t + x > 0 for t, x in released)
     reached = {
@@ -113,7 +114,8 @@ def test_releasing_finished_groups_changes_no_result():
 
 @pytest.mark.parametrize("name", ["sync", "april"])
 def test_live_groups_stay_bounded_over_steps(name):
-    """Groups held after each step do not grow with the step count (sync: none; APRIL: its buffer)."""
+    """Groups held after each step do not grow with the step count (sync: none; APRIL: its
+    buffer)."""
     sc = _scenario(0, 6, 20_000, None, False).model_copy(update={"steps": 12})
     live: list[int] = []
     sim = build_simulation(sc, name, keep_groups=False,

@@ -1,5 +1,6 @@
 """The hidden truth (a sample's target length and reward) is written in one place after creation
-(`aprilsim.workload.truth`), and one length-scaling rule serves the live replay and its simulation."""
+(`aprilsim.workload.truth`), and one length-scaling rule serves the live replay and its
+simulation."""
 
 from __future__ import annotations
 
@@ -21,9 +22,11 @@ def _writes(path: Path) -> list[int]:
     creation: a constructor setting its own object's field (`self._target_len = ...` inside
     `__init__`, as `Sample`'s written one does) is the creation, not a write."""
     tree = ast.parse(path.read_text())
-    creation = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == "__init__"
+    creation = {id(n) for f in ast.walk(tree)
+                if isinstance(f, ast.FunctionDef) and f.name == "__init__"
                 for n in ast.walk(f) if isinstance(n, ast.Assign) and all(
-                    isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+                    isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
+                    and t.value.id == "self"
                     for t in n.targets)}
     out = []
     for node in ast.walk(tree):

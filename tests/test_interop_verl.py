@@ -89,7 +89,8 @@ def test_verl_import_notes_every_assumed_value():
     from aprilsim.interop import from_verl
 
     res = from_verl("actor_rollout_ref.rollout.name=vllm "
-                    "actor_rollout_ref.rollout.tensor_model_parallel_size=4 trainer.n_gpus_per_node=8")
+                    "actor_rollout_ref.rollout.tensor_model_parallel_size=4 "
+                    "trainer.n_gpus_per_node=8")
     notes = " | ".join(res.notes)
     assert "trainer.nnodes not set: verl's default, 1" in notes
     assert any("TP-2 estimate kept for a TP-4 launch" in w for w in res.warnings)
@@ -112,11 +113,13 @@ def test_a_model_with_no_preset_and_a_short_cap_are_said_and_fitted():
     # a model with a preset gets it, and its lengths where the dataset is known
     known = from_verl("actor_rollout_ref:\n  model:\n    path: /m/Qwen3-4B\n"
                       "  rollout:\n    tensor_model_parallel_size: 2\n"
-                      "data:\n  train_files: /d/dapo-math-17k.parquet\n  max_response_length: 16384\n")
+                      "data:\n  train_files: /d/dapo-math-17k.parquet\n"
+                      "  max_response_length: 16384\n")
     assert known.data["cluster"]["preset"] == "qwen3-4b-h100-tp2" and not known.warnings
     assert round(math.exp(known.data["lengths"]["mu"])) == pytest.approx(5000, rel=0.01)
     short = from_verl("actor_rollout_ref:\n  model:\n    path: /m/Qwen3-4B\n"
-                      "data:\n  train_files: /d/dapo-math-17k.parquet\n  max_response_length: 4096\n")
+                      "data:\n  train_files: /d/dapo-math-17k.parquet\n"
+                      "  max_response_length: 4096\n")
     assert any("of responses reach the 4,096 cap under the estimate" in w for w in short.warnings)
 
 

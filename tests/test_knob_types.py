@@ -42,7 +42,8 @@ def _has_type(value, tp) -> bool:
     if tp is int:
         return isinstance(value, int) and not isinstance(value, bool)
     if tp is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and math.isfinite(value))
     if tp is str:
         return isinstance(value, str)
     return True

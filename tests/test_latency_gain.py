@@ -92,7 +92,8 @@ def _check_stamps(case) -> None:
         assert ef.stats.prefill_s <= ef.busy_time + 1e-9
     batches = sum(e.stats.prefill_passes for e in fd.engines)
     REACHED["examples"] += 1
-    for name, hit in {"waited in the queue": waited > 0, "several prefill batches": batches > 1}.items():
+    for name, hit in {"waited in the queue": waited > 0,
+                      "several prefill batches": batches > 1}.items():
         if hit:
             event(name)
             REACHED[name] += 1
@@ -176,7 +177,8 @@ def _small(**sets):
 def test_sample_times_are_ordered_and_steps_report_their_percentiles(name):
     sim = build_simulation(_small(), name, seed=1)
     run = sim.run()
-    trained = [s for g in sim.groups.values() for s in g.samples if s.status is SampleStatus.TRAINED]
+    trained = [s for g in sim.groups.values() for s in g.samples
+               if s.status is SampleStatus.TRAINED]
     assert trained
     for s in trained:
         assert 0 <= s.first_submit_s <= s.start_s <= s.finish_s <= run.total_time_s
@@ -238,7 +240,8 @@ def test_gain_parts_add_up_for_every_scheduler(seed):
         decs.append(d)
         assert sum(d["parts"].values()) == pytest.approx(d["gain"], abs=1e-9), name
         assert d["gain"] == pytest.approx(
-            row["rollout_throughput_tok_s"] / rows["sync"]["rollout_throughput_tok_s"] - 1, abs=1e-12)
+            row["rollout_throughput_tok_s"] / rows["sync"]["rollout_throughput_tok_s"] - 1,
+            abs=1e-12)
         assert d["kept_gain"] == pytest.approx(d["gain"] + d["wasted"], abs=1e-12)
         if name == "sync":
             assert d["gain"] == 0 and all(v == 0 for v in d["parts"].values())

@@ -55,7 +55,8 @@ def test_figure_has_four_labelled_panels_and_a_legend(tmp_path):
 
 def test_cli_plot_steps(tmp_path):
     out = tmp_path / "f.png"
-    r = CliRunner().invoke(main, ["plot", "steps", str(_records(tmp_path / "s.jsonl")), "-o", str(out)])
+    r = CliRunner().invoke(main, ["plot", "steps", str(_records(tmp_path / "s.jsonl")),
+                                  "-o", str(out)])
     assert r.exit_code == 0, r.output
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     bad = tmp_path / "bad.jsonl"
@@ -102,7 +103,8 @@ def test_each_seed_draws_one_labelled_line_per_seed(tmp_path):
     ax = fig.get_axes()[0]
     labels = [ln.get_label() for ln in ax.get_lines()]
     assert labels == ["sync", "april seed 0", "april seed 1", "april seed 2"]
-    assert [list(ln.get_ydata()) for ln in ax.get_lines()[1:]] == [[10.0] * 3, [20.0] * 3, [30.0] * 3]
+    assert [list(ln.get_ydata()) for ln in ax.get_lines()[1:]] == [[10.0] * 3, [20.0] * 3,
+                                                                   [30.0] * 3]
 
 
 def test_simulate_seeds_output_plots_one_band_per_scheduler(tmp_path):

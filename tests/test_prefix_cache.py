@@ -68,7 +68,8 @@ def test_a_resumed_sample_prefills_only_its_last_token(cls):
         COST.prefill_time(1, (100 + g + 1) ** 2 - (100 + g) ** 2, 1, 1))
     _run(e, [], 1.0)
     assert e.stats.prefill_tokens - before == 1
-    assert (e.stats.cache_hits, e.stats.cache_partial_hits, e.stats.cache_hit_tokens) == (1, 0, 100 + g)
+    assert (e.stats.cache_hits, e.stats.cache_partial_hits,
+            e.stats.cache_hit_tokens) == (1, 0, 100 + g)
     # flushed (a weight update): the same resubmission computes everything
     e.flush_prefix_cache()
     assert len(e.cache) == 0 and e.stats.cache_flushes == 1
@@ -556,6 +557,7 @@ def test_fast_engine_matches_reference_with_a_block_granular_cache_at_users_scal
         _fast_matches_reference_blocked_at_scale()
     n = REACHED_BLOCK_SCALE["examples"]
     shares = {k: REACHED_BLOCK_SCALE[k] / n for k in BLOCK_REACH}
-    print("block-granular cache scale examples reached:", {k: round(v, 2) for k, v in shares.items()})
+    print("block-granular cache scale examples reached:",
+          {k: round(v, 2) for k, v in shares.items()})
     for name, least in MIN_BLOCK_SCALE.items():
         assert shares[name] >= least, (name, shares)

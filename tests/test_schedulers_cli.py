@@ -37,7 +37,8 @@ def test_steps_out_carries_scheduler_figures(tmp_path):
     assert res.exit_code == 0, res.output
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(recs) == 2
-    assert all(r["scheduler"] == "dynamic_sampling" and r["scheduler_stats"]["rounds"] >= 1 and "filtered_groups" in r["scheduler_stats"] for r in recs)
+    assert all(r["scheduler"] == "dynamic_sampling" and r["scheduler_stats"]["rounds"] >= 1
+               and "filtered_groups" in r["scheduler_stats"] for r in recs)
     assert sum(r["wasted_tokens"] for r in recs) > 0  # filtered groups are waste
 
 

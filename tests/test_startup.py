@@ -56,14 +56,16 @@ def loaded(*argv: str, stop_at: str = "-") -> set[str]:
 
 def test_importing_the_cli_loads_no_heavy_module():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    code = "import sys, json, aprilsim.cli; print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+    code = ("import sys, json, aprilsim.cli; "
+            "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))")
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, check=True
     )
     mods = set(json.loads(out.stdout))
     assert "aprilsim" in mods and "click" in mods  # the probe sees what was imported
     # nor numpy: the options of fit and calibrate load their packages lazily (PEP 562)
-    assert not mods & {*HEAVY, "pydantic", "real", "numpy"}, mods & {*HEAVY, "pydantic", "real", "numpy"}
+    assert not mods & {*HEAVY, "pydantic", "real", "numpy"}, (
+        mods & {*HEAVY, "pydantic", "real", "numpy"})
 
 
 @pytest.mark.parametrize(
@@ -129,6 +131,6 @@ def test_the_cli_loads_no_other_command_module():
     )
     mods = set(json.loads(out.stdout))
     assert "aprilsim.cli" in mods  # simulate's own module loads when simulate runs, too
-    others = {"aprilsim.simulate_cli", "aprilsim.sweep.cli", "aprilsim.workload.fitting.cli", "aprilsim.report.plot_cli",
-              "aprilsim.engine.calibration.cli", "aprilsim.replay_cli"}
+    others = {"aprilsim.simulate_cli", "aprilsim.sweep.cli", "aprilsim.workload.fitting.cli",
+              "aprilsim.report.plot_cli", "aprilsim.engine.calibration.cli", "aprilsim.replay_cli"}
     assert not mods & others, mods & others

@@ -1,4 +1,5 @@
-"""Issue 22: `plot sweep` with two swept keys, and `sweep` warning about keys a scheduler ignores."""
+"""Issue 22: `plot sweep` with two swept keys, and `sweep` warning about keys a scheduler
+ignores."""
 
 from __future__ import annotations
 

@@ -113,7 +113,8 @@ CHUNKED = [("sync", {}, {}), ("april", {}, {}), ("fully_async", {"eta": 0, "inte
 
 
 @pytest.mark.parametrize(("name", "settings", "cluster"), CHUNKED,
-                         ids=[n + "".join(f"-{k}={v}" for k, v in c.items()) for n, _, c in CHUNKED])
+                         ids=[n + "".join(f"-{k}={v}" for k, v in c.items())
+                              for n, _, c in CHUNKED])
 def test_whole_runs_agree_with_chunked_prefill(name, settings, cluster):
     """Chunked prefill (passes of 256 tokens, batches of at most 1,000): fast == reference over
     whole runs, its batches do span several passes and join open ones, and it changes the run

@@ -96,7 +96,8 @@ def true_cost_toml() -> str:
 
     c = PRESETS["qwen3-4b-h100-tp2"].cost
     f = PRESET_SCALE
-    return (f'label = "true-cost"\nsource = "qwen3-4b-h100-tp2 x {f} (the example run\'s cluster)"\n'
+    return (f'label = "true-cost"\n'
+            f'source = "qwen3-4b-h100-tp2 x {f} (the example run\'s cluster)"\n'
             f"[cost]\na = {c.a * f!r}\nb = {c.b * f!r}\nc = {c.c * f!r}\n"
             f"p0 = {c.p0 * f!r}\np1 = {c.p1 * f!r}\np2 = {c.p2 * f!r}\n")
 

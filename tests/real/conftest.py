@@ -79,7 +79,8 @@ class Proc:
             if _http_ok(self.url + path):
                 return
             time.sleep(0.1)
-        raise TimeoutError(f"{self.url}{path} not ready in {timeout}s:\n{self.log.read_text()[-3000:]}")
+        raise TimeoutError(f"{self.url}{path} not ready in {timeout}s:\n"
+                           f"{self.log.read_text()[-3000:]}")
 
     def kill(self) -> None:
         if self.popen.poll() is None:

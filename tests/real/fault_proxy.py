@@ -79,7 +79,8 @@ class FaultProxy:
                 if faulty and self.faults.cut_after is not None and chunks >= self.faults.cut_after:
                     break  # the stream just ends: no final chunk, no [DONE]
                 if faulty and self.faults.error_chunk is not None:
-                    err = {"error": {"message": "injected failure", "code": self.faults.error_chunk}}
+                    err = {"error": {"message": "injected failure",
+                                     "code": self.faults.error_chunk}}
                     await resp.write(b"data: " + json.dumps(err).encode() + b"\n\n")
                     break
             # Closing `up` early drops the upstream connection; the server aborts that request.

@@ -12,7 +12,8 @@ def call(url: str, path: str, body: object = None, method: str | None = None,
          timeout: float = 30) -> tuple[int, object]:
     """``(status, parsed JSON or text)``; never raises for an HTTP error status."""
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-    req = urllib.request.Request(url + path, data=data, method=method or ("POST" if data else "GET"),
+    req = urllib.request.Request(url + path, data=data,
+                                 method=method or ("POST" if data else "GET"),
                                  headers={"Content-Type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:

@@ -33,7 +33,8 @@ async def scenario_generate_replay(engine, vocab: int) -> list[GenerateResult]:
             assert p.generated == len(seen[i])
         return cb
 
-    results = await asyncio.gather(*(engine.generate(r, on_progress(i)) for i, r in enumerate(reqs)))
+    results = await asyncio.gather(*(engine.generate(r, on_progress(i))
+                                     for i, r in enumerate(reqs)))
     for i, (req, res) in enumerate(zip(reqs, results, strict=True)):
         assert res.error is None, res.error
         assert len(res.output_ids) == req.replay_len

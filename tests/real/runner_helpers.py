@@ -60,7 +60,8 @@ async def live_run(scenario: Scenario, name: str, cluster: Cluster, settings: di
                    vocab: int = LOCAL_VOCAB, notify: Any = None, **kw: Any) -> LiveCase:
     """One live run of ``name`` on ``cluster``; ``notify`` hears the engine events and the
     cluster's silence notes as they happen (as `aprilsim run` prints them)."""
-    spy = BatchRecorder(make_scheduler(name, settings if settings is not None else scenario.settings_for(name)))
+    spy = BatchRecorder(make_scheduler(name, settings if settings is not None
+                                       else scenario.settings_for(name)))
     rt = build_runtime(scenario, spy, cluster, vocab_size=vocab, **kw)
     rt.notify = cluster.on_note = notify
     result = await rt.run()
@@ -81,7 +82,8 @@ def run_local(scenario: Scenario, name: str, settings: dict | None = None, n: in
 
 def as_conformance_run(case: LiveCase) -> ConformanceRun:
     """The live run in the shape aprilsim.conformance's checks read (the runtime has `groups`)."""
-    return ConformanceRun(case.run.runtime, case.spy, case.scenario, case.run.result)  # type: ignore[arg-type]
+    return ConformanceRun(case.run.runtime,  # type: ignore[arg-type]
+                          case.spy, case.scenario, case.run.result)
 
 
 def assert_ledger(case: LiveCase) -> None:

@@ -61,7 +61,8 @@ def test_the_bundled_engine_runs_sglangs_rules_from_the_same_table():
     from real.torch_engine import EngineConfig
 
     cfg = EngineConfig()
-    assert (cfg.init_new_token_ratio, cfg.min_new_token_ratio_factor, cfg.new_token_ratio_decay_steps,
-            cfg.retract_decode_steps, cfg.clip_max_new_tokens) == tuple(SGLANG_RULES[k] for k in (
+    assert (cfg.init_new_token_ratio, cfg.min_new_token_ratio_factor,
+            cfg.new_token_ratio_decay_steps, cfg.retract_decode_steps,
+            cfg.clip_max_new_tokens) == tuple(SGLANG_RULES[k] for k in (
                 "new_token_ratio", "min_new_token_ratio_factor", "new_token_ratio_decay_steps",
                 "retract_decode_steps", "clip_max_new_tokens"))

@@ -30,7 +30,8 @@ SMALL = ["--set", "batch_size=8", "--steps", "3", "--seeds", "3", "--rounds", "1
 
 def _printed_validate(output: str) -> list[str]:
     """The arguments of the `aprilsim validate ...` line advise printed."""
-    (line,) = [ln.strip() for ln in output.splitlines() if ln.strip().startswith("aprilsim validate ")]
+    (line,) = [ln.strip() for ln in output.splitlines()
+               if ln.strip().startswith("aprilsim validate ")]
     return shlex.split(line)[1:]
 
 

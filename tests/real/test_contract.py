@@ -124,7 +124,8 @@ def test_bundled_server_responses_match_sglang_response_schema(sglang_schema, se
             async with s.post(servers[0].url + "/generate", json={
                     "input_ids": [1], "sampling_params": {"max_tokens": 3}}) as r:
                 err_status, err_body = r.status, await r.json()
-        return cum, inc, aborted, await asyncio.gather(*busy), once, info, model, err_status, err_body
+        return (cum, inc, aborted, await asyncio.gather(*busy), once, info, model, err_status,
+                err_body)
 
     cum, inc, aborted, busy, once, info, model, err_status, err_body = run(main())
     for chunk in cum + inc + aborted + [c for stream in busy for c in stream] + [once]:

@@ -16,7 +16,8 @@ from aprilsim.cli import main
 def _check(view: dict) -> None:
     assert view["buffered_samples"] + view["trained_samples"] + view["wasted_samples"] \
         + view["pending_samples"] == view["samples_created"] > 0
-    assert view["buffered_tokens"] + view["trained_tokens"] + view["wasted_tokens"] == view["engine_tokens"]
+    assert view["buffered_tokens"] + view["trained_tokens"] + view["wasted_tokens"] \
+        == view["engine_tokens"]
     assert 0 <= view["in_flight_samples"] <= view["buffered_samples"]
     assert view["in_flight_tokens"] <= view["buffered_tokens"]
 

@@ -109,7 +109,8 @@ def test_calibrate_through_the_router_and_validate_on_a_bundled_server(router, f
     sc = tmp_path / "s.toml"
     sc.write_text(SMALL)
     res = _aprilsim("validate", str(sc), "--engines", fresh_server.url, "-s", "sync",
-                    "--steps", "2", "--scale", "0.01", "--no-figures", "--out", str(tmp_path / "rep"))
+                    "--steps", "2", "--scale", "0.01", "--no-figures",
+                    "--out", str(tmp_path / "rep"))
     assert res.returncode == 0, res.stderr
     rep = json.loads((tmp_path / "rep" / "report.json").read_text())
     live = rep["meta"]["live"]

@@ -37,8 +37,8 @@ def server(tmp_logs) -> Iterator[Proc]:
 
 weird = (st.none() | st.booleans() | st.integers(-(2**70), 2**70)
          | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=8)
-         | st.lists(st.integers(-5, 600), max_size=4) | st.dictionaries(st.text(max_size=4),
-                                                                          st.integers(), max_size=2))
+         | st.lists(st.integers(-5, 600), max_size=4)
+         | st.dictionaries(st.text(max_size=4), st.integers(), max_size=2))
 sampling_value = {
     "max_new_tokens": st.integers(-3, 40) | weird,
     "temperature": st.floats(-1, 3) | weird,

@@ -95,7 +95,8 @@ def test_eos_stops_unless_replay(model):
     eng.add(EngineRequest("replay", [30, 31], 10, temperature=0.0, stop_token_ids=(first,),
                           ignore_eos=True))
     fin = _drain(eng)[0]
-    assert fin["stop"].output_ids == [first] and fin["stop"].reason == {"type": "stop", "matched": first}
+    assert (fin["stop"].output_ids == [first]
+            and fin["stop"].reason == {"type": "stop", "matched": first})
     assert len(fin["replay"].output_ids) == 10
 
 

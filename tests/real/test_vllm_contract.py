@@ -43,7 +43,8 @@ requests = st.builds(
 
 
 @settings(max_examples=200, deadline=None)
-@given(req=requests, ids_via=st.sampled_from(["token_ids", "logprobs"]), model=st.none() | st.just("m"))
+@given(req=requests, ids_via=st.sampled_from(["token_ids", "logprobs"]),
+       model=st.none() | st.just("m"))
 def test_completion_payload_matches_vllm_request_schema(req, ids_via, model):
     body = completion_payload(req, model, "aprilsim-x-1", ids_via)
     decoded = S.check_request(json.loads(json.dumps(body)))
@@ -104,7 +105,8 @@ def _chunk(**choice) -> dict:
 def test_parse_chunks_token_ids_logprobs_usage():
     c = parse_stream_chunk(_chunk(text=" a b", token_ids=[4, 5], prompt_token_ids=[1, 2, 3]))
     assert c.new_ids == [4, 5] and c.prompt_ids == [1, 2, 3] and c.finish is None
-    lp = {"text_offset": [0], "token_logprobs": [-0.1], "tokens": ["token_id:42"], "top_logprobs": [None]}
+    lp = {"text_offset": [0], "token_logprobs": [-0.1], "tokens": ["token_id:42"],
+          "top_logprobs": [None]}
     c = parse_stream_chunk(_chunk(text=" x", logprobs=lp, token_ids=None, finish_reason="length"))
     assert c.new_ids == [42] and c.finish.reason is FinishReason.LENGTH
     c = parse_stream_chunk(_chunk(token_ids=[], finish_reason="stop", stop_reason=7,

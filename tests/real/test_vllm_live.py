@@ -21,7 +21,8 @@ URL = os.environ.get("APRILSIM_VLLM_URL")
 VOCAB = int(os.environ.get("APRILSIM_VLLM_VOCAB", "30000"))
 
 pytestmark = [pytest.mark.live,
-              pytest.mark.skipif(not URL, reason="APRILSIM_VLLM_URL not set (a vLLM server to test against)")]
+              pytest.mark.skipif(not URL, reason="APRILSIM_VLLM_URL not set "
+                                                 "(a vLLM server to test against)")]
 
 
 def test_live_health_models_and_metrics():
@@ -62,7 +63,8 @@ def test_live_abort_and_resume():
                 ld = await e.loads()
                 return ld["num_running_reqs"] + ld["num_waiting_reqs"]
 
-            await scenario_abort_and_resume(e, VOCAB, n=16, length=2000, min_running=4, loads_of=busy)
+            await scenario_abort_and_resume(e, VOCAB, n=16, length=2000, min_running=4,
+                                            loads_of=busy)
 
     run(main())
 
@@ -71,7 +73,8 @@ def test_live_weight_version_in_dev_mode():
     async def main():
         async with VLLMEngine(URL) as e:
             if not await e.pause():
-                pytest.skip("server not in VLLM_SERVER_DEV_MODE=1: no /pause, /update_weight_version")
+                pytest.skip("server not in VLLM_SERVER_DEV_MODE=1: "
+                            "no /pause, /update_weight_version")
             assert await e.resume()
             await e.update_weights("aprilsim-live-1")
             assert await e.weight_version() == "aprilsim-live-1"

@@ -1,5 +1,6 @@
-"""The live runner on vLLM engines: ``vllm+http://`` URLs through :func:`real.clients.connect.connect`,
-two fake vLLM servers (one in dev mode, one without weight endpoints), same records as simulate."""
+"""The live runner on vLLM engines: ``vllm+http://`` URLs through
+:func:`real.clients.connect.connect`, two fake vLLM servers (one in dev mode, one without weight
+endpoints), same records as simulate."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def test_connect_picks_the_adapter_by_url():
 @pytest.mark.parametrize("name", ["sync", "april"])
 def test_runner_on_fake_vllm_servers(name):
     async def main():
-        async with FakeVLLM(vocab=VOCAB, eos=VOCAB - 1, dev=True) as a, FakeVLLM(vocab=VOCAB, eos=VOCAB - 1) as b:
+        async with FakeVLLM(vocab=VOCAB, eos=VOCAB - 1, dev=True) as a, \
+                FakeVLLM(vocab=VOCAB, eos=VOCAB - 1) as b:
             urls = [f"vllm+{a.url}", f"vllm+{b.url}"]
             cluster = Cluster([connect(u) for u in urls], names=urls)
             try:

@@ -166,7 +166,8 @@ def check(obj: object, kind: type) -> object:
         raise ContractError(f"{kind.__name__}: {exc}") from exc
 
 
-METRIC_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
+METRIC_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting",
+                 "vllm:kv_cache_usage_perc")
 
 
 def check_metrics(text: str) -> None:
