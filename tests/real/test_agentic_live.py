@@ -16,18 +16,6 @@ from real.runner.cluster import Cluster
 from real.samples import episode_context
 
 
-@pytest.fixture(autouse=True)
-def restore_weight_version(servers):
-    """Runs bump the shared servers' weight version; other tests expect the servers' default."""
-    yield
-
-    async def restore():
-        async with SGLangClient(worker_urls=[s.url for s in servers]) as c:
-            await c.update_weights("default")
-
-    run(restore())
-
-
 def tiny_agentic(steps: int = 2):
     """Seconds on a CPU: ~12-token prompts, 2-3 turns of ~15 tokens, tool calls of 0.05-0.3 s
     returning 4-16 tokens, within the servers' 2,048-token context."""

@@ -25,18 +25,6 @@ from real.runner.cluster import Cluster
 NO_RETRY = ClientConfig(retry=RetryPolicy(max_attempts=1), read_timeout_s=20, connect_timeout_s=2)
 
 
-@pytest.fixture(autouse=True)
-def restore_weight_version(servers):
-    """Runs bump the shared servers' weight version; other tests expect the servers' default."""
-    yield
-
-    async def restore():
-        async with SGLangClient(worker_urls=[s.url for s in servers]) as c:
-            await c.update_weights("default")
-
-    run(restore())
-
-
 def _check(case, name: str) -> None:
     assert_ledger(case)
     assert_batches(case)
