@@ -140,19 +140,45 @@ def main() -> None:
 
 @main.command(short_help="Simulate schedulers on a scenario and compare them.")
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--scheduler", "-s", "schedulers", multiple=True, help="Scheduler to run (repeatable): a registered name, module:Class, or NAME@knob=value,... (e.g. april@ratio=1.5). Default: the scenario's `compare` list.")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Set any dotted scenario key, e.g. --set cluster.engines=8 --set schedulers.april.ratio=1.5 (repeatable; validated like the file).")
-@click.option("--steps", type=click.IntRange(min=1), help="Training steps (overrides the scenario).")
+@click.option("--scheduler", "-s", "schedulers", multiple=True,
+              help="Scheduler to run (repeatable): a registered name, module:Class, or "
+                   "NAME@knob=value,... (e.g. april@ratio=1.5). Default: the scenario's `compare` "
+                   "list.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Set any dotted scenario key, e.g. --set cluster.engines=8 --set "
+                   "schedulers.april.ratio=1.5 (repeatable; validated like the file).")
+@click.option("--steps", type=click.IntRange(min=1),
+              help="Training steps (overrides the scenario).")
 @click.option("--seed", type=int, help="Workload seed (overrides the scenario).")
-@click.option("--seeds", "n_seeds", type=click.IntRange(min=1, max=1000), default=1, show_default=True, help="Run every scheduler on this many seeds (the seed and the ones after it; paired: the same groups on a seed) and print means with 95 % intervals and paired ratios.")
-@click.option("--warmup", type=click.IntRange(min=0), help="Steps left out of the summary (overrides the scenario's warmup_steps, default 1).")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object per scheduler (and seed), each with a `run` object: scenario hash, seed, steps, aprilsim version, command.")
-@click.option("--steps-out", type=click.Path(dir_okay=False, path_type=Path), help="Also write per-step records as JSON lines to this file (warm-up steps included, marked).")
-@click.option("--trace", "trace_out", type=click.Path(dir_okay=False, path_type=Path), help="Write each scheduler's per-request trace (JSON lines; NAME inserted before the suffix when several schedulers run; with --seeds, the first seed's).")
-@click.option("--timeline", type=click.Path(dir_okay=False, path_type=Path), help="Draw each scheduler's timeline: .png/.pdf/.svg, or .html (interactive; needs the `interactive` extra); with --seeds, the first seed's.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Write one folder per run here: scenario.toml (resolved), summary.json, table.txt, and per scheduler (and seed) summary.json, steps.jsonl, trace.jsonl (folders named like april_ratio-1.5). The folder must be new or empty.")
-@click.option("--out-timelines", is_flag=True, help="With --out: also draw each run's timeline.png (slow on long runs; `aprilsim plot timeline DIR/RUN/trace.jsonl` draws one later).")
-@click.option("--force", is_flag=True, help="Write into --out even if it holds files (those of the same name are replaced).")
+@click.option("--seeds", "n_seeds", type=click.IntRange(min=1, max=1000), default=1,
+              show_default=True,
+              help="Run every scheduler on this many seeds (the seed and the ones after it; "
+                   "paired: the same groups on a seed) and print means with 95 % intervals and "
+                   "paired ratios.")
+@click.option("--warmup", type=click.IntRange(min=0),
+              help="Steps left out of the summary (overrides the scenario's warmup_steps, default "
+                   "1).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print a JSON array, one object per scheduler (and seed), each with a `run` "
+                   "object: scenario hash, seed, steps, aprilsim version, command.")
+@click.option("--steps-out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write per-step records as JSON lines to this file (warm-up steps "
+                   "included, marked).")
+@click.option("--trace", "trace_out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write each scheduler's per-request trace (JSON lines; NAME inserted before the "
+                   "suffix when several schedulers run; with --seeds, the first seed's).")
+@click.option("--timeline", type=click.Path(dir_okay=False, path_type=Path),
+              help="Draw each scheduler's timeline: .png/.pdf/.svg, or .html (interactive; needs "
+                   "the `interactive` extra); with --seeds, the first seed's.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Write one folder per run here: scenario.toml (resolved), summary.json, "
+                   "table.txt, and per scheduler (and seed) summary.json, steps.jsonl, trace.jsonl "
+                   "(folders named like april_ratio-1.5). The folder must be new or empty.")
+@click.option("--out-timelines", is_flag=True,
+              help="With --out: also draw each run's timeline.png (slow on long runs; `aprilsim "
+                   "plot timeline DIR/RUN/trace.jsonl` draws one later).")
+@click.option("--force", is_flag=True,
+              help="Write into --out even if it holds files (those of the same name are replaced).")
 def simulate(scenario, schedulers, sets, steps, seed, n_seeds, warmup, as_json, steps_out, trace_out, timeline, out_dir, out_timelines, force) -> None:
     """Simulate SCENARIO (a TOML file; default: the embedded APRIL-paper setup) and compare schedulers."""
     from aprilsim.simulate_cli import run_simulate
@@ -184,11 +210,23 @@ def _print_example(ctx: click.Context, _param: click.Parameter, name: str | None
 
 
 @main.command(short_help="Print the default scenario, or convert slime/verl launch configs.")
-@click.option("--from-slime", "from_slime", metavar="FILE_OR_ARGS", help="A slime launch script, or its arguments as one string: print the scenario it maps to.")
-@click.option("--from-verl", "from_verl", metavar="CONFIG", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A verl PPO/GRPO config (YAML, or a script of hydra overrides): print the scenario it maps to.")
-@click.option("--to-slime", "to_slime", metavar="SCENARIO.toml", type=click.Path(dir_okay=False, path_type=Path), help="Print the slime flags that launch this scenario.")
-@click.option("--scheduler", "-s", "target", help="With --to-slime: the scheduler to launch (default: the last non-sync one in `compare`).")
-@click.option("--lengths", "lengths", metavar="MODEL.toml", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="With --from-slime or --from-verl: the response-length model to use (one `aprilsim fit` wrote) instead of the per-dataset estimate.")
+@click.option("--from-slime", "from_slime", metavar="FILE_OR_ARGS",
+              help="A slime launch script, or its arguments as one string: print the scenario it "
+                   "maps to.")
+@click.option("--from-verl", "from_verl", metavar="CONFIG",
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A verl PPO/GRPO config (YAML, or a script of hydra overrides): print the "
+                   "scenario it maps to.")
+@click.option("--to-slime", "to_slime", metavar="SCENARIO.toml",
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="Print the slime flags that launch this scenario.")
+@click.option("--scheduler", "-s", "target",
+              help="With --to-slime: the scheduler to launch (default: the last non-sync one in "
+                   "`compare`).")
+@click.option("--lengths", "lengths", metavar="MODEL.toml",
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="With --from-slime or --from-verl: the response-length model to use (one "
+                   "`aprilsim fit` wrote) instead of the per-dataset estimate.")
 @click.option("--example", metavar="NAME", callback=_print_example, expose_value=False,
               is_eager=True,
               help="Print an embedded example scenario and exit: `default` (the APRIL paper's "

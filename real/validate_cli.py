@@ -84,25 +84,57 @@ def _options(f: dict[str, Any]):
 
 @click.command("validate", cls=OneLineCommand, short_help="Simulation vs live engines: calibrate, run both, report the errors.")
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--scheduler", "-s", "schedulers", multiple=True, help="Scheduler to compare (repeatable; NAME or NAME@knob=value,...: e.g. april@ratio=1.5); default: the scenario's `compare` list.")
-@click.option("--local", type=click.IntRange(min=1), help="Start N bundled engines in this process (CPU).")
-@click.option("--engines", help="Comma-separated engine URLs (bundled `python -m real.serve` servers log iterations).")
+@click.option("--scheduler", "-s", "schedulers", multiple=True,
+              help="Scheduler to compare (repeatable; NAME or NAME@knob=value,...: e.g. "
+                   "april@ratio=1.5); default: the scenario's `compare` list.")
+@click.option("--local", type=click.IntRange(min=1),
+              help="Start N bundled engines in this process (CPU).")
+@click.option("--engines",
+              help="Comma-separated engine URLs (bundled `python -m real.serve` servers log "
+                   "iterations).")
 @click.option("--router", help="URL of an sglang-router in front of the engines.")
-@click.option("--from-log", "from_log", metavar="RUN", help="Validate offline against a run's own logs instead of live engines (the same as `aprilsim replay-validate RUN`).")
-@click.option("--calibration", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A cost calibration (TOML with a [cost] table: a, b, c, p0, p1); default: fitted on the live runs' iteration logs.")
+@click.option("--from-log", "from_log", metavar="RUN",
+              help="Validate offline against a run's own logs instead of live engines (the same as "
+                   "`aprilsim replay-validate RUN`).")
+@click.option("--calibration", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A cost calibration (TOML with a [cost] table: a, b, c, p0, p1); default: "
+                   "fitted on the live runs' iteration logs.")
 @click.option("--steps", type=click.IntRange(min=2), help=f"Training steps (default: the scenario's; with --local at most {LOCAL_STEPS}, so a CPU run takes minutes).")
-@click.option("--warmup", type=click.IntRange(min=0), help="Steps left out of every figure (default: the scenario's).")
+@click.option("--warmup", type=click.IntRange(min=0),
+              help="Steps left out of every figure (default: the scenario's).")
 @click.option("--seed", type=int, help="Workload seed (overrides the scenario).")
-@click.option("--scale", type=click.FloatRange(min=0, max=1, min_open=True), help="Multiply every length and the trainer's fixed times (default: 1; with --local, max_response_len -> 64).")
-@click.option("--vocab-size", type=click.IntRange(min=17), help="Vocabulary of remote engines (default: what the server states, else probed).")
-@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True, help="Interleaved rounds of every scheduler (A B A B ...), same seed: the noise floor and paired gain intervals that verdicts need (one round decides nothing beyond a point value); without --calibration one more round runs first, for the fit alone.")
-@click.option("--cross-fit", is_flag=True, help="With --repeats R >= 2 and no --calibration: judge every round with the cost fitted on the other R - 1 rounds (leave one round out) instead of one extra round for the fit; averages the machine's drift from round to round into every fit.")
-@click.option("--max-running", type=click.IntRange(min=1), help="Concurrency of engines that do not report it (vLLM without dev mode; default: probed on the engine).")
-@click.option("--pin", is_flag=True, help="Put the client on one core and the engines (in-process, or servers on this machine) on the others.")
-@click.option("--resume", is_flag=True, help="Continue an interrupted validate: run only what --out does not hold yet, then report.")
-@click.option("--force", is_flag=True, help="Write into an --out that holds files (files of the same name replaced, an earlier validate's finished runs removed); without it (or --resume) such an --out is refused.")
+@click.option("--scale", type=click.FloatRange(min=0, max=1, min_open=True),
+              help="Multiply every length and the trainer's fixed times (default: 1; with --local, "
+                   "max_response_len -> 64).")
+@click.option("--vocab-size", type=click.IntRange(min=17),
+              help="Vocabulary of remote engines (default: what the server states, else probed).")
+@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Interleaved rounds of every scheduler (A B A B ...), same seed: the noise "
+                   "floor and paired gain intervals that verdicts need (one round decides nothing "
+                   "beyond a point value); without --calibration one more round runs first, for "
+                   "the fit alone.")
+@click.option("--cross-fit", is_flag=True,
+              help="With --repeats R >= 2 and no --calibration: judge every round with the cost "
+                   "fitted on the other R - 1 rounds (leave one round out) instead of one extra "
+                   "round for the fit; averages the machine's drift from round to round into every "
+                   "fit.")
+@click.option("--max-running", type=click.IntRange(min=1),
+              help="Concurrency of engines that do not report it (vLLM without dev mode; default: "
+                   "probed on the engine).")
+@click.option("--pin", is_flag=True,
+              help="Put the client on one core and the engines (in-process, or servers on this "
+                   "machine) on the others.")
+@click.option("--resume", is_flag=True,
+              help="Continue an interrupted validate: run only what --out does not hold yet, then "
+                   "report.")
+@click.option("--force", is_flag=True,
+              help="Write into an --out that holds files (files of the same name replaced, an "
+                   "earlier validate's finished runs removed); without it (or --resume) such an "
+                   "--out is refused.")
 @click.option("--no-figures", is_flag=True, help="Write report.md and report.json only.")
-@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for report.md, report.json, the figures, calibration.toml and runs/ (every finished live run, kept as it finishes).")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Directory for report.md, report.json, the figures, calibration.toml and runs/ "
+                   "(every finished live run, kept as it finishes).")
 def validate_command(scenario, schedulers, local, engines, router, from_log, calibration, steps,
                      warmup, seed, scale, vocab_size, repeats, cross_fit, max_running, pin, resume,
                      force, no_figures, out) -> None:

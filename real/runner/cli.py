@@ -33,29 +33,55 @@ from .options import EngineTarget, FreeMode, RunOptions, local_scale
 
 @click.command("run", cls=OneLineCommand, short_help="Run schedulers on live engines and record what simulate records.")
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--scheduler", "-s", "schedulers", multiple=True, help="Scheduler to run (repeatable); default: the scenario's `compare` list.")
-@click.option("--steps", type=click.IntRange(min=1), help="Training steps (overrides the scenario).")
+@click.option("--scheduler", "-s", "schedulers", multiple=True,
+              help="Scheduler to run (repeatable); default: the scenario's `compare` list.")
+@click.option("--steps", type=click.IntRange(min=1),
+              help="Training steps (overrides the scenario).")
 @click.option("--seed", type=int, help="Workload seed (overrides the scenario).")
 @click.option("--warmup", type=click.IntRange(min=0), help="Steps left out of the summary.")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object per scheduler (the keys of `simulate --json`).")
-@click.option("--steps-out", type=click.Path(dir_okay=False, path_type=Path), help="Write per-step records as JSON lines.")
-@click.option("--trace", type=click.Path(dir_okay=False, path_type=Path), help="Write each scheduler's per-request trace (JSON lines; NAME inserted before the suffix when several run).")
-@click.option("--timeline", type=click.Path(dir_okay=False, path_type=Path), help="Draw each scheduler's timeline (.png/.pdf/.svg, or .html).")
-@click.option("--local", type=click.IntRange(min=1), help="Start N bundled engines in this process (CPU) and stop them at the end.")
-@click.option("--engines", help="Comma-separated engine URLs (SGLang or `python -m real.serve`; vllm+http://... for vLLM).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print a JSON array, one object per scheduler (the keys of `simulate --json`).")
+@click.option("--steps-out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write per-step records as JSON lines.")
+@click.option("--trace", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write each scheduler's per-request trace (JSON lines; NAME inserted before the "
+                   "suffix when several run).")
+@click.option("--timeline", type=click.Path(dir_okay=False, path_type=Path),
+              help="Draw each scheduler's timeline (.png/.pdf/.svg, or .html).")
+@click.option("--local", type=click.IntRange(min=1),
+              help="Start N bundled engines in this process (CPU) and stop them at the end.")
+@click.option("--engines",
+              help="Comma-separated engine URLs (SGLang or `python -m real.serve`; vllm+http://... "
+                   "for vLLM).")
 @click.option("--router", help="URL of an sglang-router in front of the engines.")
-@click.option("--scale", type=FiniteFloatRange(min=0, max=1, min_open=True), help="Multiply every length and the trainer's fixed times by this (default: 1; with --local, max_response_len -> 64).")
-@click.option("--vocab-size", type=click.IntRange(min=17), help="Vocabulary of the engines (default: what the server states, else probed: the smallest token id it refuses).")
+@click.option("--scale", type=FiniteFloatRange(min=0, max=1, min_open=True),
+              help="Multiply every length and the trainer's fixed times by this (default: 1; with "
+                   "--local, max_response_len -> 64).")
+@click.option("--vocab-size", type=click.IntRange(min=17),
+              help="Vocabulary of the engines (default: what the server states, else probed: the "
+                   "smallest token id it refuses).")
 @click.option("--temperature", type=float, default=1.0, show_default=True)
-@click.option("--prompts", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Free mode: prompts JSONL (`input_ids` or `prompt`, optional `answer`); lengths from EOS.")
-@click.option("--reward", help="Free mode: reward function module:function(prompt, output_ids, sample), or `toy` (default).")
-@click.option("--eos-id", type=int, multiple=True, default=(2,), show_default=True, help="Free mode: stop token ids.")
-@click.option("--lengths-out", type=click.Path(dir_okay=False, path_type=Path), help="Free mode: log observed lengths as JSONL for `aprilsim fit`.")
-@click.option("--trainer", help="Training callable module:function(groups, step) instead of the modelled sleep.")
+@click.option("--prompts", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Free mode: prompts JSONL (`input_ids` or `prompt`, optional `answer`); lengths "
+                   "from EOS.")
+@click.option("--reward",
+              help="Free mode: reward function module:function(prompt, output_ids, sample), or "
+                   "`toy` (default).")
+@click.option("--eos-id", type=int, multiple=True, default=(2,), show_default=True,
+              help="Free mode: stop token ids.")
+@click.option("--lengths-out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Free mode: log observed lengths as JSONL for `aprilsim fit`.")
+@click.option("--trainer",
+              help="Training callable module:function(groups, step) instead of the modelled sleep.")
 @click.option("--checkpoint", help="Weights to load on every update (/update_weights_from_disk).")
-@click.option("--progress-deadline", type=FiniteFloatRange(min=0), default=60.0, show_default=True, help="Seconds an engine holding requests may stream no token before it is health-checked and, if it does not answer, treated as dead (0: never).")
-@click.option("--stalled-after", type=click.IntRange(min=0), default=3, show_default=True, help="Progress deadlines in a row an engine may answer /health healthy yet stream no token before it is treated as dead anyway (0: never).")
-@click.option("--local-step-s", type=float, default=0.0, hidden=True, help="Pad each step of the --local engines (tests).")
+@click.option("--progress-deadline", type=FiniteFloatRange(min=0), default=60.0, show_default=True,
+              help="Seconds an engine holding requests may stream no token before it is "
+                   "health-checked and, if it does not answer, treated as dead (0: never).")
+@click.option("--stalled-after", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Progress deadlines in a row an engine may answer /health healthy yet stream no "
+                   "token before it is treated as dead anyway (0: never).")
+@click.option("--local-step-s", type=float, default=0.0, hidden=True,
+              help="Pad each step of the --local engines (tests).")
 def run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trace, timeline, local, engines,
                 router, scale, vocab_size, temperature, prompts, reward, eos_id, lengths_out, trainer,
                 checkpoint, progress_deadline, stalled_after, local_step_s) -> None:
