@@ -163,6 +163,18 @@ class _Source:
         return _register(self._maker.regenerate(groups, step, group_size), self._groups)
 
 
+class _SyncState:
+    """A weight sync's bookkeeping: the samples it returned (heard once the new weights are
+    loaded), the held sends an interrupting sync ended unsent, whether its abort is still on its
+    way to the engines, and the tool calls that returned meanwhile (`tool_done`)."""
+
+    def __init__(self) -> None:
+        self.returned: list[Sample] = []
+        self.covered: list[int] = []
+        self.landing = False
+        self.tools_after: list[int] = []
+
+
 class RolloutCore:
     """One run's rollout state: events and the time in, engine commands out (module docstring)."""
 
@@ -213,10 +225,7 @@ class RolloutCore:
         self.paused = False  # PauseGeneration: submissions are held until ResumeGeneration
         self._paused: list[tuple[Sample, int | None, Placement | None]] = []
         self.updating = False  # a weight sync is in progress
-        self._sync_returned: list[Sample] = []
-        self._sync_covered: list[int] = []  # held sends an interrupting sync ended unsent
-        self._sync_landing = False  # an interrupting sync's abort is on its way to the engines
-        self._tools_after_sync: list[int] = []  # tool calls that returned meanwhile (`tool_done`)
+        self._sync = _SyncState()
         # engine I/O: commands not yet handed out, aborts on their way (oldest first), landings
         # reported before an earlier abort's, the held sends each abort ended unsent
         self._io: deque[Command] = deque()
@@ -401,8 +410,8 @@ class RolloutCore:
         it returned while an interrupting sync's abort is on its way (heard when that lands, after
         what the abort brought back, as a live driver hears it)."""
         self.now = now
-        if self._sync_landing and rid in self._tools:  # heard once the sync's abort lands
-            self._tools_after_sync.append(rid)
+        if self._sync.landing and rid in self._tools:  # heard once the sync's abort lands
+            self._sync.tools_after.append(rid)
             return None
         got = self._tools.pop(rid, None) if not self.finished else None
         if got is None:
@@ -486,10 +495,10 @@ class RolloutCore:
         """A weight sync stopped these requests at `now` (interrupting: once its abort landed;
         a pause: those that ended by then); the unfinished come back after the sync."""
         self.now = now
-        covered, self._sync_covered = self._sync_covered, []
-        self._sync_returned += self._credit_all(ended, covered or None)
-        self._sync_landing = False
-        later, self._tools_after_sync = self._tools_after_sync, []
+        covered, self._sync.covered = self._sync.covered, []
+        self._sync.returned += self._credit_all(ended, covered or None)
+        self._sync.landing = False
+        later, self._sync.tools_after = self._sync.tools_after, []
         for rid in later:
             self.tool_done(rid, now)
 
@@ -526,7 +535,7 @@ class RolloutCore:
         self.version += 1
         self.updating = False
         self.events.append(WeightsUpdated(self.version))
-        returned, self._sync_returned = self._sync_returned, []
+        returned, self._sync.returned = self._sync.returned, []
         if returned:
             self.events.append(SamplesReturned(tuple(returned)))
         self._release()
@@ -700,8 +709,8 @@ class RolloutCore:
         self.updating = True
         rids: tuple[int, ...] = ()
         if action.interrupt:
-            self._sync_landing = True
-            self._sync_covered = self._cover_held()
+            self._sync.landing = True
+            self._sync.covered = self._cover_held()
             rids = self._sent_rids()
         self._io.append(SyncWeights(action.interrupt, rids))
 

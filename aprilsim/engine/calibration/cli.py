@@ -131,69 +131,84 @@ def _live_progress(as_json: bool) -> Callable[[str], None] | None:
     return finished
 
 
+def _with_options(options: list[Callable[[Any], Any]]) -> Callable[[Any], Any]:
+    """Apply click options as stacked decorators would (the first listed shows first)."""
+    def apply(f: Any) -> Any:
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return apply
+
+
+_CALIBRATE_OPTIONS = [  # `calibrate`'s options, in --help order
+    click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path),
+                 help="CSV: phase, batch_size, kv_tokens, prefill_tokens, duration_s [, "
+                      "prefill_tokens_sq | prefill_sizes]."),
+    click.option("--sglang-log", type=click.Path(dir_okay=False, path_type=Path),
+                 help="An SGLang server log ('Decode batch ...' / 'Prefill batch ...' lines)."),
+    click.option("--iteration-log", type=click.Path(dir_okay=False, path_type=Path),
+                 help="The bundled engine's --iteration-log file (or a saved GET /iteration_log)."),
+    click.option("--vidur", type=click.Path(file_okay=False, path_type=Path),
+                 help="A folder of Vidur-format profiles: mlp.csv, attention.csv [, "
+                      "all_reduce.csv]."),
+    click.option("--local", type=int,
+                 help="Measure N in-process bundled engines (CPU; small default sweep)."),
+    click.option("--engines", help="Measure running engines: comma-separated base URLs."),
+    click.option("--form", type=click.Choice(["linear", "tables"]), default="linear",
+                 show_default=True,
+                 help="a + b*B + c*K, or f(B) + g(B)*K with piecewise-linear tables over B."),
+    click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
+                 help="Write the preset file (TOML) here; a scenario loads it with [cluster] "
+                      "preset = \"FILE\"."),
+    click.option("--plot", type=click.Path(dir_okay=False, path_type=Path),
+                 help="Write the residual plot (.png/.pdf/.svg)."),
+    click.option("--json", "as_json", is_flag=True, help="Print the fit as JSON."),
+    click.option("--records-out", type=click.Path(dir_okay=False, path_type=Path),
+                 help="Also write the timing records as CSV (the --csv format)."),
+    click.option("--layers", type=int, default=32, show_default=True,
+                 help="With --vidur: the model's layer count."),
+    click.option("--tp", type=int,
+                 help="With --vidur: tensor-parallel degree (default: the smallest profiled)."),
+    click.option("--max-knots", type=click.IntRange(min=2), default=12, show_default=True,
+                 help="With --form tables: most knots over B."),
+    click.option("--batch-sizes",
+                 help="Live: decode batch sizes to measure (comma-separated; default 1,2,4,8 "
+                      "capped at max_running)."),
+    click.option("--kv-loads",
+                 help="Live: prompt lengths per request for the decode sweep (default 16,128,512, "
+                      "or what --scenario reaches)."),
+    click.option("--max-batch", type=click.IntRange(min=1),
+                 help="Live: largest decode batch of the sweep (default 64, 16 with --local, or "
+                      "what --scenario's rollouts reach), capped by the engine's concurrency "
+                      "(reported, else probed)."),
+    click.option("--scenario", "scenario", type=click.Path(dir_okay=False, path_type=Path),
+                 help="Live: sweep the batch sizes and KV loads this scenario's rollouts reach on "
+                      "the measured engines."),
+    click.option("--scale", type=click.FloatRange(min=0, max=1, min_open=True),
+                 help="Live, with --scenario: the length scale of the runs (as validate --scale)."),
+    click.option("--vocab-size", type=click.IntRange(min=17),
+                 help="Live: the engines' vocabulary (default: what the server states, else "
+                      "probed)."),
+    click.option("--speculative-log", type=click.Path(dir_okay=False, path_type=Path),
+                 help="Fit speculative decoding's acceptance p from an SGLang log ('accept len' "
+                      "decode lines) or a saved vLLM /metrics page (spec_decode counters); "
+                      "written as the preset's [speculative]. An --sglang-log with 'accept len' "
+                      "lines is read for it too."),
+    click.option("--draft-tokens", type=click.IntRange(min=1),
+                 help="With the speculative fit: the draft length k (default: read from the log)."),
+    click.option("--force", is_flag=True,
+                 help="Replace existing --out, --plot or --records-out files (else refused before "
+                      "any work)."),
+]
+
+
 def make_calibrate_command(live: LiveMeasure | None) -> click.Command:
     """The `calibrate` command; `live` measures engines for --local / --engines."""
 
     @click.command("calibrate", cls=OneLineCommand,
                    short_help="Fit the engine cost model to measured timings; write a preset file.")
-    @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path),
-                  help="CSV: phase, batch_size, kv_tokens, prefill_tokens, duration_s [, "
-                       "prefill_tokens_sq | prefill_sizes].")
-    @click.option("--sglang-log", type=click.Path(dir_okay=False, path_type=Path),
-                  help="An SGLang server log ('Decode batch ...' / 'Prefill batch ...' lines).")
-    @click.option("--iteration-log", type=click.Path(dir_okay=False, path_type=Path),
-                  help="The bundled engine's --iteration-log file (or a saved GET /iteration_log).")
-    @click.option("--vidur", type=click.Path(file_okay=False, path_type=Path),
-                  help="A folder of Vidur-format profiles: mlp.csv, attention.csv [, "
-                       "all_reduce.csv].")
-    @click.option("--local", type=int,
-                  help="Measure N in-process bundled engines (CPU; small default sweep).")
-    @click.option("--engines", help="Measure running engines: comma-separated base URLs.")
-    @click.option("--form", type=click.Choice(["linear", "tables"]), default="linear",
-                  show_default=True,
-                  help="a + b*B + c*K, or f(B) + g(B)*K with piecewise-linear tables over B.")
-    @click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
-                  help="Write the preset file (TOML) here; a scenario loads it with [cluster] "
-                       "preset = \"FILE\".")
-    @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path),
-                  help="Write the residual plot (.png/.pdf/.svg).")
-    @click.option("--json", "as_json", is_flag=True, help="Print the fit as JSON.")
-    @click.option("--records-out", type=click.Path(dir_okay=False, path_type=Path),
-                  help="Also write the timing records as CSV (the --csv format).")
-    @click.option("--layers", type=int, default=32, show_default=True,
-                  help="With --vidur: the model's layer count.")
-    @click.option("--tp", type=int,
-                  help="With --vidur: tensor-parallel degree (default: the smallest profiled).")
-    @click.option("--max-knots", type=click.IntRange(min=2), default=12, show_default=True,
-                  help="With --form tables: most knots over B.")
-    @click.option("--batch-sizes",
-                  help="Live: decode batch sizes to measure (comma-separated; default 1,2,4,8 "
-                       "capped at max_running).")
-    @click.option("--kv-loads",
-                  help="Live: prompt lengths per request for the decode sweep (default 16,128,512, "
-                       "or what --scenario reaches).")
-    @click.option("--max-batch", type=click.IntRange(min=1),
-                  help="Live: largest decode batch of the sweep (default 64, 16 with --local, or "
-                       "what --scenario's rollouts reach), capped by the engine's concurrency "
-                       "(reported, else probed).")
-    @click.option("--scenario", "scenario", type=click.Path(dir_okay=False, path_type=Path),
-                  help="Live: sweep the batch sizes and KV loads this scenario's rollouts reach on "
-                       "the measured engines.")
-    @click.option("--scale", type=click.FloatRange(min=0, max=1, min_open=True),
-                  help="Live, with --scenario: the length scale of the runs (as validate --scale).")
-    @click.option("--vocab-size", type=click.IntRange(min=17),
-                  help="Live: the engines' vocabulary (default: what the server states, else "
-                       "probed).")
-    @click.option("--speculative-log", type=click.Path(dir_okay=False, path_type=Path),
-                  help="Fit speculative decoding's acceptance p from an SGLang log ('accept len' "
-                       "decode lines) or a saved vLLM /metrics page (spec_decode counters); "
-                       "written as the preset's [speculative]. An --sglang-log with 'accept len' "
-                       "lines is read for it too.")
-    @click.option("--draft-tokens", type=click.IntRange(min=1),
-                  help="With the speculative fit: the draft length k (default: read from the log).")
-    @click.option("--force", is_flag=True,
-                  help="Replace existing --out, --plot or --records-out files (else refused before "
-                       "any work).")
+    @_with_options(_CALIBRATE_OPTIONS)
     def calibrate(csv_path, sglang_log, iteration_log, vidur, local, engines, form, out, plot,
                   as_json, records_out, layers, tp, max_knots, batch_sizes, kv_loads, max_batch,
                   scenario, scale, vocab_size, speculative_log, draft_tokens, force) -> None:
