@@ -109,6 +109,7 @@ class VllmSteps:
         self.waiting: deque[_Req] = deque()
         self.running: list[_Req] = []
         self._last: list[_Req] = []
+        self._left = 0  # the budget the last plan left (`admit_more`)
         self.preemptions = 0
 
     # -- requests -------------------------------------------------------------------------
@@ -151,6 +152,10 @@ class VllmSteps:
         """Unfinished requests remain (vLLM's `has_unfinished_requests`)."""
         return bool(self.requests)
 
+    def reset_prefix_cache(self) -> bool:
+        """vLLM's `Scheduler.reset_prefix_cache()`: done only when no block is in use."""
+        return self.pool.reset_prefix_cache()
+
     @property
     def num_free_blocks(self) -> int:
         """Free blocks, cached ones included (vLLM's `BlockPool.get_num_free_blocks`)."""
@@ -174,12 +179,26 @@ class VllmSteps:
         self._last = []
         budget = self._schedule_running(plan, self.cfg.max_num_batched_tokens)
         if not plan.preempted:
-            self._schedule_waiting(plan, budget)
+            budget = self._schedule_waiting(plan, budget)
+        self._left = budget
         samples = plan.samples
         for r in self._last:
             if not r.chunk:
                 samples.append((r.rid, len(r.tokens) - r.num_prompt))
         return plan
+
+    def admit_more(self, plan: StepPlan) -> None:
+        """Requests added since `plan` was made join it as if they had been queued before it:
+        its waiting pass goes on from where it stopped (nothing changes unless it stopped on an
+        empty queue: a refused head, the budget or `max_num_seqs` stop the newcomers too; a
+        step that preempted admits nothing)."""
+        if plan.preempted:
+            return
+        n = len(self._last)
+        self._left = self._schedule_waiting(plan, self._left)
+        for r in self._last[n:]:
+            if not r.chunk:
+                plan.samples.append((r.rid, len(r.tokens) - r.num_prompt))
 
     def update(self, sampled: Mapping[int, int]) -> list[int]:
         """Append each sampling request's token (`sampled[rid]` for each (rid, _) of the plan's
@@ -258,8 +277,9 @@ class VllmSteps:
                 return False
         return True
 
-    def _schedule_waiting(self, plan: StepPlan, budget: int) -> None:
-        """The waiting pass (run only when nothing was preempted this step)."""
+    def _schedule_waiting(self, plan: StepPlan, budget: int) -> int:
+        """The waiting pass (run only when nothing was preempted this step); returns the budget
+        left."""
         bs, waiting, running = self.cfg.block_size, self.waiting, self.running
         while budget > 0 and waiting and len(running) < self.cfg.max_num_seqs:
             r = waiting[0]
@@ -275,6 +295,7 @@ class VllmSteps:
             plan.admitted.append((r.rid, hit))
             self._scheduled(plan, r, n)
             budget -= n
+        return budget
 
     # -- KV blocks (KVCacheManager) -------------------------------------------------------
     def _hits(self, r: _Req) -> list[int]:

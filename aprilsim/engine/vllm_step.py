@@ -1,0 +1,49 @@
+"""What both engines' vLLM steppers share: the price of a step, the check that a request fits,
+and how an engine's calls meet vLLM's steps (docs/simulator.md, "vLLM family").
+
+A vLLM step computes, for each request it schedules, n new tokens over c tokens already in KV.
+Rows of one token (decodes, and a prefill's last token) are its decode part: B of them reading
+K = the sum of their c, priced as a decode iteration f(B) + g(B)*K. Rows of more tokens are its
+prefill part: N tokens in R rows, attention sum((c+n)^2 - c^2) = Q, priced p0 + p1*N + p2*Q +
+pr*R. A step costs the sum of the parts it has; a pure-decode step is exactly a decode iteration,
+so a stretch of them takes `decode_span` in closed form.
+
+The calls: a request submitted at `now` joins the first step that starts at or after `now`
+(one already planned at `now` admits it as if it had been queued before: `VllmSteps.admit_more`);
+an abort lands between steps (`abort_after_steps`: the step in flight, one starting at `now`
+included, completes, then k more with the queue set aside); `pause` lets the step in flight
+complete and starts none before `until` (a weight update reaches vLLM's engine core between
+steps); `abort_all` stops at `now` (the step in flight computes nothing: its tokens are lost,
+what it scheduled stays scheduled).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aprilsim.engine.request import Completion, Request, check_requests
+
+
+def step_time(cost: Any, b: int, k: int, tokens: int, sq: int, rows: int) -> tuple[float, float]:
+    """(seconds of a step, of which its prefill part): `b` decode rows over `k` KV tokens,
+    `rows` prefill rows of `tokens` tokens with attention term `sq`."""
+    pre = cost.prefill_time(tokens, sq, 1, rows) if rows else 0.0
+    if b:
+        return cost.decode_time(b, k) + pre, pre
+    return pre, pre
+
+
+def check_blocks(reqs: list[Request], kv_capacity: int, block: int) -> None:
+    """Requests no vLLM engine of `kv_capacity` tokens in blocks of `block` could serve: each
+    must fit (its input and every token but its last) in the KV blocks alone."""
+    check_requests(reqs, kv_capacity)
+    blocks = kv_capacity // block
+    for r in reqs:
+        if -(-(r.input_len + r.shared + r.max_new - 1) // block) > blocks:
+            raise ValueError(f"request {r.rid} can never fit in the KV cache's {blocks} blocks "
+                             f"of {block} tokens")
+
+
+def finished(r: Request, t: float) -> Completion:
+    """The completion of a request that reached its end (its stop token or its cap)."""
+    return Completion(r.rid, r.gen, "length" if r.gen == r.max_new else "stop", t)
