@@ -194,7 +194,8 @@ class Rules:
         `pause`, `progress_at`, `iterations_at`, `flush_prefix_cache`), which keeps the engine's
         public fields (`t`, `t_event`, `phase`, `busy_time`, `tokens`, `kv_peak`, `stats`,
         `running`, `waiting`) as the runtime reads them."""
-        raise NotImplementedError
+        raise NotImplementedError(f"the {self.family} family mixes prefill and decode in one "
+                                  "step but gives the engines no stepper to run it")
 
     # ------------------------------------------------------------------ one iteration
     def plan_step(self, view: StepView) -> Step:

@@ -134,10 +134,10 @@ class VllmRules(Rules):
         """The object that runs `engine`'s calls under these rules: the fast engine's
         (`vllm_fast.FastStepper`) or the reference engine's (`vllm_reference.RefStepper`)."""
         if fast:
-            from aprilsim.engine.vllm_fast import FastStepper
+            from aprilsim.engine.families.vllm_fast import FastStepper
 
             return FastStepper(engine, self)
-        from aprilsim.engine.vllm_reference import RefStepper
+        from aprilsim.engine.families.vllm_reference import RefStepper
 
         return RefStepper(engine, self)
 

@@ -3,10 +3,10 @@
 `VllmSteps` is vLLM 0.32's scheduler reproduced (checked step by step against vLLM's own on the
 golden traces); this stepper feeds it the simulator's requests as token ids
 (`families.vllm_content`), runs each step it plans for the time the cost model gives
-(`vllm_step.step_time`), samples each request's next token (its stop token at its target
+(`vllm_timing.step_time`), samples each request's next token (its stop token at its target
 length) and reports what finished. It recounts nothing incrementally and jumps nothing: the
 oracle the fast engine's stepper (`vllm_fast`) must reproduce. The engine's calls are handed
-here (`Rules.stepper`); the rules of time are `vllm_step`'s.
+here (`Rules.stepper`); the rules of time are `vllm_timing`'s.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any
 
 from aprilsim.engine.families.vllm_content import STOP, Content, content
 from aprilsim.engine.families.vllm_steps import StepPlan, VllmSteps
-from aprilsim.engine.parts import DECODE, IDLE, PREFILL, stamp_started
+from aprilsim.engine.parts import DECODE, IDLE, PREFILL, note_started
 from aprilsim.engine.request import Completion, Request
-from aprilsim.engine.vllm_step import check_blocks, finished, step_time
+from aprilsim.engine.families.vllm_timing import check_blocks, finished, postpone, step_time
 
 INF = math.inf
 
@@ -111,6 +111,8 @@ class RefStepper:
         self.resume_at = max(self.resume_at, until)
         if self.plan is None:
             e.t = max(e.t, until)
+        elif e.t > now:  # the step planned has not started: it starts when the pause ends
+            postpone(e, until)
         return out
 
     def progress_at(self, now: float) -> tuple[int, float, int]:
@@ -156,7 +158,7 @@ class RefStepper:
         for rid, hit in plan.admitted[self.n_admitted:]:
             st.cache_hits += hit > 0
             st.cache_hit_tokens += hit
-            stamp_started([self.reqs[rid][0]], t)
+            note_started([self.reqs[rid][0]], t, self.e.started)
         self.n_admitted = len(plan.admitted)
 
     def _price(self) -> None:

@@ -12,9 +12,9 @@ The calls: a request submitted at `now` joins the first step that starts at or a
 (one already planned at `now` admits it as if it had been queued before: `VllmSteps.admit_more`);
 an abort lands between steps (`abort_after_steps`: the step in flight, one starting at `now`
 included, completes, then k more with the queue set aside); `pause` lets the step in flight
-complete and starts none before `until` (a weight update reaches vLLM's engine core between
-steps); `abort_all` stops at `now` (the step in flight computes nothing: its tokens are lost,
-what it scheduled stays scheduled).
+complete (one planned later waits for `until`) and starts none before `until` (a weight update
+reaches vLLM's engine core between steps); `abort_all` stops at `now` (the step in flight
+computes nothing: its tokens are lost, what it scheduled stays scheduled).
 """
 
 from __future__ import annotations
@@ -47,3 +47,11 @@ def check_blocks(reqs: list[Request], kv_capacity: int, block: int) -> None:
 def finished(r: Request, t: float) -> Completion:
     """The completion of a request that reached its end (its stop token or its cap)."""
     return Completion(r.rid, r.gen, "length" if r.gen == r.max_new else "stop", t)
+
+
+def postpone(engine: Any, until: float) -> None:
+    """The step (or span) `engine` planned, not yet started, starts at `until` if later: a
+    pause that came before it began (what it computes does not depend on when it runs)."""
+    if until > engine.t:
+        engine.t_event = until + (engine.t_event - engine.t)
+        engine.t = until

@@ -27,7 +27,7 @@ from heapq import heappop, heappush
 from typing import Any
 
 from aprilsim.engine.request import Request
-from aprilsim.engine.vllm_pool import PBlock, Pool, Seg
+from aprilsim.engine.families.vllm_pool import PBlock, Pool, Seg
 
 SHIFT = 32  # finish-heap keys: step << SHIFT | rid
 

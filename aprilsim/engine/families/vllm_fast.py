@@ -3,7 +3,7 @@ priced in closed form (`decode_span`); every other step is one event, planned ex
 
 The scheduler is `vllm_core.Core` (vLLM's rules, `VllmSteps`' steps, on a run-based block
 pool); this stepper adds time: an event is a span of m decode steps or one exact step, and the
-engine's calls meet them as `vllm_step` says (a request submitted at `now` joins the first step
+engine's calls meet them as `vllm_timing` says (a request submitted at `now` joins the first step
 that starts at or after it: a span planned at `now` is planned again, an exact step planned at
 `now` takes it in its waiting pass, a span under way is cut at the first boundary at or after
 `now`; `pause` and an abort cut a span after its step in flight). The per-step reference
@@ -17,10 +17,10 @@ import math
 from typing import Any
 
 from aprilsim.engine.families.vllm_content import content, prompt_block_keys
-from aprilsim.engine.parts import DECODE, IDLE, PREFILL, stamp_started
+from aprilsim.engine.parts import DECODE, IDLE, PREFILL, note_started
 from aprilsim.engine.request import Completion, Request
-from aprilsim.engine.vllm_core import Core, Exact, VReq
-from aprilsim.engine.vllm_step import check_blocks, finished, step_time
+from aprilsim.engine.families.vllm_core import Core, Exact, VReq
+from aprilsim.engine.families.vllm_timing import check_blocks, finished, postpone, step_time
 
 INF = math.inf
 NO_LIMIT = 1 << 60
@@ -139,10 +139,12 @@ class FastStepper:
         while e.t_event <= now:
             out += self.advance()
         self.resume_at = max(self.resume_at, until)
-        if self.kind == _SPAN:
-            self._cut(now, True)  # its step in flight completes, then none before `until`
-        elif self.kind == IDLE:
+        if self.kind == IDLE:
             e.t = max(e.t, until)
+        elif e.t > now:  # the event planned has not started: it starts when the pause ends
+            postpone(e, until)
+        elif self.kind == _SPAN:
+            self._cut(now, True)  # its step in flight completes, then none before `until`
         return out
 
     def progress_at(self, now: float) -> tuple[int, float, int]:
@@ -212,7 +214,7 @@ class FastStepper:
         for r, hit in ex.admitted[self.n_admitted:]:
             st.cache_hits += hit > 0
             st.cache_hit_tokens += hit
-            stamp_started([r.req], t)
+            note_started([r.req], t, self.e.started)
         self.n_admitted = len(ex.admitted)
 
     def _price(self) -> None:
