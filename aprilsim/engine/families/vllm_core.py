@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from typing import Any
 
-from aprilsim.engine.request import Request
 from aprilsim.engine.families.vllm_pool import PBlock, Pool, Seg
+from aprilsim.engine.request import Request
 
 SHIFT = 32  # finish-heap keys: step << SHIFT | rid
 

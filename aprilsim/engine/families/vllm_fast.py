@@ -17,10 +17,10 @@ import math
 from typing import Any
 
 from aprilsim.engine.families.vllm_content import content, prompt_block_keys
-from aprilsim.engine.parts import DECODE, IDLE, PREFILL, note_started
-from aprilsim.engine.request import Completion, Request
 from aprilsim.engine.families.vllm_core import Core, Exact, VReq
 from aprilsim.engine.families.vllm_timing import check_blocks, finished, postpone, step_time
+from aprilsim.engine.parts import DECODE, IDLE, PREFILL, note_started
+from aprilsim.engine.request import Completion, Request
 
 INF = math.inf
 NO_LIMIT = 1 << 60

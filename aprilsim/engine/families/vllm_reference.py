@@ -17,9 +17,9 @@ from typing import Any
 
 from aprilsim.engine.families.vllm_content import STOP, Content, content
 from aprilsim.engine.families.vllm_steps import StepPlan, VllmSteps
+from aprilsim.engine.families.vllm_timing import check_blocks, finished, postpone, step_time
 from aprilsim.engine.parts import DECODE, IDLE, PREFILL, note_started
 from aprilsim.engine.request import Completion, Request
-from aprilsim.engine.families.vllm_timing import check_blocks, finished, postpone, step_time
 
 INF = math.inf
 
