@@ -43,7 +43,7 @@ def _check_params(given: dict[str, Any]) -> None:
     w = given.get("watermark", 0.0)
     if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.0 <= w < 1.0:
         raise ValueError(f"watermark {w!r}: must lie in [0, 1) (a share of the KV blocks)")
-    for name in ("enable_prefix_caching", "scheduler_reserve_full_isl"):
+    for name in ("enable_prefix_caching", "enable_chunked_prefill", "scheduler_reserve_full_isl"):
         if not isinstance(given.get(name, True), bool):
             raise ValueError(f"{name} {given[name]!r}: must be true or false")
 
@@ -56,6 +56,7 @@ class VLLMFamily:
     cache_block: int = 16
     max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS
     enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
     watermark: float = 0.0
     scheduler_reserve_full_isl: bool = True
 
@@ -92,6 +93,19 @@ class VLLMFamily:
             raise ValueError(f"kv_capacity {spec.kv_capacity} holds no KV block of "
                              f"{self.cache_block} tokens")
 
+    def check_longest(self, spec: Spec, tokens: int) -> None:
+        """Whether a request of `tokens` tokens (prompt and response) can run under these
+        rules on `spec` (ValueError, one line): its tokens but its last in the KV blocks, and
+        with chunked prefill off in one step's budget (`vllm_timing.check_blocks`)."""
+        blocks = spec.kv_capacity // self.cache_block
+        if -(-(tokens - 1) // self.cache_block) > blocks:
+            raise ValueError(f"a max-length request ({tokens} tokens) does not fit in the "
+                             f"{blocks} KV blocks of {self.cache_block} tokens")
+        if not self.enable_chunked_prefill and tokens - 1 > self.max_num_batched_tokens:
+            raise ValueError(f"enable_chunked_prefill = false needs max_num_batched_tokens >= "
+                             f"a max-length request's tokens ({tokens - 1}), as vLLM requires "
+                             f"it >= max_model_len; it is {self.max_num_batched_tokens}")
+
     def rules(self, spec: Spec) -> Rules:
         """vLLM's rules for one engine of `spec`."""
         return VllmRules(spec, self)
@@ -113,6 +127,7 @@ class VllmRules(Rules):
         self.block_size: int = fam.cache_block
         self.budget: int = fam.max_num_batched_tokens
         self.caching: bool = fam.enable_prefix_caching
+        self.chunking: bool = fam.enable_chunked_prefill
         self.reserve_full: bool = fam.scheduler_reserve_full_isl
         # vLLM's num_gpu_blocks counts its null block, which holds no KV
         self.num_blocks: int = self.kv_capacity // self.block_size + 1
@@ -127,7 +142,7 @@ class VllmRules(Rules):
         return VllmConfig(num_blocks=self.num_blocks, max_num_seqs=self.max_running,
                           max_num_batched_tokens=self.budget, max_model_len=1 << 40,
                           block_size=self.block_size, enable_prefix_caching=self.caching,
-                          watermark=self.watermark,
+                          enable_chunked_prefill=self.chunking, watermark=self.watermark,
                           scheduler_reserve_full_isl=self.reserve_full)
 
     def stepper(self, engine: Any, fast: bool) -> Any:

@@ -33,24 +33,25 @@ SHIFT = 32  # finish-heap keys: step << SHIFT | rid
 
 
 class VReq:
-    """One request in the scheduler: its `Request`, its content's keys (`pkeys`: its prompt's
-    full blocks, `pb` of them; `sample`: the key of its own blocks beyond), its computed tokens
-    and blocks (`pblocks`, held hit runs `segs`, its own growing run `grow`), and while it
-    decodes `base` (generated = base + it), `phase`, `fin` (the step at whose end it stops)."""
+    """One request in the scheduler: its `Request`, its content's keys (`prompt`: its prompt's,
+    whose `pb` full blocks are block i of that prompt; `sample`: the key of its own blocks
+    beyond), its computed tokens and blocks (`pblocks`, held hit runs `segs`, its own growing
+    run `grow`), and while it decodes `base` (generated = base + it), `phase`, `fin` (the step
+    at whose end it stops)."""
 
     __slots__ = ("req", "rid", "input_len", "shared", "gen", "priority", "ntok0", "max_new",
-                 "target", "pb", "pkeys", "sample", "computed", "pblocks", "segs", "grow",
+                 "target", "pb", "prompt", "sample", "computed", "pblocks", "segs", "grow",
                  "base", "phase", "order", "dec", "fin")
 
-    def __init__(self, req: Request, pkeys: list[int], sample: int) -> None:
+    def __init__(self, req: Request, prompt: int, pb: int, sample: int) -> None:
         self.req = req
         self.rid = req.rid
         self.input_len, self.shared, self.priority = req.input_len, req.shared, req.priority
         self.gen = req.gen
         self.ntok0 = req.input_len + req.shared  # its tokens when sent (prompt + carried)
         self.max_new, self.target = req.max_new, req.target_new
-        self.pb = len(pkeys)
-        self.pkeys = pkeys
+        self.pb = pb
+        self.prompt = prompt
         self.sample = sample
         self.computed = 0
         self.pblocks: list[PBlock] = []
@@ -86,6 +87,7 @@ class Core:
         self.budget: int = rules.budget
         self.max_seqs: int = rules.max_running
         self.caching: bool = rules.caching
+        self.chunking: bool = rules.chunking
         self.reserve_full: bool = rules.reserve_full
         self.wm: int = rules.watermark_blocks
         self.pool = Pool(rules.num_blocks, rules.caching)
@@ -168,17 +170,19 @@ class Core:
         if not self.caching:
             return [], [], 0, 0
         cap = (r.ntok0 + r.gen - 1) // self.bs
-        pmap, pk = self.pool.pmap, r.pkeys
-        hits = []
-        for i in range(min(cap, r.pb)):
-            listed = pmap.get(pk[i])
-            if listed is None:
-                break
-            hits.append(listed[0])
-        h = len(hits)
+        copies = self.pool.prompts.get(r.prompt)
+        hits: list[PBlock] = []
         off = 0
-        for b in hits:
-            off += b.ref == 0
+        if copies is not None:
+            for i in range(min(cap, r.pb, len(copies))):
+                listed = copies[i]
+                if not listed:
+                    break
+                b = listed[0]
+                hits.append(b)
+                if not b.ref:
+                    off += 1
+        h = len(hits)
         pieces: list[tuple[Seg, int, int]] = []
         if h == r.pb and cap > h:
             pieces = self.pool.sample_hit(r.sample, h, cap)
@@ -194,8 +198,7 @@ class Core:
             return
         pb = r.pb
         if lo < pb:
-            new, pk = self.pool.new_pblock, r.pkeys
-            r.pblocks.extend(new(pk[i]) for i in range(lo, min(hi, pb)))
+            self.pool.new_pblocks(r.prompt, lo, min(hi, pb), r.pblocks)
         if hi > pb:
             assert r.grow is not None
             r.grow.hi = hi
@@ -217,8 +220,8 @@ class Core:
             r.grow = None
         for seg in reversed(r.segs):
             pool.free_seg(seg)
-        for b in reversed(r.pblocks):
-            pool.free_p(b)
+        if r.pblocks:
+            pool.free_p(r.pblocks[::-1])
         r.segs, r.pblocks = [], []
 
     def leave(self, r: VReq, scheduled: int) -> None:
@@ -272,8 +275,11 @@ class Core:
         return self._fits(r, h, off, budget, free)
 
     def _fits(self, r: VReq, h: int, off: int, budget: int, free: int) -> bool:
+        """`admissible`'s checks for a hit of `h` blocks, `off` of them free."""
         bs = self.bs
         ntok = r.ntok0 + r.gen
+        if not self.chunking and ntok - h * bs > budget:  # it waits for the whole budget
+            return False
         reserve = (self.wm if self.running else 0) + off
         if self.reserve_full and max(-(-ntok // bs) - h, 0) + reserve > free:
             return False
@@ -369,8 +375,8 @@ class Core:
             w.popleft()
             hit = h * bs
             n = min(r.ntok0 + r.gen - hit, left)
-            for blk in hits:
-                pool.hold_p(blk)
+            if hits:
+                pool.hold_p(hits)
             r.pblocks = hits
             r.segs = [pool.hold_range(seg, a, z) for seg, a, z in pieces]
             k = -(-(hit + n) // bs) - h

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from aprilsim.engine.families.vllm_content import content, prompt_block_keys
+from aprilsim.engine.families.vllm_content import content
 from aprilsim.engine.families.vllm_core import Core, Exact, VReq
 from aprilsim.engine.families.vllm_timing import check_blocks, finished, postpone, step_time
 from aprilsim.engine.parts import DECODE, IDLE, PREFILL, note_started
@@ -27,10 +27,11 @@ NO_LIMIT = 1 << 60
 _SPAN, _EXACT = 1, 2
 
 
-def content_keys(r: Request, block: int) -> tuple[list[int], int]:
-    """A simulator request's prompt block keys and sample key (`vllm_content`)."""
+def content_keys(r: Request, block: int) -> tuple[int, int, int]:
+    """A simulator request's prompt key, its prompt's full blocks of `block` tokens, and its
+    sample's key (`vllm_content`): block i of a prompt holds the same tokens wherever it is."""
     c = content(r)
-    return prompt_block_keys(c, block), c.sample_key
+    return c.prompt_key, c.prompt_len // block, c.sample_key
 
 
 class FastStepper:
@@ -57,7 +58,7 @@ class FastStepper:
     # ------------------------------------------------------------------ the engine's calls
     def submit(self, reqs: list[Request], now: float) -> None:
         e, core = self.e, self.core
-        check_blocks(reqs, self.rules.kv_capacity, self.bs)
+        check_blocks(reqs, self.rules)
         empty = not core.waiting
         for r in reqs:
             core.waiting.append(VReq(r, *self.keys_of(r, self.bs)))

@@ -35,13 +35,14 @@ class Node:
 
 
 class PBlock(Node):
-    """One block of a prompt's tokens: its hash key and how many running requests hold it."""
+    """One block of a prompt's tokens: the copies of its index it is listed among (`listed`,
+    in vLLM's serving order: the first is served) and how many running requests hold it."""
 
-    __slots__ = ("key", "ref")
+    __slots__ = ("listed", "ref")
 
-    def __init__(self, key: int) -> None:
-        super().__init__()
-        self.key = key
+    def __init__(self, listed: list[PBlock]) -> None:
+        self.prev = self.next = None  # Node's, written here (the hot path: no super() call)
+        self.listed = listed
         self.ref = 1
 
 
@@ -62,9 +63,10 @@ class Seg(Node):
 
 class Pool:
     """The block pool (module docstring): `free` blocks in all (`unhashed` plus the C-list's),
-    the prompt blocks by hash key (`pmap`, in vLLM's serving order), the runs of each sample."""
+    the prompt blocks (`prompts`: prompt key -> per block index, its cached copies in vLLM's
+    serving order; block i of a prompt is the one hash key), the runs of each sample."""
 
-    __slots__ = ("caching", "total", "free", "unhashed", "head", "tail", "pmap", "samples",
+    __slots__ = ("caching", "total", "free", "unhashed", "head", "tail", "prompts", "samples",
                  "clock", "evictions")
 
     def __init__(self, num_blocks: int, caching: bool) -> None:
@@ -73,7 +75,7 @@ class Pool:
         self.free = self.unhashed = self.total
         self.head, self.tail = Node(), Node()  # sentinels of the C-list
         self.head.next, self.tail.prev = self.tail, self.head
-        self.pmap: dict[int, list[PBlock]] = {}
+        self.prompts: dict[int, list[list[PBlock]]] = {}
         self.samples: dict[int, list[Seg]] = {}
         self.clock = 0  # stamps of new runs
         self.evictions = 0  # cached blocks evicted to be reused
@@ -114,10 +116,7 @@ class Pool:
             node = head.next
             if isinstance(node, PBlock):
                 self._unlink(node)
-                listed = self.pmap[node.key]
-                listed.remove(node)
-                if not listed:
-                    del self.pmap[node.key]
+                node.listed.remove(node)
                 k -= 1
                 continue
             assert isinstance(node, Seg)
@@ -138,30 +137,47 @@ class Pool:
             del self.samples[seg.sample]
 
     # ------------------------------------------------------------------ prompt blocks
-    def new_pblock(self, key: int) -> PBlock:
-        """A block just allocated (taken) and now full of prompt tokens: cached under `key`,
-        after any block already cached under it (vLLM's `cache_full_blocks`)."""
-        b = PBlock(key)
-        listed = self.pmap.get(key)
-        if listed is None:
-            self.pmap[key] = [b]
-        else:
+    def new_pblocks(self, prompt: int, lo: int, hi: int, out: list[PBlock]) -> None:
+        """Blocks lo .. hi-1 of `prompt`, just allocated (taken) and now full: each cached after
+        any copy already cached under its key (vLLM's `cache_full_blocks`), appended to `out`."""
+        copies = self.prompts.get(prompt)
+        if copies is None:
+            copies = self.prompts[prompt] = []
+        while len(copies) < hi:
+            copies.append([])
+        for i in range(lo, hi):
+            listed = copies[i]
+            b = PBlock(listed)
             listed.append(b)
-        return b
+            out.append(b)
 
-    def hold_p(self, b: PBlock) -> None:
-        """A prefix hit takes `b` (off the free queue if no request held it: vLLM's `touch`)."""
-        if b.ref == 0:
-            self._unlink(b)
-            self.free -= 1
-        b.ref += 1
+    def hold_p(self, blocks: list[PBlock]) -> None:
+        """A prefix hit takes `blocks` (each off the free queue if no request held it: vLLM's
+        `touch`)."""
+        taken = 0
+        for b in blocks:
+            if b.ref == 0:
+                p, q = b.prev, b.next
+                p.next, q.prev = q, p  # type: ignore[union-attr]
+                b.prev = b.next = None
+                taken += 1
+            b.ref += 1
+        self.free -= taken
 
-    def free_p(self, b: PBlock) -> None:
-        """A request releases `b`; with its last holder it joins the back of the free queue."""
-        b.ref -= 1
-        if b.ref == 0:
-            self._append(b)
-            self.free += 1
+    def free_p(self, blocks: list[PBlock]) -> None:
+        """A request releases `blocks`, in the order given; each with its last holder joins the
+        back of the free queue."""
+        tail = self.tail
+        freed = 0
+        for b in blocks:
+            b.ref -= 1
+            if b.ref == 0:
+                last = tail.prev
+                b.prev, b.next = last, tail
+                last.next = b  # type: ignore[union-attr]
+                tail.prev = b
+                freed += 1
+        self.free += freed
 
     # ------------------------------------------------------------------ sample runs
     def new_seg(self, sample: int, lo: int) -> Seg:
@@ -236,7 +252,7 @@ class Pool:
         if self.free != self.total:
             return False
         self.head.next, self.tail.prev = self.tail, self.head
-        self.pmap.clear()
+        self.prompts.clear()
         self.samples.clear()
         self.unhashed = self.total
         return True

@@ -43,7 +43,7 @@ class RefStepper:
     # ------------------------------------------------------------------ the engine's calls
     def submit(self, reqs: list[Request], now: float) -> None:
         e, m = self.e, self.model
-        check_blocks(reqs, self.rules.kv_capacity, self.rules.block_size)
+        check_blocks(reqs, self.rules)
         for r in reqs:
             c = self.content(r)
             self.reqs[r.rid] = (r, c)

@@ -15,8 +15,9 @@ Each `schedule()`, as vLLM's `Scheduler.schedule`:
    `max_num_seqs` allow. Each looks up its longest prefix-cache hit (full blocks only, at most
    num_tokens - 1 tokens), and is admitted only if the blocks for its WHOLE current sequence fit
    (`scheduler_reserve_full_isl`, on by default) and, when requests are running, with the
-   watermark left free; it is scheduled for its uncached tokens up to the budget (a chunk). The
-   first that does not fit stops admission (head-of-line, FCFS).
+   watermark left free; it is scheduled for its uncached tokens up to the budget (a chunk; with
+   `enable_chunked_prefill` off, a request whose uncached tokens exceed the budget left is not
+   scheduled). The first that does not fit stops admission (head-of-line, FCFS).
 
 Every block that becomes full of computed tokens enters the prefix cache at allocation; a request
 in prefill samples nothing; `update` appends one token per request that finished its prefill or
@@ -48,6 +49,7 @@ class VllmConfig:
     max_model_len: int
     block_size: int = 16
     enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
     watermark: float = 0.0
     scheduler_reserve_full_isl: bool = True
 
@@ -281,11 +283,16 @@ class VllmSteps:
         """The waiting pass (run only when nothing was preempted this step); returns the budget
         left."""
         bs, waiting, running = self.cfg.block_size, self.waiting, self.running
+        chunking = self.cfg.enable_chunked_prefill
         while budget > 0 and waiting and len(running) < self.cfg.max_num_seqs:
             r = waiting[0]
             hits = self._hits(r)
             hit = len(hits) * bs
-            n = min(len(r.tokens) - hit, budget)
+            n = len(r.tokens) - hit
+            if n > budget:
+                if not chunking:  # it waits for a step with the budget for all of it
+                    break
+                n = budget
             if not self._admit(r, hits, hit, n):
                 break
             waiting.popleft()

@@ -33,15 +33,23 @@ def step_time(cost: Any, b: int, k: int, tokens: int, sq: int, rows: int) -> tup
     return pre, pre
 
 
-def check_blocks(reqs: list[Request], kv_capacity: int, block: int) -> None:
-    """Requests no vLLM engine of `kv_capacity` tokens in blocks of `block` could serve: each
-    must fit (its input and every token but its last) in the KV blocks alone."""
-    check_requests(reqs, kv_capacity)
-    blocks = kv_capacity // block
+def check_blocks(reqs: list[Request], rules: Any) -> None:
+    """Requests no vLLM engine under `rules` could serve: each must fit (its input and every
+    token but its last) in the KV blocks alone and, with chunked prefill off, in one step's
+    token budget (a preempted request recomputes them all at once; vLLM then requires
+    max_num_batched_tokens >= max_model_len)."""
+    check_requests(reqs, rules.kv_capacity)
+    block = rules.block_size
+    blocks = rules.kv_capacity // block
     for r in reqs:
-        if -(-(r.input_len + r.shared + r.max_new - 1) // block) > blocks:
+        most = r.input_len + r.shared + r.max_new - 1
+        if -(-most // block) > blocks:
             raise ValueError(f"request {r.rid} can never fit in the KV cache's {blocks} blocks "
                              f"of {block} tokens")
+        if not rules.chunking and most > rules.budget:
+            raise ValueError(f"request {r.rid}: {most} tokens exceed max_num_batched_tokens "
+                             f"{rules.budget} with chunked prefill off (vLLM requires "
+                             "max_num_batched_tokens >= max_model_len then)")
 
 
 def finished(r: Request, t: float) -> Completion:
