@@ -16,7 +16,8 @@ So a request's input is the prompt's `prompt_len(r)` tokens then the sample's fi
 bits, the position in the low 24 bits above an id: no two (kind, id, position) share one), so two
 token sequences are equal exactly when they come from the same prompt and the same sample. The
 per-iteration reference engine feeds these tokens to `VllmSteps` (which hashes them, as vLLM
-does); the fast engine keys the same blocks without building them (`prompt_block_keys`).
+does); the fast engine keys the same blocks without building them: block i of a prompt by the
+prompt's key and i, a sample's blocks by the sample's key and their index.
 """
 
 from __future__ import annotations
@@ -65,13 +66,6 @@ def content(r: Request) -> Content:
         p = _key(_OWN_PROMPT, r.rid)
     s = _key(_SAMPLE, r.seq) if r.seq >= 0 else _key(_OWN_SAMPLE, r.rid)
     return Content(p, r.input_len + r.shared - r.carried, s, r.carried)
-
-
-def prompt_block_keys(c: Content, block: int) -> list[int]:
-    """The keys of the prompt's full blocks of `block` tokens (equal keys, equal tokens: the
-    prompt's base id and the block's index, since a block of a prompt is that prompt's tokens
-    from its start)."""
-    return [c.prompt_key | i for i in range(c.prompt_len // block)]
 
 
 def tag_content(req: Request, seq: int, prompt: int, carried: int) -> None:
