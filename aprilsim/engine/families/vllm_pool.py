@@ -7,67 +7,62 @@ What the pool's behaviour depends on, and what this keeps:
   vLLM's free queue and cached ones to its BACK, allocation takes from the front: so the queue is
   always [blocks without a hash][cached blocks, in the order they were freed], and blocks of the
   first kind are interchangeable: a count, `unhashed`. Cached free blocks form the C-list below.
-* A prompt's blocks (the part of a request's blocks that other requests share: the prompt's full
-  blocks, `PBlock`) are kept one by one: their reference counts and their order in the hash map
-  (vLLM serves the first block cached under a hash).
-* A sample's blocks (every block from the first that holds its output: only that sample's
-  requests ever hold them, one at a time) are kept as runs of block indices, `Seg`: a run of
-  one physical copy, held by its request or free in the C-list (a free run is freed tail first:
-  one node, its highest index at the front). Among copies of one index, the oldest present one
-  is served (`stamp`: a run's blocks enter the hash map after those of every older run).
+* A cached block is block i of a key: a prompt's (its full blocks, which every request of the
+  prompt shares) or a sample's (every block from the first past the prompt's full ones: only
+  that sample's requests hold them, one at a time). Blocks are kept as runs (`Run`): blocks
+  [lo, hi) of one key, one physical copy, with one reference count and the running requests
+  that hold it (a hit that takes part of a held run splits it, so every block of a run always
+  has the same holders). A free run is one C-list node: freed tail first, its highest index at
+  the front. Among copies of one index, the oldest present one is served (`stamp`: a run's
+  blocks enter vLLM's hash map after those of every older run; a piece split off keeps its
+  run's stamp).
 
-`take(k)` allocates k blocks (from `unhashed`, then evicting from the C-list's front), `hold_*`
-takes a prefix hit (off the C-list when free), `free_*` releases; a request's own blocks grow
-without a call while it decodes (the fast engine's stepper counts them, `vllm_fast`).
+`take(k)` allocates k blocks (from `unhashed`, then evicting from the C-list's front), `hit`
+finds a prefix hit, `hold` takes one of its pieces (off the C-list when free), `release` gives
+a run back; a request's own sample run grows without a call while it decodes (the fast
+engine's stepper counts its blocks, `vllm_fast`).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class Node:
     """A C-list entry (its links; None when the entry is not in the list)."""
 
-    __slots__ = ("prev", "next")
+    __slots__ = ("next", "prev")
 
     def __init__(self) -> None:
         self.prev: Node | None = None
         self.next: Node | None = None
 
 
-class PBlock(Node):
-    """One block of a prompt's tokens: the copies of its index it is listed among (`listed`,
-    in vLLM's serving order: the first is served) and how many running requests hold it."""
+class Run(Node):
+    """Blocks [lo, hi) of key `key`'s token sequence, one physical copy: held by the running
+    requests in `holders` (`ref` of them), or free (ref 0: in the C-list, highest index first)."""
 
-    __slots__ = ("listed", "ref")
+    __slots__ = ("holders", "hi", "key", "lo", "ref", "stamp")
 
-    def __init__(self, listed: list[PBlock]) -> None:
+    def __init__(self, key: int, lo: int, hi: int, stamp: int, holders: list[Any]) -> None:
         self.prev = self.next = None  # Node's, written here (the hot path: no super() call)
-        self.listed = listed
-        self.ref = 1
-
-
-class Seg(Node):
-    """Blocks [lo, hi) of sample `sample`'s token sequence, one physical copy: held (by the
-    running request of that sample) or free (in the C-list, highest index first)."""
-
-    __slots__ = ("sample", "lo", "hi", "stamp", "free")
-
-    def __init__(self, sample: int, lo: int, hi: int, stamp: int) -> None:
-        super().__init__()
-        self.sample = sample
+        self.key = key
         self.lo = lo
         self.hi = hi
         self.stamp = stamp
-        self.free = False
+        self.holders = holders
+        self.ref = len(holders)
+
+
+Piece = tuple[Run, int, int]  # blocks [a, z) of a run, which serve a hit
 
 
 class Pool:
-    """The block pool (module docstring): `free` blocks in all (`unhashed` plus the C-list's),
-    the prompt blocks (`prompts`: prompt key -> per block index, its cached copies in vLLM's
-    serving order; block i of a prompt is the one hash key), the runs of each sample."""
+    """The block pool (module docstring): `free` blocks in all (`unhashed` plus the C-list's)
+    and the runs present of each key (`runs`)."""
 
-    __slots__ = ("caching", "total", "free", "unhashed", "head", "tail", "prompts", "samples",
-                 "clock", "evictions")
+    __slots__ = ("caching", "clock", "evictions", "free", "head", "runs", "tail", "total",
+                 "unhashed")
 
     def __init__(self, num_blocks: int, caching: bool) -> None:
         self.caching = caching
@@ -75,8 +70,7 @@ class Pool:
         self.free = self.unhashed = self.total
         self.head, self.tail = Node(), Node()  # sentinels of the C-list
         self.head.next, self.tail.prev = self.tail, self.head
-        self.prompts: dict[int, list[list[PBlock]]] = {}
-        self.samples: dict[int, list[Seg]] = {}
+        self.runs: dict[int, list[Run]] = {}
         self.clock = 0  # stamps of new runs
         self.evictions = 0  # cached blocks evicted to be reused
 
@@ -114,12 +108,7 @@ class Pool:
         head = self.head
         while k:
             node = head.next
-            if isinstance(node, PBlock):
-                self._unlink(node)
-                node.listed.remove(node)
-                k -= 1
-                continue
-            assert isinstance(node, Seg)
+            assert isinstance(node, Run)
             t = node.hi - node.lo
             if t > k:
                 node.hi -= k
@@ -129,121 +118,123 @@ class Pool:
             self._unlink(node)
             self._forget(node)
 
-    def _forget(self, seg: Seg) -> None:
-        """An empty run leaves its sample's list."""
-        runs = self.samples[seg.sample]
-        runs.remove(seg)
+    def _forget(self, run: Run) -> None:
+        """An empty run leaves its key's list."""
+        runs = self.runs[run.key]
+        runs.remove(run)
         if not runs:
-            del self.samples[seg.sample]
+            del self.runs[run.key]
 
-    # ------------------------------------------------------------------ prompt blocks
-    def new_pblocks(self, prompt: int, lo: int, hi: int, out: list[PBlock]) -> None:
-        """Blocks lo .. hi-1 of `prompt`, just allocated (taken) and now full: each cached after
-        any copy already cached under its key (vLLM's `cache_full_blocks`), appended to `out`."""
-        copies = self.prompts.get(prompt)
-        if copies is None:
-            copies = self.prompts[prompt] = []
-        while len(copies) < hi:
-            copies.append([])
-        for i in range(lo, hi):
-            listed = copies[i]
-            b = PBlock(listed)
-            listed.append(b)
-            out.append(b)
-
-    def hold_p(self, blocks: list[PBlock]) -> None:
-        """A prefix hit takes `blocks` (each off the free queue if no request held it: vLLM's
-        `touch`)."""
-        taken = 0
-        for b in blocks:
-            if b.ref == 0:
-                p, q = b.prev, b.next
-                p.next, q.prev = q, p  # type: ignore[union-attr]
-                b.prev = b.next = None
-                taken += 1
-            b.ref += 1
-        self.free -= taken
-
-    def free_p(self, blocks: list[PBlock]) -> None:
-        """A request releases `blocks`, in the order given; each with its last holder joins the
-        back of the free queue."""
-        tail = self.tail
-        freed = 0
-        for b in blocks:
-            b.ref -= 1
-            if b.ref == 0:
-                last = tail.prev
-                b.prev, b.next = last, tail
-                last.next = b  # type: ignore[union-attr]
-                tail.prev = b
-                freed += 1
-        self.free += freed
-
-    # ------------------------------------------------------------------ sample runs
-    def new_seg(self, sample: int, lo: int) -> Seg:
-        """A run of a sample's blocks a request starts (empty; its `hi` grows as blocks fill)."""
+    # ------------------------------------------------------------------ runs
+    def new_run(self, key: int, lo: int, hi: int, holder: Any) -> Run:
+        """Blocks [lo, hi) of `key` a request just allocated, held by it (`hi` may grow while
+        its blocks fill, for a sample's run): cached after every copy present."""
         self.clock += 1
-        seg = Seg(sample, lo, lo, self.clock)
-        self.samples.setdefault(sample, []).append(seg)
-        return seg
-
-    def free_seg(self, seg: Seg) -> None:
-        """Its request releases the run: to the back of the free queue (or gone, if empty)."""
-        if seg.hi == seg.lo:
-            self._forget(seg)
-            return
-        seg.free = True
-        self._append(seg)
-        self.free += seg.hi - seg.lo
-
-    def hold_range(self, seg: Seg, a: int, b: int) -> Seg:
-        """A prefix hit takes blocks [a, b) of the free run `seg`: they leave the free queue as a
-        held run of the same age; what is left of `seg` keeps its place."""
-        held = Seg(seg.sample, a, b, seg.stamp)
-        runs = self.samples[seg.sample]
-        runs.insert(runs.index(seg), held)
-        self.free -= b - a
-        if b < seg.hi and a > seg.lo:  # the run splits: [b, hi) at its place, [lo, a) after
-            rest = Seg(seg.sample, seg.lo, a, seg.stamp)
-            rest.free = True
-            nxt = seg.next
-            assert nxt is not None
-            rest.prev, rest.next = seg, nxt
-            seg.next = rest
-            nxt.prev = rest
-            runs.insert(runs.index(seg) + 1, rest)
-            seg.lo = b
-        elif b < seg.hi:
-            seg.lo = b
-        elif a > seg.lo:
-            seg.hi = a
+        run = Run(key, lo, hi, self.clock, [holder])
+        runs = self.runs.get(key)
+        if runs is None:
+            self.runs[key] = [run]
         else:
-            self._unlink(seg)
-            runs.remove(seg)
-        return held
+            runs.append(run)
+        return run
 
-    def sample_hit(self, sample: int, lo: int, cap: int) -> list[tuple[Seg, int, int]]:
-        """The longest run of blocks lo, lo + 1, ... (below `cap`) of `sample` that is cached,
-        as the pieces of free runs that serve it (the oldest copy of each block)."""
-        runs = self.samples.get(sample)
-        out: list[tuple[Seg, int, int]] = []
+    def hit(self, key: int, lo: int, cap: int) -> list[Piece]:
+        """The longest run of blocks lo, lo + 1, ... (below `cap`) of `key` that is cached, as
+        the pieces of the runs that serve it (the oldest copy of each block)."""
+        runs = self.runs.get(key)
+        out: list[Piece] = []
         if not runs:
+            return out
+        if len(runs) == 1:  # the common case: one copy
+            g = runs[0]
+            if g.lo <= lo < g.hi:
+                out.append((g, lo, min(g.hi, cap)))
             return out
         i = lo
         while i < cap:
-            best: Seg | None = None
+            best: Run | None = None
             for g in runs:
-                if g.free and g.lo <= i < g.hi and (best is None or g.stamp < best.stamp):
+                if g.lo <= i < g.hi and (best is None or g.stamp < best.stamp):
                     best = g
             if best is None:
                 break
             end = min(best.hi, cap)
             for g in runs:  # an older copy that starts further on serves from there
-                if g.free and g.stamp < best.stamp and i < g.lo < end:
+                if g.stamp < best.stamp and i < g.lo < end and g.hi > g.lo:
                     end = g.lo
             out.append((best, i, end))
             i = end
         return out
+
+    def hold(self, run: Run, a: int, b: int, holder: Any) -> Run:
+        """`holder` takes blocks [a, b) of `run` (a prefix hit, vLLM's `touch`): off the free
+        queue if free; split off as a run of its own where it is part of `run`."""
+        if run.ref == 0:
+            return self._hold_free(run, a, b, holder)
+        if a > run.lo or b < run.hi:
+            run = self._split(run, a, b)
+        run.holders.append(holder)
+        run.ref += 1
+        return run
+
+    def _hold_free(self, run: Run, a: int, b: int, holder: Any) -> Run:
+        """A hit takes blocks [a, b) of the free run `run`: they leave the free queue as a
+        held run of the same age; what is left of `run` keeps its place."""
+        held = Run(run.key, a, b, run.stamp, [holder])
+        runs = self.runs[run.key]
+        runs.append(held)
+        self.free -= b - a
+        if b < run.hi and a > run.lo:  # the run splits: [b, hi) at its place, [lo, a) after
+            rest = Run(run.key, run.lo, a, run.stamp, [])
+            nxt = run.next
+            assert nxt is not None
+            rest.prev, rest.next = run, nxt
+            run.next = rest
+            nxt.prev = rest
+            runs.append(rest)
+            run.lo = b
+        elif b < run.hi:
+            run.lo = b
+        elif a > run.lo:
+            run.hi = a
+        else:
+            self._unlink(run)
+            runs.remove(run)
+        return held
+
+    def _split(self, run: Run, a: int, b: int) -> Run:
+        """Cut the held run `run` so that [a, b) is a run of its own (the same copy, age and
+        holders; each holder's list of runs gets the pieces in its place); returns it."""
+        pieces = []
+        runs = self.runs[run.key]
+        if run.lo < a:
+            low = Run(run.key, run.lo, a, run.stamp, list(run.holders))
+            pieces.append(low)
+            runs.append(low)
+        pieces.append(run)
+        if b < run.hi:
+            high = Run(run.key, b, run.hi, run.stamp, list(run.holders))
+            pieces.append(high)
+            runs.append(high)
+        run.lo, run.hi = a, b
+        for h in run.holders:
+            held = h.held
+            i = held.index(run)
+            held[i:i + 1] = pieces
+        return run
+
+    def release(self, run: Run, holder: Any) -> None:
+        """`holder` releases `run`; with its last holder it joins the back of the free queue
+        (or is gone, if it holds no block)."""
+        run.holders.remove(holder)
+        run.ref -= 1
+        if run.ref:
+            return
+        if run.hi == run.lo:
+            self._forget(run)
+            return
+        self._append(run)
+        self.free += run.hi - run.lo
 
     # ------------------------------------------------------------------ a weight update
     def reset(self) -> bool:
@@ -252,8 +243,7 @@ class Pool:
         if self.free != self.total:
             return False
         self.head.next, self.tail.prev = self.tail, self.head
-        self.prompts.clear()
-        self.samples.clear()
+        self.runs.clear()
         self.unhashed = self.total
         return True
 
