@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from typing import Any
 
-from aprilsim.engine.families.vllm_pool import PBlock, Pool, Seg
+from aprilsim.engine.families.vllm_pool import Piece, Pool, Run
 from aprilsim.engine.request import Request
 
 SHIFT = 32  # finish-heap keys: step << SHIFT | rid
@@ -35,13 +35,13 @@ SHIFT = 32  # finish-heap keys: step << SHIFT | rid
 class VReq:
     """One request in the scheduler: its `Request`, its content's keys (`prompt`: its prompt's,
     whose `pb` full blocks are block i of that prompt; `sample`: the key of its own blocks
-    beyond), its computed tokens and blocks (`pblocks`, held hit runs `segs`, its own growing
-    run `grow`), and while it decodes `base` (generated = base + it), `phase`, `fin` (the step
-    at whose end it stops)."""
+    beyond), its computed tokens and cached blocks (`held`: the runs it holds in block order,
+    its prefix hit's and its prompt's; `grow`: its sample's run it fills), and while it decodes
+    `base` (generated = base + it), `phase`, `fin` (the step at whose end it stops)."""
 
-    __slots__ = ("req", "rid", "input_len", "shared", "gen", "priority", "ntok0", "max_new",
-                 "target", "pb", "prompt", "sample", "computed", "pblocks", "segs", "grow",
-                 "base", "phase", "order", "dec", "fin")
+    __slots__ = ("base", "computed", "dec", "fin", "gen", "grow", "held", "input_len",
+                 "max_new", "ntok0", "order", "pb", "phase", "priority", "prompt", "req", "rid",
+                 "sample", "shared", "target")
 
     def __init__(self, req: Request, prompt: int, pb: int, sample: int) -> None:
         self.req = req
@@ -54,9 +54,8 @@ class VReq:
         self.prompt = prompt
         self.sample = sample
         self.computed = 0
-        self.pblocks: list[PBlock] = []
-        self.segs: list[Seg] = []
-        self.grow: Seg | None = None
+        self.held: list[Run] = []
+        self.grow: Run | None = None
         self.base = self.phase = self.order = self.fin = 0
         self.dec = False
 
@@ -163,33 +162,27 @@ class Core:
             r.grow.hi = max(r.grow.lo, r.computed // self.bs)
 
     # ------------------------------------------------------------------ blocks of a request
-    def lookup(self, r: VReq) -> tuple[list[PBlock], list[tuple[Seg, int, int]], int, int]:
+    def lookup(self, r: VReq) -> tuple[list[Piece], int, int]:
         """The prefix-cache hit of waiting request `r` (vLLM's `get_computed_blocks`: whole
-        blocks, at most its tokens but one): prompt blocks, pieces of its sample's free runs,
-        blocks in all, and how many of them are free (off the free queue once taken)."""
+        blocks, at most its tokens but one): the pieces of runs that serve it (its prompt's
+        blocks, then its sample's), blocks in all, and how many of them are free (off the free
+        queue once taken)."""
         if not self.caching:
-            return [], [], 0, 0
+            return [], 0, 0
         cap = (r.ntok0 + r.gen - 1) // self.bs
-        copies = self.pool.prompts.get(r.prompt)
-        hits: list[PBlock] = []
+        pool, pb = self.pool, r.pb
+        pieces = pool.hit(r.prompt, 0, min(cap, pb)) if pb else []
+        h = pieces[-1][2] if pieces else 0
+        if h == pb and cap > h:
+            more = pool.hit(r.sample, h, cap)
+            if more:
+                pieces += more
+                h = more[-1][2]
         off = 0
-        if copies is not None:
-            for i in range(min(cap, r.pb, len(copies))):
-                listed = copies[i]
-                if not listed:
-                    break
-                b = listed[0]
-                hits.append(b)
-                if not b.ref:
-                    off += 1
-        h = len(hits)
-        pieces: list[tuple[Seg, int, int]] = []
-        if h == r.pb and cap > h:
-            pieces = self.pool.sample_hit(r.sample, h, cap)
-            if pieces:
-                off += pieces[-1][2] - h
-                h = pieces[-1][2]
-        return hits, pieces, h, off
+        for run, a, z in pieces:
+            if not run.ref:
+                off += z - a
+        return pieces, h, off
 
     def fill(self, r: VReq, lo: int, hi: int) -> None:
         """Blocks lo .. hi-1 of `r` became full of scheduled tokens: cached (vLLM caches a
@@ -198,7 +191,7 @@ class Core:
             return
         pb = r.pb
         if lo < pb:
-            self.pool.new_pblocks(r.prompt, lo, min(hi, pb), r.pblocks)
+            r.held.append(self.pool.new_run(r.prompt, lo, min(hi, pb), r))
         if hi > pb:
             assert r.grow is not None
             r.grow.hi = hi
@@ -216,13 +209,12 @@ class Core:
             pool.free += 1
             pool.unhashed += 1
         if r.grow is not None:
-            pool.free_seg(r.grow)
+            pool.release(r.grow, r)
             r.grow = None
-        for seg in reversed(r.segs):
-            pool.free_seg(seg)
-        if r.pblocks:
-            pool.free_p(r.pblocks[::-1])
-        r.segs, r.pblocks = [], []
+        held = r.held
+        for i in range(len(held) - 1, -1, -1):
+            pool.release(held[i], r)
+        r.held = []
 
     def leave(self, r: VReq, scheduled: int) -> None:
         """Running request `r` leaves the engine (finished, aborted or preempted)."""
@@ -271,7 +263,7 @@ class Core:
     def admissible(self, r: VReq, budget: int, free: int) -> bool:
         """Would waiting request `r` be admitted with `budget` tokens and `free` blocks left
         (vLLM's `allocate_slots` checks, nothing taken)?"""
-        hits, pieces, h, off = self.lookup(r)
+        _, h, off = self.lookup(r)
         return self._fits(r, h, off, budget, free)
 
     def _fits(self, r: VReq, h: int, off: int, budget: int, free: int) -> bool:
@@ -369,21 +361,20 @@ class Core:
         left = ex.left
         while left > 0 and w and len(running) < self.max_seqs:
             r = w[0]
-            hits, pieces, h, off = self.lookup(r)
+            pieces, h, off = self.lookup(r)
             if not self._fits(r, h, off, left, pool.free):
                 break
             w.popleft()
             hit = h * bs
             n = min(r.ntok0 + r.gen - hit, left)
-            if hits:
-                pool.hold_p(hits)
-            r.pblocks = hits
-            r.segs = [pool.hold_range(seg, a, z) for seg, a, z in pieces]
+            if pieces:
+                hold = pool.hold
+                r.held = [hold(run, a, z, r) for run, a, z in pieces]
             k = -(-(hit + n) // bs) - h
             if k > 0:
                 pool.take(k)
             if self.caching:
-                r.grow = pool.new_seg(r.sample, max(h, r.pb))
+                r.grow = pool.new_run(r.sample, max(h, r.pb), max(h, r.pb), r)
             self.orders += 1
             r.order = self.orders
             running[r.rid] = r

@@ -147,7 +147,7 @@ class Pool:
             return out
         if len(runs) == 1:  # the common case: one copy
             g = runs[0]
-            if g.lo <= lo < g.hi:
+            if g.lo <= lo < g.hi and lo < cap:
                 out.append((g, lo, min(g.hi, cap)))
             return out
         i = lo
