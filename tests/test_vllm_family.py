@@ -50,10 +50,11 @@ SCALE_EXAMPLES = 12
 REACHED: Counter[str] = Counter()
 REACHED_SCALE: Counter[str] = Counter()
 # each asserted in at least this share of the drawn small examples (measured on the 150
-# derandomized examples: preempted 0.58, partial abort 0.33, mixed step 0.88, uncomputed chunk
-# 0.80, readmitted 0.58, resumed hit 0.70; the thresholds are about half)
+# derandomized examples in two runs, which `target` steers by what the engines did: preempted
+# 0.58-0.62, partial abort 0.33-0.91, mixed step 0.88-0.96, uncomputed chunk 0.30-0.80,
+# readmitted 0.58-0.62, resumed hit 0.70-0.74; the thresholds are under half the least)
 SMALL_SHARES = {"preempted": 0.25, "aborted with partial output": 0.15, "mixed step": 0.4,
-                "prefill chunk left tokens uncomputed": 0.4,
+                "prefill chunk left tokens uncomputed": 0.12,
                 "admitted a preempted request": 0.25,
                 "prefix hit on a resumed sample's own blocks": 0.3}
 SCALE_CASES = ("preempted", "mixed step", "admitted a preempted request",
