@@ -169,6 +169,7 @@ class Pool:
     def hold(self, run: Run, a: int, b: int, holder: Any) -> Run:
         """`holder` takes blocks [a, b) of `run` (a prefix hit, vLLM's `touch`): off the free
         queue if free; split off as a run of its own where it is part of `run`."""
+        assert run.lo <= a < b <= run.hi  # a hit's pieces are taken in block order
         if run.ref == 0:
             return self._hold_free(run, a, b, holder)
         if a > run.lo or b < run.hi:
@@ -204,24 +205,26 @@ class Pool:
 
     def _split(self, run: Run, a: int, b: int) -> Run:
         """Cut the held run `run` so that [a, b) is a run of its own (the same copy, age and
-        holders; each holder's list of runs gets the pieces in its place); returns it."""
-        pieces = []
-        runs = self.runs[run.key]
+        holders; each holder's list of runs gets the pieces in its place) and return it; `run`
+        keeps the highest piece, so that a hit's later pieces (higher) still find it."""
+        key, stamp, holders = run.key, run.stamp, run.holders
+        fresh = []
         if run.lo < a:
-            low = Run(run.key, run.lo, a, run.stamp, list(run.holders))
-            pieces.append(low)
-            runs.append(low)
-        pieces.append(run)
+            fresh.append(Run(key, run.lo, a, stamp, list(holders)))
         if b < run.hi:
-            high = Run(run.key, b, run.hi, run.stamp, list(run.holders))
-            pieces.append(high)
-            runs.append(high)
-        run.lo, run.hi = a, b
-        for h in run.holders:
+            mid = Run(key, a, b, stamp, list(holders))
+            fresh.append(mid)
+            run.lo = b
+        else:
+            mid = run
+            run.lo = a
+        pieces = [*fresh, run]  # in block order
+        self.runs[key].extend(fresh)
+        for h in holders:
             held = h.held
             i = held.index(run)
             held[i:i + 1] = pieces
-        return run
+        return mid
 
     def release(self, run: Run, holder: Any) -> None:
         """`holder` releases `run`; with its last holder it joins the back of the free queue
