@@ -221,7 +221,7 @@ class FastStepper:
     def _price(self) -> None:
         e, ex = self.e, self.ex
         assert ex is not None
-        dur, self.prefill_s = step_time(self.cost, ex.b, ex.k, ex.tokens, ex.sq, ex.prows)
+        dur, self.prefill_s = step_time(self.cost, (ex.b, ex.k), (ex.tokens, ex.sq, ex.prows))
         e.phase = PREFILL if ex.prows else DECODE
         e.t_event = e.t + dur
         self._kv_peak()

@@ -174,7 +174,7 @@ class RefStepper:
                 rows += 1
                 tokens += n
                 sq += (c + n) * (c + n) - c * c
-        dur, self.prefill_s = step_time(e.cost, b, k, tokens, sq, rows)
+        dur, self.prefill_s = step_time(e.cost, (b, k), (tokens, sq, rows))
         self.counts = (b, tokens, rows)
         e.phase = PREFILL if rows else DECODE
         e.t_event = e.t + dur

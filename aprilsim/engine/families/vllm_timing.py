@@ -24,9 +24,12 @@ from typing import Any
 from aprilsim.engine.request import Completion, Request, check_requests
 
 
-def step_time(cost: Any, b: int, k: int, tokens: int, sq: int, rows: int) -> tuple[float, float]:
-    """(seconds of a step, of which its prefill part): `b` decode rows over `k` KV tokens,
-    `rows` prefill rows of `tokens` tokens with attention term `sq`."""
+def step_time(cost: Any, decode: tuple[int, int],
+              prefill: tuple[int, int, int]) -> tuple[float, float]:
+    """(seconds of a step, of which its prefill part): `decode` = (b rows, over k KV tokens),
+    `prefill` = (tokens, attention term sq, rows)."""
+    b, k = decode
+    tokens, sq, rows = prefill
     pre = cost.prefill_time(tokens, sq, 1, rows) if rows else 0.0
     if b:
         return cost.decode_time(b, k) + pre, pre
