@@ -96,7 +96,8 @@ class ProbedStepper(RefStepper):
             self.reqs[rid][0].retractions > 0 for rid, _ in plan.admitted)
         self.probe["prefix hit on a resumed sample's own blocks"] += sum(
             hit > 0 and self.reqs[rid][0].carried > 0 for rid, hit in plan.admitted)
-        self.probe["preempted in a step that also ran a prefill"] += bool(plan.preempted) and rows > 0
+        self.probe["preempted in a step that also ran a prefill"] += (bool(plan.preempted)
+                                                                      and rows > 0)
 
 
 class ProbedReference(ReferenceEngine):
