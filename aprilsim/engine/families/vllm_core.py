@@ -162,19 +162,19 @@ class Core:
             r.grow.hi = max(r.grow.lo, r.computed // self.bs)
 
     # ------------------------------------------------------------------ blocks of a request
-    def lookup(self, r: VReq) -> tuple[list[Piece], int, int]:
+    def lookup(self, r: VReq, cut: dict[Run, int] | None = None) -> tuple[list[Piece], int, int]:
         """The prefix-cache hit of waiting request `r` (vLLM's `get_computed_blocks`: whole
         blocks, at most its tokens but one): the pieces of runs that serve it (its prompt's
         blocks, then its sample's), blocks in all, and how many of them are free (off the free
-        queue once taken)."""
+        queue once taken); `cut`: after an allocation still to come (`Pool.front_cut`)."""
         if not self.caching:
             return [], 0, 0
         cap = (r.ntok0 + r.gen - 1) // self.bs
         pool, pb = self.pool, r.pb
-        pieces = pool.hit(r.prompt, 0, min(cap, pb)) if pb else []
+        pieces = pool.hit(r.prompt, 0, min(cap, pb), cut) if pb else []
         h = pieces[-1][2] if pieces else 0
         if h == pb and cap > h:
-            more = pool.hit(r.sample, h, cap)
+            more = pool.hit(r.sample, h, cap, cut)
             if more:
                 pieces += more
                 h = more[-1][2]
@@ -251,7 +251,7 @@ class Core:
             return 0
         w = self.waiting
         if w and len(self.running) < self.max_seqs and self.budget > b \
-                and self.admissible(w[0], self.budget - b, pool.free - need):
+                and self.admissible(w[0], self.budget - b, need):
             return 0
         m = self.first_finish() - self.it + 1
         if m > limit:
@@ -260,11 +260,14 @@ class Core:
             m = self.span_limit(pool.free)
         return m
 
-    def admissible(self, r: VReq, budget: int, free: int) -> bool:
-        """Would waiting request `r` be admitted with `budget` tokens and `free` blocks left
-        (vLLM's `allocate_slots` checks, nothing taken)?"""
-        _, h, off = self.lookup(r)
-        return self._fits(r, h, off, budget, free)
+    def admissible(self, r: VReq, budget: int, taken: int) -> bool:
+        """Would waiting request `r` be admitted with `budget` tokens left once the running
+        requests take `taken` blocks (vLLM's `allocate_slots` checks, nothing taken: the hit is
+        looked up as that allocation leaves the cache)?"""
+        pool = self.pool
+        cut = pool.front_cut(taken) if taken > pool.unhashed and self.caching else None
+        _, h, off = self.lookup(r, cut)
+        return self._fits(r, h, off, budget, pool.free - taken)
 
     def _fits(self, r: VReq, h: int, off: int, budget: int, free: int) -> bool:
         """`admissible`'s checks for a hit of `h` blocks, `off` of them free."""

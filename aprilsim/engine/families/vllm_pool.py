@@ -138,33 +138,51 @@ class Pool:
             runs.append(run)
         return run
 
-    def hit(self, key: int, lo: int, cap: int) -> list[Piece]:
+    def hit(self, key: int, lo: int, cap: int, cut: dict[Run, int] | None = None) -> list[Piece]:
         """The longest run of blocks lo, lo + 1, ... (below `cap`) of `key` that is cached, as
-        the pieces of the runs that serve it (the oldest copy of each block)."""
+        the pieces of the runs that serve it (the oldest copy of each block); `cut`: runs as
+        an allocation yet to come will leave them (`front_cut`)."""
         runs = self.runs.get(key)
         out: list[Piece] = []
         if not runs:
             return out
-        if len(runs) == 1:  # the common case: one copy
+        if len(runs) == 1 and not cut:  # the common case: one copy
             g = runs[0]
             if g.lo <= lo < g.hi and lo < cap:
                 out.append((g, lo, min(g.hi, cap)))
             return out
+        tops = {g: g.hi if not cut else cut.get(g, g.hi) for g in runs}
         i = lo
         while i < cap:
             best: Run | None = None
-            for g in runs:
-                if g.lo <= i < g.hi and (best is None or g.stamp < best.stamp):
+            for g, hi in tops.items():
+                if g.lo <= i < hi and (best is None or g.stamp < best.stamp):
                     best = g
             if best is None:
                 break
-            end = min(best.hi, cap)
-            for g in runs:  # an older copy that starts further on serves from there
-                if g.stamp < best.stamp and i < g.lo < end and g.hi > g.lo:
+            end = min(tops[best], cap)
+            for g, hi in tops.items():  # an older copy that starts further on serves from there
+                if g.stamp < best.stamp and i < g.lo < end and hi > g.lo:
                     end = g.lo
             out.append((best, i, end))
             i = end
         return out
+
+    def front_cut(self, k: int) -> dict[Run, int]:
+        """The runs that allocating `k` blocks would cut (evicting from the C-list's front once
+        the blocks without a hash are used), each with the top it would keep."""
+        cut: dict[Run, int] = {}
+        k -= self.unhashed
+        node = self.head.next
+        while k > 0 and isinstance(node, Run):
+            t = node.hi - node.lo
+            if t > k:
+                cut[node] = node.hi - k
+                break
+            cut[node] = node.lo
+            k -= t
+            node = node.next
+        return cut
 
     def hold(self, run: Run, a: int, b: int, holder: Any) -> Run:
         """`holder` takes blocks [a, b) of `run` (a prefix hit, vLLM's `touch`): off the free
