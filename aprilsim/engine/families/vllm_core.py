@@ -36,10 +36,12 @@ class VReq:
     """One request in the scheduler: its `Request`, its content's keys (`prompt`: its prompt's,
     whose `pb` full blocks are block i of that prompt; `sample`: the key of its own blocks
     beyond), its computed tokens and cached blocks (`held`: the runs it holds in block order,
-    its prefix hit's and its prompt's; `grow`: its sample's run it fills), and while it decodes
+    its prefix hit's and its prompt's; blocks [glo, ghi) of its sample: the run it fills, made a
+    `Run` when it leaves (no other request looks its sample up meanwhile); ghi -1: none), and
+    while it decodes
     `base` (generated = base + it), `phase`, `fin` (the step at whose end it stops)."""
 
-    __slots__ = ("base", "computed", "dec", "fin", "gen", "grow", "held", "input_len",
+    __slots__ = ("base", "computed", "dec", "fin", "gen", "ghi", "glo", "held", "input_len",
                  "max_new", "ntok0", "order", "pb", "phase", "priority", "prompt", "req", "rid",
                  "sample", "shared", "target")
 
@@ -55,7 +57,7 @@ class VReq:
         self.sample = sample
         self.computed = 0
         self.held: list[Run] = []
-        self.grow: Run | None = None
+        self.glo = self.ghi = -1
         self.base = self.phase = self.order = self.fin = 0
         self.dec = False
 
@@ -158,8 +160,8 @@ class Core:
         self.sum_c0 -= r.ntok0 + r.base - 1
         r.gen = r.base + self.it
         r.computed = r.ntok0 + r.base + scheduled - 1
-        if r.grow is not None:
-            r.grow.hi = max(r.grow.lo, r.computed // self.bs)
+        if r.ghi >= 0:
+            r.ghi = max(r.glo, r.computed // self.bs)
 
     # ------------------------------------------------------------------ blocks of a request
     def lookup(self, r: VReq, cut: dict[Run, int] | None = None) -> tuple[list[Piece], int, int]:
@@ -193,8 +195,7 @@ class Core:
         if lo < pb:
             r.held.append(self.pool.new_run(r.prompt, lo, min(hi, pb), r))
         if hi > pb:
-            assert r.grow is not None
-            r.grow.hi = hi
+            r.ghi = hi
 
     def free_blocks(self, r: VReq) -> None:
         """`r` releases its blocks, its last one first (vLLM's `free`): the partial block to
@@ -208,9 +209,9 @@ class Core:
         if c % bs:
             pool.free += 1
             pool.unhashed += 1
-        if r.grow is not None:
-            pool.release(r.grow, r)
-            r.grow = None
+        if r.ghi > r.glo:  # its sample's run, cached after every copy present
+            pool.free_run(r.sample, r.glo, r.ghi)
+        r.ghi = -1
         held = r.held
         for i in range(len(held) - 1, -1, -1):
             pool.release(held[i], r)
@@ -377,7 +378,7 @@ class Core:
             if k > 0:
                 pool.take(k)
             if self.caching:
-                r.grow = pool.new_run(r.sample, max(h, r.pb), max(h, r.pb), r)
+                r.glo = r.ghi = max(h, r.pb)
             self.orders += 1
             r.order = self.orders
             running[r.rid] = r

@@ -20,7 +20,8 @@ What the pool's behaviour depends on, and what this keeps:
 `take(k)` allocates k blocks (from `unhashed`, then evicting from the C-list's front), `hit`
 finds a prefix hit, `hold` takes one of its pieces (off the C-list when free), `release` gives
 a run back; a request's own sample run grows without a call while it decodes (the fast
-engine's stepper counts its blocks, `vllm_fast`).
+engine's stepper counts its blocks, `vllm_fast`) and enters the pool when it leaves
+(`free_run`).
 """
 
 from __future__ import annotations
@@ -127,8 +128,8 @@ class Pool:
 
     # ------------------------------------------------------------------ runs
     def new_run(self, key: int, lo: int, hi: int, holder: Any) -> Run:
-        """Blocks [lo, hi) of `key` a request just allocated, held by it (`hi` may grow while
-        its blocks fill, for a sample's run): cached after every copy present."""
+        """Blocks [lo, hi) of `key` a request just allocated, held by it: cached after every
+        copy present."""
         self.clock += 1
         run = Run(key, lo, hi, self.clock, [holder])
         runs = self.runs.get(key)
@@ -137,6 +138,20 @@ class Pool:
         else:
             runs.append(run)
         return run
+
+    def free_run(self, key: int, lo: int, hi: int) -> None:
+        """A request releases blocks [lo, hi) of `key` that it alone held and no request looked
+        up while it did (its sample's run): cached after every copy present, to the back of
+        the free queue."""
+        self.clock += 1
+        run = Run(key, lo, hi, self.clock, [])
+        runs = self.runs.get(key)
+        if runs is None:
+            self.runs[key] = [run]
+        else:
+            runs.append(run)
+        self._append(run)
+        self.free += hi - lo
 
     def hit(self, key: int, lo: int, cap: int, cut: dict[Run, int] | None = None) -> list[Piece]:
         """The longest run of blocks lo, lo + 1, ... (below `cap`) of `key` that is cached, as
