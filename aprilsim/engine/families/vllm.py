@@ -71,7 +71,7 @@ class VLLMFamily:
     @property
     def hashes_tokens(self) -> bool:
         """Its prefix cache hashes token ids: a driver gives requests their content's keys
-        (`vllm_content.tag_content`)."""
+        (`RequestBuilder`: its group's prompt, its sample, what it carries; `vllm_content`)."""
         return True
 
     @property

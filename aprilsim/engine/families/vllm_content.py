@@ -51,24 +51,19 @@ class Content:
         return self.sample_key | (self.carried + i)
 
 
-def _key(kind: int, ident: int) -> int:
-    """The base id of one prompt's or sample's tokens (OR a position into it)."""
-    return (ident * 4 + kind) << POS_BITS
+def keys(r: Request) -> tuple[int, int, int]:
+    """(prompt key, prompt length, sample key) of request `r` (module docstring)."""
+    if r.prompt >= 0:
+        p = (r.prompt * 4 + _PROMPT) << POS_BITS
+    elif r.shared and r.prefix >= 0:
+        p = (r.prefix * 4 + _PROMPT) << POS_BITS
+    else:
+        p = (r.rid * 4 + _OWN_PROMPT) << POS_BITS
+    s = (r.seq * 4 + _SAMPLE) << POS_BITS if r.seq >= 0 else (r.rid * 4 + _OWN_SAMPLE) << POS_BITS
+    return p, r.input_len + r.shared - r.carried, s
 
 
 def content(r: Request) -> Content:
     """The content of request `r` (module docstring)."""
-    if r.prompt >= 0:
-        p = _key(_PROMPT, r.prompt)
-    elif r.shared and r.prefix >= 0:
-        p = _key(_PROMPT, r.prefix)
-    else:
-        p = _key(_OWN_PROMPT, r.rid)
-    s = _key(_SAMPLE, r.seq) if r.seq >= 0 else _key(_OWN_SAMPLE, r.rid)
-    return Content(p, r.input_len + r.shared - r.carried, s, r.carried)
-
-
-def tag_content(req: Request, seq: int, prompt: int, carried: int) -> None:
-    """Give a sample's request the keys of its tokens (a driver's send, for a family whose
-    engines hash tokens: `Family.hashes_tokens`): its sample, its prompt, what it carries."""
-    req.seq, req.prompt, req.carried = seq, prompt, carried
+    p, n, s = keys(r)
+    return Content(p, n, s, r.carried)

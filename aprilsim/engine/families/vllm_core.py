@@ -106,12 +106,15 @@ class Core:
     # ------------------------------------------------------------------ decoding requests
     def alloc(self, m: int) -> int:
         """Blocks the decoding requests take over the next m steps (steps it .. it+m-1)."""
-        bs, cnt, it = self.bs, self.cnt, self.it
+        bs, cnt = self.bs, self.cnt
         q, r = divmod(m, bs)
         n = self.b * q
-        if r:
-            for o in range(r):  # the phase that allocates at offset o
-                n += cnt[(-it - o) % bs]
+        if r:  # the phases that allocate at offsets 0 .. r-1: j, j-1, ... (cyclically)
+            j = -self.it % bs
+            if j >= r - 1:
+                n += sum(cnt[j - r + 1:j + 1])
+            else:
+                n += sum(cnt[:j + 1]) + sum(cnt[bs - (r - 1 - j):])
         return n
 
     def span_limit(self, free: int) -> int:

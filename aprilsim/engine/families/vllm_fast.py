@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from aprilsim.engine.families.vllm_content import content
+from aprilsim.engine.families.vllm_content import keys
 from aprilsim.engine.families.vllm_core import Core, Exact, VReq
 from aprilsim.engine.families.vllm_timing import check_blocks, finished, postpone, step_time
 from aprilsim.engine.parts import DECODE, IDLE, PREFILL, note_started
@@ -30,8 +30,8 @@ _SPAN, _EXACT = 1, 2
 def content_keys(r: Request, block: int) -> tuple[int, int, int]:
     """A simulator request's prompt key, its prompt's full blocks of `block` tokens, and its
     sample's key (`vllm_content`): block i of a prompt holds the same tokens wherever it is."""
-    c = content(r)
-    return c.prompt_key, c.prompt_len // block, c.sample_key
+    p, n, s = keys(r)
+    return p, n // block, s
 
 
 class FastStepper:
