@@ -49,14 +49,15 @@ SMALL_EXAMPLES = 150
 SCALE_EXAMPLES = 12
 REACHED: Counter[str] = Counter()
 REACHED_SCALE: Counter[str] = Counter()
-# each asserted in at least this share of the drawn small examples (measured on the 150
-# derandomized examples in two runs, which `target` steers by what the engines did: preempted
-# 0.58-0.62, partial abort 0.33-0.91, mixed step 0.88-0.96, uncomputed chunk 0.30-0.80,
-# readmitted 0.58-0.62, resumed hit 0.70-0.74; the thresholds are under half the least)
+# each asserted in at least this share of the drawn small examples. The derandomized examples
+# still differed between runs on a loaded machine (hypothesis' generation has time-dependent
+# heuristics): over four runs preempted 0.58-0.62, partial abort 0.32-0.91, mixed step
+# 0.85-0.96, uncomputed chunk 0.30-0.81, readmitted 0.58-0.62, resumed hit 0.19-0.74; the
+# thresholds are under half the least, and the explicit cases reach each in every run
 SMALL_SHARES = {"preempted": 0.25, "aborted with partial output": 0.15, "mixed step": 0.4,
                 "prefill chunk left tokens uncomputed": 0.12,
                 "admitted a preempted request": 0.25,
-                "prefix hit on a resumed sample's own blocks": 0.3}
+                "prefix hit on a resumed sample's own blocks": 0.08}
 SCALE_CASES = ("preempted", "mixed step", "admitted a preempted request",
                "prefix hit on a resumed sample's own blocks", "aborted with partial output")
 
