@@ -136,7 +136,8 @@ class ClusterSection(_Strict):
     preset: str = "qwen3-4b-h100-tp2"
     router: str = "round_robin"
     # the engine family whose rules the engines run (`aprilsim.engine.families`); its rules'
-    # parameters below (retract_to, abort_steps, prefix_cache_block) default to the family's own
+    # parameters below (retract_to, abort_steps, prefix_cache_block, max_num_batched_tokens,
+    # enable_prefix_caching, enable_chunked_prefill) default to the family's own
     family: str = "sglang"
     kv_capacity: int | None = Field(default=None, ge=1)
     max_running: int | None = Field(default=None, ge=1)
@@ -157,6 +158,11 @@ class ClusterSection(_Strict):
     prefix_cache_flush: bool | None = None  # a weight update empties the cache (default true)
     # the cache serves whole blocks of this many tokens (1: token-level; vLLM: its KV block size)
     prefix_cache_block: int | None = Field(default=None, ge=1)
+    # the vllm family's rules (vLLM's names; docs/simulator.md, "vLLM family"): the token budget
+    # of one step, shared by decodes and prefill chunks; prefix caching; chunked prefill
+    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    enable_prefix_caching: bool | None = None
+    enable_chunked_prefill: bool | None = None
     client_overhead_s: float | None = Field(default=None, ge=0)  # per request, client to engine
     speculative: SpeculativeSection | None = None  # speculative decoding (docs/simulator.md)
     kv_transfer: KvTransferSection | None = None  # migrated KV's cost (default: a global pool)
@@ -411,7 +417,10 @@ class Scenario(_Strict):
         the others the preset's (same family) or the family's own defaults."""
         c = self.cluster
         given = {"retract_to": c.retract_to, "abort_steps": c.abort_steps,
-                 "cache_block": c.prefix_cache_block}
+                 "cache_block": c.prefix_cache_block,
+                 "max_num_batched_tokens": c.max_num_batched_tokens,
+                 "enable_prefix_caching": c.enable_prefix_caching,
+                 "enable_chunked_prefill": c.enable_chunked_prefill}
         takes = family_params(c.family)
         for key, value in given.items():
             if value is not None and key not in takes:
@@ -520,6 +529,12 @@ class Scenario(_Strict):
                 f"cluster.kv_capacity: {spec.kv_capacity} tokens is smaller than one max-length "
                 f"request (prompts.max_len {max_prompt} + max_response_len {self.max_response_len})"
             )
+        longest = getattr(spec.family, "check_longest", None)  # the family's own limits
+        if longest is not None:
+            try:
+                longest(spec, need)
+            except ValueError as e:
+                raise ScenarioError(f"cluster: {e}") from None
         self.workload_for()  # builds (and so validates) lengths, prompts, drift
         from aprilsim.scheduler_spec import build_scheduler
 

@@ -2,6 +2,7 @@
 
     taskset -c 0 python benchmarks/sim_speed.py --json [--clock cpu] [--repeats 3]
                                                 [--baseline HEAD~1|REF|none] [--cluster-steps 20]
+                                                [--family sglang|vllm] [--families-only]
 
 Prints one JSON object. Throughputs are samples per second of wall time, both created (every
 sample the scheduler asked for) and trained (the samples that reached a training batch):
@@ -16,6 +17,13 @@ sample the scheduler asked for) and trained (the samples that reached a training
   the 4,096 clip while the queue waits, retractions, re-admissions), every step's records
   asserted equal to 1e-9; the reference is timed once.
 
+* `vllm_vs_sglang_cpu_ratio`: the default scenario (every scheduler in its `compare` list) under
+  the `vllm` engine family over the same under `sglang`, in process CPU time, best of `--repeats`
+  each, measured in the same run (`vllm_cpu_s`, `sglang_cpu_s`); `--families-only` prints these
+  alone.
+
+`--family` runs the default, cluster and reference-check scenarios under that engine family
+(`[cluster] family`; the default `sglang` is every preset's); the KV-bound check stays SGLang's.
 Each figure is the best of `--repeats` runs (the machine is shared: compare within one run). On a
 loaded machine `--clock cpu` times with the process's CPU time instead of wall time, which leaves
 out the time the process waits for a core (not the slowdown of sharing one).
@@ -114,8 +122,9 @@ def rates(runs, secs: float) -> dict[str, float]:
     return {"created_per_s": created / secs, "trained_per_s": trained / secs}
 
 
-def bench_default(repeats: int) -> dict[str, float]:
+def bench_default(repeats: int, family: str = "sglang") -> dict[str, float]:
     sc = load_scenario(None)
+    sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"family": family})})
     runs, secs = timed(lambda: [simulate(sc, name) for name in sc.compare], repeats)
     return rates(runs, secs) | {"wall_s": secs}
 
@@ -159,9 +168,32 @@ def cluster_vs_baseline(name: str, runs: dict[str, list[dict]]) -> dict:
     }
 
 
-def bench_reference(repeats: int) -> dict[str, float]:
+def with_family(spec: dict, family: str) -> dict:
+    """A scenario dict with its engines under `family`'s rules."""
+    return spec | {"cluster": spec["cluster"] | {"family": family}}
+
+
+def bench_families(repeats: int) -> dict[str, float]:
+    """The default scenario under vLLM's rules vs SGLang's: process CPU time, best of `repeats`."""
+    base = load_scenario(None)
+    cpu: dict[str, float] = {}
+    for family in ("sglang", "vllm"):
+        sc = base.model_copy(update={"cluster": base.cluster.model_copy(
+            update={"family": family})})
+        best = math.inf
+        for _ in range(repeats):
+            t = time.process_time()
+            for name in sc.compare:
+                simulate(sc, name)
+            best = min(best, time.process_time() - t)
+        cpu[family] = best
+    return {"vllm_vs_sglang_cpu_ratio": round(cpu["vllm"] / cpu["sglang"], 2),
+            "vllm_cpu_s": round(cpu["vllm"], 3), "sglang_cpu_s": round(cpu["sglang"], 3)}
+
+
+def bench_reference(repeats: int, family: str = "sglang") -> dict[str, float]:
     """Fast vs reference engine on a retracting workload: identical results, time ratio."""
-    sc = scenario_from_dict(REFERENCE)
+    sc = scenario_from_dict(with_family(REFERENCE, family))
     fast, t_fast = timed(lambda: simulate(sc, "april"), repeats)
     ref, t_ref = timed(lambda: simulate(sc, "april", engine_factory=ReferenceEngine), repeats)
     a, b = fast.summary(), ref.summary()
@@ -204,21 +236,31 @@ def main() -> None:
     ap.add_argument("--baseline", default="HEAD~1", help="commit to compare with ('none': off)")
     ap.add_argument("--cluster-steps", type=int, default=CLUSTER["steps"],
                     help="steps of the two cluster scenarios (fewer: a smoke run)")
+    ap.add_argument("--family", default="sglang", choices=["sglang", "vllm"],
+                    help="the engine family the default, cluster and reference runs use")
+    ap.add_argument("--families-only", action="store_true",
+                    help="only the vllm vs sglang CPU-time figures")
     args = ap.parse_args()
+    one_core()
+    n = args.repeats
+    families = bench_families(n)
+    if args.families_only:
+        print(json.dumps(families) if args.json else "\n".join(
+            f"{k:>36}: {v}" for k, v in families.items()))
+        return
     commit = resolve(args.baseline)
     global CLOCK
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
-    one_core()
-    n = args.repeats
-    default = bench_default(n)
-    specs = {"cluster": CLUSTER, "tight_cluster": TIGHT_CLUSTER}
+    default = bench_default(n, args.family)
+    specs = {name: with_family(spec, args.family)
+             for name, spec in (("cluster", CLUSTER), ("tight_cluster", TIGHT_CLUSTER))}
     with baseline_tree(commit) as old:
         trees = tree_pair(old)
         clusters = {
             name: bench_cluster(spec | {"steps": args.cluster_steps}, trees, n, args.clock)
             for name, spec in specs.items()
         }
-    ref = bench_reference(n)
+    ref = bench_reference(n, args.family)
     kvb = bench_kv_bound()
     out = {
         "default_samples_per_s": round(default["created_per_s"]),
@@ -237,6 +279,8 @@ def main() -> None:
         "repeats": n,
         "clock": args.clock,
         "cluster_steps": args.cluster_steps,
+        "family": args.family,
+        **families,
         **builds(clusters["cluster"]),
     }
     if "old" in trees:

@@ -12,7 +12,7 @@ reads them, from ``aprilsim.engine.families``). The numbers, best first:
 - ``kv_capacity``: the server's (vLLM: ``num_gpu_blocks x block_size`` of
   ``vllm:cache_config_info``, so its KV blocks);
 - vLLM's ``max_num_batched_tokens`` (dev mode's scheduler config): the token budget of one step,
-  taken as the simulated prefill budget;
+  the simulated vLLM family's;
 - the prefix cache's grain: vLLM's block size, SGLang's page size.
 """
 
@@ -121,12 +121,13 @@ async def engine_limits(engine: Any, opts: Any, need: int,
         notes.append("kv_capacity: not reported (unbounded in the simulation)")
     batched = ((info.raw or {}).get("scheduler_config") or {}).get("max_num_batched_tokens")
     if isinstance(batched, int) and batched > 0:
-        limits["max_prefill_tokens"] = batched
+        key = "max_num_batched_tokens" if family == "vllm" else "max_prefill_tokens"
+        limits[key] = batched
         notes.append(f"max_num_batched_tokens {batched}: reported by the server (the simulated "
-                     "prefill budget per step)")
+                     "token budget per step)")
     elif family == "vllm":
         notes.append("max_num_batched_tokens: not reported (vLLM reports its scheduler config "
-                     "only in dev mode); the simulation's prefill budget stays 8192")
+                     "only in dev mode); the simulation's step budget stays 8192")
     facts = {"family": family, "max_running_source": how, "probe_need": need}
     return limits, notes, facts
 

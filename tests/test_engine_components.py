@@ -28,8 +28,9 @@ from aprilsim.native import MODULES
 # FastEngine's own attributes: 53 before issue 23's components, 40 before issue 33's (the
 # retraction index and the speculative hooks were flat attributes again); a new piece of state
 # goes into the component it belongs to (engine/retraction.py, speculative.SpeculativeHooks,
-# parts.PrefillBatch, the family's rules) or raises this on purpose
-MAX_FAST_ATTRIBUTES = 30
+# parts.PrefillBatch, the family's rules) or raises this on purpose (31: `mixed`, the stepper a
+# mixed-step family runs the engine's calls through, vLLM's)
+MAX_FAST_ATTRIBUTES = 31
 
 
 def _attributes(obj: object) -> set[str]:

@@ -65,7 +65,8 @@ def test_every_family_makes_rules_that_answer_the_protocol():
         rules = fam.rules(spec)
         assert isinstance(rules, Rules) and rules.family == name
         assert (rules.abort_steps, rules.cache_block) == (fam.abort_steps, fam.cache_block)
-        assert rules.kv_capacity == spec.kv_capacity and not rules.mixed_steps
+        assert rules.kv_capacity == spec.kv_capacity
+        assert rules.mixed_steps == (name == "vllm")  # vLLM V1 mixes prefill and decode
         assert fam.rules(spec) is not rules  # each engine gets its own (they keep state)
     assert {"sglang", "bundled", "vllm"} <= set(FAMILIES)
     assert EngineSpec(spec.cost).family == SIMPLE  # a bare spec: the simpler rules
@@ -96,7 +97,7 @@ def test_a_new_family_is_one_module_and_its_registration(toy):
 def test_the_scenario_key_picks_the_family_and_keeps_its_defaults():
     vllm = small_scenario(cluster={"family": "vllm"}).engine_spec()
     assert vllm.family == make_family("vllm") and vllm.abort_steps == 0
-    assert vllm.family.retract_to == "head" and vllm.family.cache_block == 16
+    assert vllm.family.cache_block == 16 and vllm.family.max_num_batched_tokens == 8192
     bundled = small_scenario(cluster={"family": "bundled", "retract_to": "head"}).engine_spec()
     assert bundled.family == make_family("bundled", retract_to="head")
     assert small_scenario().engine_spec().family == make_family("sglang")  # the default
@@ -106,22 +107,25 @@ def test_the_scenario_key_picks_the_family_and_keeps_its_defaults():
 
 
 def test_the_engines_refuse_a_step_they_cannot_run():
-    """A family whose prefill and decode share a step (vLLM V1's, to come) is refused by the
-    fast engine with one line, and the reference engine will not run a mixed step."""
+    """A family whose prefill and decode share a step but gives no stepper (vLLM's gives its
+    own, `VllmRules.stepper`) is refused by both engines with one line, and the reference engine
+    will not run a step kind it does not know."""
     spec = EngineSpec(PRESETS["qwen3-4b-h100-tp2"].cost, kv_capacity=10_000)
 
     class Mixed(Rules):  # a family's rules written in Python: a subclass of the protocol
-        def __init__(self):
-            self.family, self.mixed_steps = "mixed", True
+        def __init__(self, mixed_steps: bool):
+            self.family, self.mixed_steps = "mixed", mixed_steps
             self.abort_steps, self.cache_block, self.clip = -1, 1, 0
+            self.fewest_first = True
 
         def plan_step(self, view):
             return Step(MIXED)
 
-    mixed = Mixed()
-    with pytest.raises(NotImplementedError, match="the mixed family mixes prefill and decode"):
-        FastEngine(spec, rules=mixed)
-    ref = ReferenceEngine(spec, rules=mixed)
+    for engine in (FastEngine, ReferenceEngine):
+        with pytest.raises(NotImplementedError, match="the mixed family mixes prefill and "
+                                                      "decode in one step but gives"):
+            engine(spec, rules=Mixed(True))
+    ref = ReferenceEngine(spec, rules=Mixed(False))
     with pytest.raises(NotImplementedError, match="planned a step of kind 3"):
         ref.submit([], 0.0)
 

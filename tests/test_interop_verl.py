@@ -94,8 +94,30 @@ def test_verl_import_notes_every_assumed_value():
     notes = " | ".join(res.notes)
     assert "trainer.nnodes not set: verl's default, 1" in notes
     assert any("TP-2 estimate kept for a TP-4 launch" in w for w in res.warnings)
-    assert "name=vllm: simulated under the preset's SGLang scheduling rules" in notes
+    assert 'name=vllm: cluster.family = "vllm"' in notes
     assert res.data["cluster"]["engines"] == 2
+
+
+def test_a_vllm_rollout_runs_under_vllms_rules():
+    """Issue 34 item 4: rollout.name=vllm picks the vllm family, its step's token budget and its
+    chunked prefill; under sglang the budget bounds prefill batches and vLLM's key is unmapped."""
+    keys = ("actor_rollout_ref.rollout.max_num_batched_tokens=32768 "
+            "actor_rollout_ref.rollout.enable_chunked_prefill=false "
+            "actor_rollout_ref.rollout.gpu_memory_utilization=0.7 ")
+    vllm = from_verl(keys + "actor_rollout_ref.rollout.name=vllm")
+    sc = scenario_from_dict(vllm.data)
+    assert sc.cluster.family == "vllm" and sc.cluster.max_num_batched_tokens == 32768
+    assert sc.cluster.enable_chunked_prefill is False and sc.cluster.max_prefill_tokens is None
+    spec = sc.engine_spec()
+    assert spec.family.max_num_batched_tokens == 32768 and not spec.family.enable_chunked_prefill
+    assert sc.launch.mem_fraction_static == 0.7  # the launch's; the KV pool is the preset's
+    sglang = from_verl(keys + "actor_rollout_ref.rollout.name=sglang")
+    sc = scenario_from_dict(sglang.data)
+    assert sc.cluster.family == "sglang" and sc.cluster.max_prefill_tokens == 32768
+    assert "actor_rollout_ref.rollout.enable_chunked_prefill" in sglang.unmapped
+    unnamed = scenario_from_dict(from_verl("actor_rollout_ref.rollout.max_num_batched_tokens=2048")
+                                 .data)
+    assert unnamed.cluster.family == "sglang" and unnamed.cluster.max_prefill_tokens == 2048
 
 
 def test_a_model_with_no_preset_and_a_short_cap_are_said_and_fitted():

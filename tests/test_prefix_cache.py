@@ -482,8 +482,10 @@ def test_engine_families_name_their_block_sizes():
     assert make_family("bundled").live_prefix_cache == "none"  # no cache at all
     assert make_family("vllm").live_prefix_cache == make_family("sglang").live_prefix_cache == "lru"
     spec = replace(LRU, family=make_family("vllm"))
-    for cls in ENGINES:  # the engines' cache takes the family's grain
-        assert cls(spec).cache.block == 16 and cls(LRU).cache.block == 1
+    for cls in ENGINES:  # the engines' cache takes the family's grain; vLLM's stepper keeps
+        vllm = cls(spec)  # its own block pool (tests/test_vllm_family.py), not the radix cache
+        assert vllm.cache is None and vllm.rules.block_size == 16 and vllm.mixed is not None
+        assert cls(LRU).cache.block == 1
 
 
 BLOCK_REACH = ("block hit", "partial block dropped", "eviction", "flush")

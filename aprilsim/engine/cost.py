@@ -375,11 +375,20 @@ class EngineSpec:
         if self.speculative is not None and not isinstance(self.speculative, SpeculativeSpec):
             raise ValueError("speculative must be a SpeculativeSpec or None")
         _check_migration(self.kv_bytes_per_token, self.kv_transfer)
+        check = getattr(self.family, "check_spec", None)  # what the family's rules need of it
+        if check is not None:
+            check(self)
 
     @property
     def shares_prefixes(self) -> bool:
         """True when a group's prompt is held once per engine (prefix cache "group" or "lru")."""
         return self.prefix_sharing or self.prefix_cache != "none"
+
+    @property
+    def hashes_tokens(self) -> bool:
+        """True when the family's engines hash token ids (vLLM's prefix cache): requests carry
+        their content's keys (`RequestBuilder`)."""
+        return bool(getattr(self.family, "hashes_tokens", False))
 
     @property
     def retains_prefixes(self) -> bool:

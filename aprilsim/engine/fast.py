@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 from aprilsim.engine.clipped_reserve import ClippedReserve
 from aprilsim.engine.cost import EngineSpec, LinearInK, pass_ends, prefill_passes
@@ -76,9 +76,6 @@ class FastEngine(EngineFace):
     def __init__(self, spec: EngineSpec, name: int = 0, rules: Rules | None = None) -> None:
         self.spec = spec
         rules = self.rules = rules if rules is not None else spec.family.rules(spec)
-        if rules.mixed_steps:
-            raise NotImplementedError(f"the {rules.family} family mixes prefill and decode in "
-                                      "one step: FastEngine runs batch-shaped families only")
         cost = engine_cost(spec)  # speculative decoding: a per-engine SpeculativeCost
         self.cost: LinearInK = cost
         self.speculative: SpeculativeHooks | None = speculative_hooks(spec, cost)  # None: off
@@ -113,6 +110,9 @@ class FastEngine(EngineFace):
         self.share = spec.shares_prefixes
         self.prefixes = PrefixRefs()
         self.cache = PrefixCache(rules.cache_block) if spec.retains_prefixes else None
+        if rules.mixed_steps:  # prefill and decode share a step: the family runs the calls
+            self.cache = None
+        self.mixed: Any = rules.stepper(self, True) if rules.mixed_steps else None
 
     # ---------------------------------------------------------------- public API
     def prefilling(self) -> list[Request]:
@@ -121,6 +121,8 @@ class FastEngine(EngineFace):
 
     def progress_at(self, now: float) -> tuple[int, float, int]:
         """(tokens, busy seconds, KV tokens) as of `now`, inside a decode span included."""
+        if self.mixed is not None:
+            return self.mixed.progress_at(now)
         tokens, busy, kv = self.tokens, self.busy_time, self.kv
         if self.phase != IDLE and now > self.t:
             busy += min(now, self.t_event) - self.t
@@ -132,6 +134,8 @@ class FastEngine(EngineFace):
 
     def iterations_at(self, now: float) -> int:
         """Decode iterations done as of `now`, those of a span in progress that have ended included."""
+        if self.mixed is not None:
+            return self.mixed.iterations_at(now)
         if self.phase == DECODE and now > self.t:
             return self.stats.iterations + self._iterations_within(now - self.t)
         return self.stats.iterations
@@ -156,6 +160,9 @@ class FastEngine(EngineFace):
 
     def submit(self, reqs: list[Request], now: float) -> None:
         """Queue requests arriving at `now`; they are considered at the first boundary >= now."""
+        if self.mixed is not None:
+            self.mixed.submit(reqs, now)
+            return
         check_requests(reqs, self.kv_capacity)
         if self.speculative is not None:
             self.speculative.submitted(reqs)
@@ -171,6 +178,8 @@ class FastEngine(EngineFace):
 
     def advance(self) -> list[Completion]:
         """Carry out the event due at `t_event`; return the requests that finished there."""
+        if self.mixed is not None:
+            return self.mixed.advance()
         phase = self.phase
         if phase == DECODE:  # a decode span ends (inline: the hot path)
             m, b = self.n, len(self.running)
@@ -203,6 +212,8 @@ class FastEngine(EngineFace):
 
     def abort_all(self, now: float) -> list[Completion]:
         """Stop everything: events due by `now` complete as usual, the rest returns partial."""
+        if self.mixed is not None:
+            return self.mixed.abort_all(now)
         out: list[Completion] = []
         while self.t_event <= now:
             out += self.advance()
@@ -230,6 +241,8 @@ class FastEngine(EngineFace):
         With chunked prefill the step in flight is a pass: after one that is not its batch's
         last, the batch's requests leave with what they had before it (SGLang launches no further
         chunk, `scheduler.process_pending_chunked_abort`)."""
+        if self.mixed is not None:
+            return self.mixed.abort_after_steps(now, k)
         out: list[Completion] = []
         while self.t_event <= now:
             out += self.advance()
@@ -265,6 +278,8 @@ class FastEngine(EngineFace):
 
     def pause(self, now: float, until: float) -> list[Completion]:
         """Stop generating from `now` to `until` (weight update); the iteration in progress is redone."""
+        if self.mixed is not None:
+            return self.mixed.pause(now, until)
         out: list[Completion] = []
         while self.t_event <= now:
             out += self.advance()

@@ -14,7 +14,7 @@ import heapq
 from collections import deque
 from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from aprilsim.native import mypyc_attr
 
@@ -346,10 +346,13 @@ class EngineFace:
     t: float
     stats: EngineStats
     cache: PrefixCache | None
+    mixed: Any  # a mixed-step family's stepper, which runs the engine's calls (None: none)
 
     def flush_prefix_cache(self) -> None:
         """A weight update: drop every run the retained prefix cache kept (none without one)."""
-        if self.cache is not None:
+        if self.mixed is not None:
+            self.mixed.flush_prefix_cache()
+        elif self.cache is not None:
             self.cache.clear(self.stats)
 
     def prefilling(self) -> list[Request]:  # pragma: no cover - each engine defines it

@@ -129,4 +129,4 @@ def request_builder(spec: EngineSpec, group_size: int | None) -> RequestBuilder:
     speculative decoding with "siblings" acceptance stamps on each request)."""
     siblings = spec.speculative is not None and spec.speculative.by_siblings
     return RequestBuilder(spec.shares_prefixes, spec.retains_prefixes,
-                          (group_size or 0) if siblings else 0)
+                          (group_size or 0) if siblings else 0, spec.hashes_tokens)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from typing import Any
 
 from aprilsim.engine.cost import EngineSpec, chunked_prefill_time, pass_ends
 from aprilsim.engine.families.protocol import Rules, Step
@@ -65,6 +66,9 @@ class ReferenceEngine(EngineFace):
         self.batch_passes = 1  # forward passes the prefill batch in progress starts
         self.cache = PrefixCache(self.rules.cache_block) if spec.retains_prefixes else None
         self.batch_got: CacheLookup | None = None  # what the batch takes from the cache
+        if self.rules.mixed_steps:  # prefill and decode share a step: the family runs its calls
+            self.cache = None
+        self.mixed: Any = self.rules.stepper(self, False) if self.rules.mixed_steps else None
 
     @property
     def kv(self) -> int:
@@ -89,6 +93,8 @@ class ReferenceEngine(EngineFace):
 
     def progress_at(self, now: float) -> tuple[int, float, int]:
         """(tokens, busy seconds, KV tokens) as of `now` (iterations are counted when they end)."""
+        if self.mixed is not None:
+            return self.mixed.progress_at(now)
         busy = self.busy_time
         if self.phase != IDLE and now > self.t:
             busy += min(now, self.t_event) - self.t
@@ -104,6 +110,9 @@ class ReferenceEngine(EngineFace):
         return self.stats.spec_s
 
     def submit(self, reqs: list[Request], now: float) -> None:
+        if self.mixed is not None:
+            self.mixed.submit(reqs, now)
+            return
         check_requests(reqs, self.spec.kv_capacity)
         if self.speculative is not None:
             self.speculative.submitted(reqs)
@@ -119,6 +128,8 @@ class ReferenceEngine(EngineFace):
     def advance(self) -> list[Completion]:
         """Carry out the step due at `t_event` (a prefill batch, or one decode iteration), then
         plan the next; return the requests that finished."""
+        if self.mixed is not None:
+            return self.mixed.advance()
         if self.phase == PREFILL:
             done = self._end_prefill()
         elif self.phase == DECODE:
@@ -195,6 +206,8 @@ class ReferenceEngine(EngineFace):
         return done
 
     def abort_all(self, now: float) -> list[Completion]:
+        if self.mixed is not None:
+            return self.mixed.abort_all(now)
         out: list[Completion] = []
         while self.t_event <= now:
             out += self.advance()
@@ -217,6 +230,8 @@ class ReferenceEngine(EngineFace):
 
     def abort_after_steps(self, now: float, k: int) -> tuple[float, list[Completion]]:
         """Abort as a live engine does (see FastEngine.abort_after_steps), one step at a time."""
+        if self.mixed is not None:
+            return self.mixed.abort_after_steps(now, k)
         out: list[Completion] = []
         while self.t_event <= now:
             out += self.advance()
@@ -248,6 +263,8 @@ class ReferenceEngine(EngineFace):
         return self.t, out + self.abort_all(self.t)
 
     def pause(self, now: float, until: float) -> list[Completion]:
+        if self.mixed is not None:
+            return self.mixed.pause(now, until)
         out: list[Completion] = []
         while self.t_event <= now:
             out += self.advance()

@@ -70,6 +70,12 @@ class Request:
     # the runtime only then; -1: none)
     group: int = -1
     group_n: int = 1
+    # the token content a family that hashes tokens reads (vLLM's prefix cache,
+    # `families.vllm_content`): the key of the prompt's tokens (the group's; -1: the request's
+    # own) and how many input tokens are the sample's own output carried from its earlier
+    # requests (the sample: `seq`)
+    prompt: int = -1
+    carried: int = 0
     # the clipped reserve's own fields (`clipped_reserve`): the iteration at which the request
     # crosses the clip while above it, NEAR (-1) at or below it, ABSENT (-2) in no reserve; and E
     clip_k: int = field(default=-2, init=False)
@@ -79,7 +85,7 @@ class Request:
     def __init__(self, rid: int, input_len: int, max_new: int, target_new: int, gen: int = 0,
                  base: int = 0, retractions: int = 0, prefix: int = -1, shared: int = 0,
                  seq: int = -1, sample: Sample | None = None, priority: int = 0, migrated: int = 0,
-                 group: int = -1, group_n: int = 1) -> None:
+                 group: int = -1, group_n: int = 1, prompt: int = -1, carried: int = 0) -> None:
         self.rid = rid
         self.input_len = input_len
         self.max_new = max_new
@@ -95,6 +101,8 @@ class Request:
         self.migrated = migrated
         self.group = group
         self.group_n = group_n
+        self.prompt = prompt
+        self.carried = carried
         self.clip_k = -2
         self.clip_e = 0
         self.started_s = -1.0
@@ -125,15 +133,19 @@ class RequestBuilder:
     `shares` (prefix sharing): the prompt but its last token is a prefix held once per engine,
     keyed by the group; `retains` (the retained cache): the request names its sample; `group_n`
     (speculative decoding with "siblings" acceptance): the group size the request carries (0: no
-    group). A sample with no `start_s` yet asks its engine to report its first scheduling.
+    group); `tokens` (a family whose engines hash token ids, vLLM's): the request names its
+    sample, its group's prompt and the output it carries (`families.vllm_content`). A sample with
+    no `start_s` yet asks its engine to report its first scheduling.
     """
 
-    __slots__ = ("group_n", "retains", "shares")
+    __slots__ = ("group_n", "retains", "shares", "tokens")
 
-    def __init__(self, shares: bool, retains: bool, group_n: int = 0) -> None:
+    def __init__(self, shares: bool, retains: bool, group_n: int = 0,
+                 tokens: bool = False) -> None:
         self.shares = shares
         self.retains = retains
         self.group_n = group_n
+        self.tokens = tokens
 
     def build(self, s: Sample, rid: int, cap: int | None, priority: int = 0,
               keep_kv: bool = False) -> Request:
@@ -166,7 +178,7 @@ class RequestBuilder:
                 req.sample = s
             append(req)
             rid += 1
-        if self.shares or self.retains or self.group_n or priority or keep_kv:
+        if self.shares or self.retains or self.group_n or self.tokens or priority or keep_kv:
             for s, req in zip(samples, out):  # the rest of the rule: engine keys, placement
                 self._place(req, s, priority, keep_kv)
         return out
@@ -180,8 +192,10 @@ class RequestBuilder:
         if shares and s.prompt_len > 1:  # the prompt but its last token, held once per engine
             req.prefix, req.shared = s.group_id, s.prompt_len - 1
             req.input_len -= req.shared
-        if self.retains:  # its run in the retained cache: what its earlier requests left
+        if self.retains or self.tokens:  # its run in the retained cache, its tokens' key
             req.seq = s.uid
+        if self.tokens:  # the engines hash token ids: its prompt's key, the output it carries
+            req.prompt, req.carried = s.group_id, s.generated
         elif keep_kv and s.generated and not shares:
             req.migrated = req.input_len - 1
         if self.group_n:

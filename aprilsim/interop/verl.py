@@ -15,7 +15,9 @@ as verl launch scripts pass them). Reading YAML needs PyYAML (`pip install 'apri
 | `trainer.total_training_steps` | `steps` |
 | `trainer.nnodes`, `trainer.n_gpus_per_node`, `rollout.nnodes`, `rollout.n_gpus_per_node`, `actor_rollout_ref.rollout.tensor_model_parallel_size` | `cluster.engines` |
 | `actor_rollout_ref.rollout.max_num_seqs` | `cluster.max_running` |
-| `actor_rollout_ref.rollout.max_num_batched_tokens` | `cluster.max_prefill_tokens` |
+| `actor_rollout_ref.rollout.name` (`vllm`, `sglang`) | `cluster.family` |
+| `actor_rollout_ref.rollout.max_num_batched_tokens` | `cluster.max_num_batched_tokens` under vLLM (its step's token budget), else `cluster.max_prefill_tokens` |
+| `actor_rollout_ref.rollout.enable_chunked_prefill` | `cluster.enable_chunked_prefill` (vLLM) |
 | `algorithm.filter_groups.*`, `data.gen_batch_size` | `dynamic_sampling` knobs |
 | `async_training.partial_rollout` | `fully_async.interrupt` |
 | `actor_rollout_ref.rollout.temperature`, `.gpu_memory_utilization` | `[launch]` (not simulated) |
@@ -44,12 +46,13 @@ _DIRECT: dict[str, tuple[tuple[str, ...], type]] = {
     _R + "gpu_memory_utilization": (("launch", "mem_fraction_static"), float),
     _R + "tensor_model_parallel_size": (("launch", "gpus_per_engine"), int),
 }
+_FAMILY = (_R + "name", _R + "enable_chunked_prefill")
 _CLUSTER = ("trainer.nnodes", "trainer.n_gpus_per_node", "rollout.nnodes", "rollout.n_gpus_per_node")
 _SETUP = ("actor_rollout_ref.model.path", "data.train_files")
 _SCHEDULER = ("algorithm.filter_groups.enable", "algorithm.filter_groups.max_num_gen_batches",
               "algorithm.filter_groups.metric", "data.gen_batch_size",
               "async_training.partial_rollout")
-MAPPED_KEYS: tuple[str, ...] = (*_DIRECT, *_CLUSTER, *_SCHEDULER, *_SETUP)
+MAPPED_KEYS: tuple[str, ...] = (*_DIRECT, *_FAMILY, *_CLUSTER, *_SCHEDULER, *_SETUP)
 _OVERRIDE = re.compile(r"^[+~]{0,2}([A-Za-z_][\w.]*)=(.*)$", re.S)
 
 
@@ -128,17 +131,42 @@ def from_verl(text: str, lengths: str | None = None) -> ImportResult:
         else:
             res.mapped[key] = value
     _cluster(res)
+    _family(res)
     _setup(res, lengths)
-    _assumptions(res, settings)
+    _assumptions(res)
     _scheduler(res)
     fit_warmup(res)
     if _R + "gpu_memory_utilization" in res.mapped:
         res.notes.append("gpu_memory_utilization: the KV pool it leaves depends on the GPU and the "
                          "model, so cluster.kv_capacity comes from the preset")
-    if _R + "max_num_batched_tokens" in res.mapped:
-        res.notes.append("max_num_batched_tokens is the engine's token budget per iteration; the "
-                         "simulator applies it to prefill batches only")
     return res
+
+
+def _family(res: ImportResult) -> None:
+    """The engine family from `rollout.name`: vLLM's rules under vllm (its step's token budget,
+    chunked prefill), SGLang's otherwise (the budget then bounds prefill batches only)."""
+    m, cluster = res.mapped, res.data["cluster"]
+    name = str(m.get(_R + "name", "")).lower()
+    budget = cluster.pop("max_prefill_tokens", None)
+    if name.startswith("vllm"):
+        cluster["family"] = "vllm"
+        if budget is not None:
+            cluster["max_num_batched_tokens"] = budget
+        if _R + "enable_chunked_prefill" in m:
+            cluster["enable_chunked_prefill"] = bool(m[_R + "enable_chunked_prefill"])
+        res.notes.append(f"{_R}name={m[_R + 'name']}: cluster.family = \"vllm\" (vLLM V1's "
+                         "scheduling: one token budget per step shared by decodes and prefill "
+                         "chunks, block KV, preemption to the queue's head)")
+        return
+    if name:
+        cluster["family"] = "sglang"
+    if budget is not None:
+        cluster["max_prefill_tokens"] = budget
+        res.notes.append("max_num_batched_tokens is the engine's token budget per iteration; "
+                         "under SGLang's rules the simulator applies it to prefill batches only")
+    if _R + "enable_chunked_prefill" in m:
+        del m[_R + "enable_chunked_prefill"]
+        res.unmapped.append(_R + "enable_chunked_prefill")  # vLLM's key: not SGLang's
 
 
 def _cluster(res: ImportResult) -> None:
@@ -201,7 +229,7 @@ def _setup(res: ImportResult, lengths: str | None) -> None:
         setups.fit_to_cap(data, res.notes, res.warnings, estimated=False)
 
 
-def _assumptions(res: ImportResult, settings: dict[str, Any]) -> None:
+def _assumptions(res: ImportResult) -> None:
     """Say every value the cluster took from verl's defaults, and where the preset does not fit."""
     from aprilsim.engine.cost import PRESETS
 
@@ -218,10 +246,6 @@ def _assumptions(res: ImportResult, settings: dict[str, Any]) -> None:
         res.warnings.append(f"cluster.preset: {preset} is a TP-{PRESETS[preset].tp} estimate "
                             f"kept for a TP-{tp} launch: another setup's per-engine costs "
                             "(calibrate, or pick a preset with `aprilsim presets`)")
-    engine = settings.get(_R + "name")
-    if isinstance(engine, str) and engine.lower().startswith("vllm"):
-        res.notes.append(f"{_R}name={engine}: simulated under the preset's SGLang scheduling "
-                         "rules (admission, retraction, chunked prefill), not vLLM's")
 
 
 def _scheduler(res: ImportResult) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from aprilsim.config import Scenario
 from aprilsim.engine.cost import CostModel, EngineSpec, TabulatedCost
@@ -37,15 +38,17 @@ def matched_engine(cost: CostModel | TabulatedCost, *, max_running: int, kv_capa
                    family: str | None = None, abort_steps: int | None = None,
                    retract_to: str | None = None, prefix_cache: str = "none",
                    prefix_cache_flush: bool = True, prefix_cache_block: int | None = None,
-                   client_overhead_s: float = 0.0) -> EngineSpec:
+                   client_overhead_s: float = 0.0, **params: Any) -> EngineSpec:
     """The simulated engine of a live replay run: replay requests ignore EOS, so the engine
     reserves their whole remaining length (ratio 1); aborts land, retracted requests re-enter
     the queue and prefixes stay cached as the live engine's `family` does (`validate`'s
     `engine_rules`; None: the simple rules, `families.SIMPLE`), its parameters overridden where
-    given; each request reaches its engine `client_overhead_s` after it is sent."""
+    given (`params`: the family's others, e.g. vLLM's `max_num_batched_tokens`); each request
+    reaches its engine `client_overhead_s` after it is sent."""
     given = {"abort_steps": abort_steps, "retract_to": retract_to,
-             "cache_block": prefix_cache_block}
-    base = {} if family else {f: getattr(SIMPLE, f) for f in given}
+             "cache_block": prefix_cache_block, **params}
+    base = {} if family else {f: getattr(SIMPLE, f) for f in ("abort_steps", "retract_to",
+                                                               "cache_block")}
     fam = make_family(family or SIMPLE.name,
                       **(base | {k: v for k, v in given.items() if v is not None}))
     return EngineSpec(cost=cost, kv_capacity=kv_capacity, max_running=max_running,

@@ -34,8 +34,10 @@ def test_abort_steps_and_retraction_by_engine_family():
         "prefix_cache": "lru",  # the radix cache,
         "prefix_cache_block": 1}  # token by token
     assert engine_rules(VLLMEngine.__new__(VLLMEngine), None) == {
-        "family": "vllm", "retract_to": "head", "abort_steps": 0, "prefix_cache": "lru",
-        "prefix_cache_block": 16}  # whole KV blocks (vLLM's default block size)
+        "family": "vllm", "abort_steps": 0, "prefix_cache": "lru",
+        "prefix_cache_block": 16,  # whole KV blocks (vLLM's default block size)
+        "max_num_batched_tokens": 8192, "enable_prefix_caching": True,  # vLLM's defaults
+        "enable_chunked_prefill": True, "watermark": 0.0, "scheduler_reserve_full_isl": True}
 
 
 def test_sglangs_rules_are_stated_once():

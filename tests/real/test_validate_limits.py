@@ -11,6 +11,8 @@ from conftest import run
 from vllm_fake import FakeVLLM
 
 from aprilsim.config import load_scenario
+from aprilsim.engine.cost import PRESETS
+from aprilsim.validate.scaled import matched_engine
 from real.clients.vllm import VLLMEngine
 from real.runner.options import EngineTarget
 from real.validate_limits import engine_limits, probe_need
@@ -34,7 +36,8 @@ def test_vllm_s_concurrency_is_probed_and_its_blocks_read():
             return limits, notes, facts, fake
     limits, notes, facts, fake = run(main())
     assert limits["max_running"] == 6 and facts["max_running_source"].startswith("probed: 16")
-    assert limits["kv_capacity"] == 512 * 16 and limits["retract_to"] == "head"
+    assert limits["kv_capacity"] == 512 * 16 and limits["family"] == "vllm"
+    assert "retract_to" not in limits  # vLLM's rules preempt the last running request, to the head
     assert facts["family"] == "vllm" and any("engine family vllm" in n for n in notes)
     assert any("512 blocks of 16 tokens" in n for n in notes)
     assert any("max_num_batched_tokens: not reported" in n for n in notes)
@@ -58,7 +61,7 @@ def test_given_or_reported_limits_are_not_probed():
 
 def test_dev_mode_s_scheduler_config_gives_the_step_budget(monkeypatch):
     """vLLM in dev mode reports its scheduler config: max_num_seqs is the concurrency and
-    max_num_batched_tokens the simulated prefill budget."""
+    max_num_batched_tokens the simulated vLLM family's step budget."""
     async def fake_request(self, method, path, body=None):
         if path.startswith("/server_info"):
             return 200, {"vllm_config": {"scheduler_config": {"max_num_seqs": 96,
@@ -76,7 +79,9 @@ def test_dev_mode_s_scheduler_config_gives_the_step_budget(monkeypatch):
                 await e.close()
     limits, notes, facts = run(main())
     assert limits["max_running"] == 96 and facts["max_running_source"] == "reported by the server"
-    assert limits["max_prefill_tokens"] == 2048
+    assert limits["max_num_batched_tokens"] == 2048 and "max_prefill_tokens" not in limits
+    spec = matched_engine(PRESETS["qwen3-4b-h100-tp2"].cost, **limits)
+    assert spec.family.max_num_batched_tokens == 2048  # the simulation's step budget
     assert any("max_num_batched_tokens 2048: reported" in n for n in notes)
 
 

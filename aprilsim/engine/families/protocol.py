@@ -128,9 +128,9 @@ class Rules:
     (`admits_head`, `select_batch`), the reserve (`reserve_of`: the fast engine keeps its sum
     incrementally, so it must be min(remaining, clip), or remaining with clip 0), how long the
     running batch stays fixed (`stretch`), preemption (`fewest_first`, `requeue`, `retracted`)
-    and `reset`. Every family plans one iteration for the reference engine (`plan_step`; a
-    batch-shaped family's is given here, from those answers); a mixed family's fast engine will
-    step where `stretch` says the batch is not fixed.
+    and `reset`. Every batch-shaped family plans one iteration for the reference engine
+    (`plan_step`; given here, from those answers). A mixed-step family (`mixed_steps` True:
+    vLLM's) runs both engines through its own steppers instead (`stepper`).
     """
 
     family: str
@@ -185,6 +185,17 @@ class Rules:
     def reset(self, it: int) -> None:
         """The engine emptied at iteration `it` (idle, or aborted): per-step state starts over."""
         raise NotImplementedError
+
+    # ------------------------------------------------------------------ a mixed-step family
+    def stepper(self, engine: Any, fast: bool) -> Any:
+        """A family whose prefill and decode share a step (`mixed_steps`) runs its own engine
+        logic: the object `engine` (a `FastEngine` if `fast`, else a `ReferenceEngine`) hands
+        every public call to (its `submit`, `advance`, `abort_all`, `abort_after_steps`,
+        `pause`, `progress_at`, `iterations_at`, `flush_prefix_cache`), which keeps the engine's
+        public fields (`t`, `t_event`, `phase`, `busy_time`, `tokens`, `kv_peak`, `stats`,
+        `running`, `waiting`) as the runtime reads them."""
+        raise NotImplementedError(f"the {self.family} family mixes prefill and decode in one "
+                                  "step but gives the engines no stepper to run it")
 
     # ------------------------------------------------------------------ one iteration
     def plan_step(self, view: StepView) -> Step:

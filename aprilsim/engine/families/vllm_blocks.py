@@ -143,6 +143,15 @@ class BlockPool:
             if hsh[b] == NO_HASH:
                 hsh[b] = key
 
+    def reset_prefix_cache(self) -> bool:
+        """vLLM's `reset_prefix_cache` (a weight update): every block forgets its hash, so no
+        later request hits; refused (False, nothing changes) while any block is in use."""
+        if self.num_free != self.num_blocks - 1:
+            return False
+        self.cache.clear()
+        self.hash = [NO_HASH] * self.num_blocks
+        return True
+
     def free_order(self) -> list[int]:
         """The free queue front to back (for tests and debugging)."""
         out = []

@@ -15,8 +15,9 @@ Each `schedule()`, as vLLM's `Scheduler.schedule`:
    `max_num_seqs` allow. Each looks up its longest prefix-cache hit (full blocks only, at most
    num_tokens - 1 tokens), and is admitted only if the blocks for its WHOLE current sequence fit
    (`scheduler_reserve_full_isl`, on by default) and, when requests are running, with the
-   watermark left free; it is scheduled for its uncached tokens up to the budget (a chunk). The
-   first that does not fit stops admission (head-of-line, FCFS).
+   watermark left free; it is scheduled for its uncached tokens up to the budget (a chunk; with
+   `enable_chunked_prefill` off, a request whose uncached tokens exceed the budget left is not
+   scheduled). The first that does not fit stops admission (head-of-line, FCFS).
 
 Every block that becomes full of computed tokens enters the prefix cache at allocation; a request
 in prefill samples nothing; `update` appends one token per request that finished its prefill or
@@ -48,6 +49,7 @@ class VllmConfig:
     max_model_len: int
     block_size: int = 16
     enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
     watermark: float = 0.0
     scheduler_reserve_full_isl: bool = True
 
@@ -109,6 +111,7 @@ class VllmSteps:
         self.waiting: deque[_Req] = deque()
         self.running: list[_Req] = []
         self._last: list[_Req] = []
+        self._left = 0  # the budget the last plan left (`admit_more`)
         self.preemptions = 0
 
     # -- requests -------------------------------------------------------------------------
@@ -151,6 +154,10 @@ class VllmSteps:
         """Unfinished requests remain (vLLM's `has_unfinished_requests`)."""
         return bool(self.requests)
 
+    def reset_prefix_cache(self) -> bool:
+        """vLLM's `Scheduler.reset_prefix_cache()`: done only when no block is in use."""
+        return self.pool.reset_prefix_cache()
+
     @property
     def num_free_blocks(self) -> int:
         """Free blocks, cached ones included (vLLM's `BlockPool.get_num_free_blocks`)."""
@@ -174,12 +181,26 @@ class VllmSteps:
         self._last = []
         budget = self._schedule_running(plan, self.cfg.max_num_batched_tokens)
         if not plan.preempted:
-            self._schedule_waiting(plan, budget)
+            budget = self._schedule_waiting(plan, budget)
+        self._left = budget
         samples = plan.samples
         for r in self._last:
             if not r.chunk:
                 samples.append((r.rid, len(r.tokens) - r.num_prompt))
         return plan
+
+    def admit_more(self, plan: StepPlan) -> None:
+        """Requests added since `plan` was made join it as if they had been queued before it:
+        its waiting pass goes on from where it stopped (nothing changes unless it stopped on an
+        empty queue: a refused head, the budget or `max_num_seqs` stop the newcomers too; a
+        step that preempted admits nothing)."""
+        if plan.preempted:
+            return
+        n = len(self._last)
+        self._left = self._schedule_waiting(plan, self._left)
+        for r in self._last[n:]:
+            if not r.chunk:
+                plan.samples.append((r.rid, len(r.tokens) - r.num_prompt))
 
     def update(self, sampled: Mapping[int, int]) -> list[int]:
         """Append each sampling request's token (`sampled[rid]` for each (rid, _) of the plan's
@@ -258,14 +279,20 @@ class VllmSteps:
                 return False
         return True
 
-    def _schedule_waiting(self, plan: StepPlan, budget: int) -> None:
-        """The waiting pass (run only when nothing was preempted this step)."""
+    def _schedule_waiting(self, plan: StepPlan, budget: int) -> int:
+        """The waiting pass (run only when nothing was preempted this step); returns the budget
+        left."""
         bs, waiting, running = self.cfg.block_size, self.waiting, self.running
+        chunking = self.cfg.enable_chunked_prefill
         while budget > 0 and waiting and len(running) < self.cfg.max_num_seqs:
             r = waiting[0]
             hits = self._hits(r)
             hit = len(hits) * bs
-            n = min(len(r.tokens) - hit, budget)
+            n = len(r.tokens) - hit
+            if n > budget:
+                if not chunking:  # it waits for a step with the budget for all of it
+                    break
+                n = budget
             if not self._admit(r, hits, hit, n):
                 break
             waiting.popleft()
@@ -275,6 +302,7 @@ class VllmSteps:
             plan.admitted.append((r.rid, hit))
             self._scheduled(plan, r, n)
             budget -= n
+        return budget
 
     # -- KV blocks (KVCacheManager) -------------------------------------------------------
     def _hits(self, r: _Req) -> list[int]:
