@@ -108,7 +108,8 @@ class _LazyGroup(OneLineGroup):
             try:
                 cmd = getattr(importlib.import_module(module), attr)
             except ImportError as e:  # the `real` extra is not installed
-                fail(f"`aprilsim {name}` needs the live-engine extra (pip install 'aprilsim[real]'): {e}")
+                fail(f"`aprilsim {name}` needs the live-engine extra (pip install "
+                     f"'aprilsim[real]'): {e}")
             cmd.invoke = _missing_extra_is_one_line(cmd.invoke, name)  # torch loads on --local
         self.add_command(cmd, name)
         return cmd
@@ -126,7 +127,8 @@ def _missing_extra_is_one_line(invoke, name: str):
         try:
             return invoke(ctx)
         except ModuleNotFoundError as e:
-            fail(f"`aprilsim {name}` needs the live-engine extra (pip install 'aprilsim[real]'): {e}")
+            fail(f"`aprilsim {name}` needs the live-engine extra (pip install "
+                 f"'aprilsim[real]'): {e}")
 
     return wrapped
 
@@ -280,7 +282,8 @@ def scenario(from_slime, from_verl, to_slime, target, lengths) -> None:
     for note in res.notes:
         click.echo(f"aprilsim: note: {note}", err=True)
     origin = origin if len(origin) < 80 else origin[:77] + "..."
-    click.echo(interop.scenario_toml(res.data, header=f"imported from {origin} by aprilsim"), nl=False)
+    click.echo(interop.scenario_toml(res.data, header=f"imported from {origin} by aprilsim"),
+               nl=False)
 
 
 @main.command(short_help="List engine presets and where their numbers come from.")

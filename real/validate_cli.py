@@ -35,7 +35,8 @@ def _summary(rep: dict[str, Any], out: Path, t0: float) -> None:
                    f"{'n/a' if med is None else f'{100 * med:.1f}%'} median")
     for label, nf in t["step_rollout_error"].get("noise_floor", {}).items():
         if nf is not None:
-            click.echo(f"{label:>18}: noise floor {100 * nf:.1f}% (the same steps over {rep['meta']['rounds']} rounds)")
+            click.echo(f"{label:>18}: noise floor {100 * nf:.1f}% (the same steps over "
+                       f"{rep['meta']['rounds']} rounds)")
     for label, g in t["gain_vs_sync_pp"]["by_scheduler"].items():
         hw = g.get("diff_pp_half_width")
         click.echo(f"{label:>18}: gain over sync {100 * g['predicted']:+.1f}% predicted, "
@@ -57,8 +58,10 @@ def _summary(rep: dict[str, Any], out: Path, t0: float) -> None:
         return t[k].get("verdict") or "n/a"
     click.echo(f"targets {rep['verdict']}: step error {fig(t['step_rollout_error']['worst'], '%')} "
                f"(<= {100 * t['step_rollout_error']['bound']:.0f}%: {word('step_rollout_error')}), "
-               f"gain {fig(t['gain_vs_sync_pp']['worst'], 'pp')} (<= 3: {word('gain_vs_sync_pp')}), "
-               f"ranking {word('ranking')}; engine time {fig(t['step_priced_error']['worst'], '%')} "
+               f"gain {fig(t['gain_vs_sync_pp']['worst'], 'pp')} "
+               f"(<= 3: {word('gain_vs_sync_pp')}), "
+               f"ranking {word('ranking')}; "
+               f"engine time {fig(t['step_priced_error']['worst'], '%')} "
                f"({word('step_priced_error')}), priced gain {word('gain_priced_pp')}")
     sys.stdout.flush()
 
@@ -82,7 +85,8 @@ def _options(f: dict[str, Any]):
     return sc, specs, target, steps
 
 
-@click.command("validate", cls=OneLineCommand, short_help="Simulation vs live engines: calibrate, run both, report the errors.")
+@click.command("validate", cls=OneLineCommand,
+               short_help="Simulation vs live engines: calibrate, run both, report the errors.")
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--scheduler", "-s", "schedulers", multiple=True,
               help="Scheduler to compare (repeatable; NAME or NAME@knob=value,...: e.g. "
@@ -99,7 +103,9 @@ def _options(f: dict[str, Any]):
 @click.option("--calibration", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A cost calibration (TOML with a [cost] table: a, b, c, p0, p1); default: "
                    "fitted on the live runs' iteration logs.")
-@click.option("--steps", type=click.IntRange(min=2), help=f"Training steps (default: the scenario's; with --local at most {LOCAL_STEPS}, so a CPU run takes minutes).")
+@click.option("--steps", type=click.IntRange(min=2),
+              help=f"Training steps (default: the scenario's; with --local at most {LOCAL_STEPS}, "
+                   "so a CPU run takes minutes).")
 @click.option("--warmup", type=click.IntRange(min=0),
               help="Steps left out of every figure (default: the scenario's).")
 @click.option("--seed", type=int, help="Workload seed (overrides the scenario).")
@@ -191,7 +197,8 @@ def validate_command(scenario, schedulers, local, engines, router, from_log, cal
         click.echo(f"aprilsim: interrupted: {store.kept()} (continue with --resume)", err=True)
         sys.exit(EXIT_INTERRUPTED)
     except rv.EnginesGone as e:
-        click.echo(f"aprilsim: {e}; {store.kept()} (continue with --resume once it is back)", err=True)
+        click.echo(f"aprilsim: {e}; {store.kept()} (continue with --resume once it is back)",
+                   err=True)
         sys.exit(EXIT_ENGINES_GONE)
     except (ScenarioError, SchedulerError, ValueError, RuntimeError) as e:
         fail(f"{e} ({store.kept()})" if store.dir.is_dir() and any(store.dir.glob("round*.pkl")) else str(e))

@@ -89,7 +89,8 @@ async def precheck(opts: ValidateOptions) -> tuple[int | None, list[str]]:
             except asyncio.TimeoutError:
                 ok = False
             if not ok:
-                raise ValueError(f"{u}: the engine does not answer /health (within {CHECK_TIMEOUT_S:.0f} s)")
+                raise ValueError(f"{u}: the engine does not answer /health (within "
+                                 f"{CHECK_TIMEOUT_S:.0f} s)")
             v, how = await engine_vocab(e, opts.target.vocab_size)
             vocabs.append(v)
             notes.append(f"{u}: healthy, vocabulary {v} ({how})")

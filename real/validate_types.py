@@ -135,7 +135,8 @@ def fit_rows(o: LiveOutcome) -> list[list[dict[str, Any]]]:
     engine computed (`pricing.computed_rows`), as the pricing counts them."""
     from aprilsim.validate.pricing import computed_rows
 
-    return [computed_rows(rows, share) for rows, share in zip(steady_rows(o), computed_shares(o), strict=True)]
+    return [computed_rows(rows, share) for rows, share in zip(steady_rows(o), computed_shares(o),
+                                                              strict=True)]
 
 
 def comparisons(v: Validation, round_: int | None = 0):

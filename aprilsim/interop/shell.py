@@ -97,7 +97,8 @@ def substitute(text: str, variables: dict[str, str]) -> str:
 
     def arith(m: re.Match[str]) -> str:
         expr = _VAR.sub(var, m.group(1))
-        expr = re.sub(r"[A-Za-z_][A-Za-z0-9_]*", lambda v: variables.get(v.group(0), v.group(0)), expr)
+        expr = re.sub(r"[A-Za-z_][A-Za-z0-9_]*", lambda v: variables.get(v.group(0), v.group(0)),
+                      expr)
         value = _arith(expr)
         return m.group(0) if value is None else str(value)
 

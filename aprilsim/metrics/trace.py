@@ -102,8 +102,10 @@ class Trace:
         if meta is None or meta.get("kind") != "meta":
             raise ValueError("a trace starts with a meta row")
         if meta.get("format") != TRACE_FORMAT_VERSION:
-            raise ValueError(f"trace format {meta.get('format')!r}, expected {TRACE_FORMAT_VERSION}")
-        tr = cls(scheduler=meta["scheduler"], n_engines=int(meta["n_engines"]), source=meta["source"])
+            raise ValueError(f"trace format {meta.get('format')!r}, expected "
+                             f"{TRACE_FORMAT_VERSION}")
+        tr = cls(scheduler=meta["scheduler"], n_engines=int(meta["n_engines"]),
+                 source=meta["source"])
         makers = {"request": (RequestSpan, tr.requests), "engine": (EngineSample, tr.engine_samples),
                   "phase": (PhaseSpan, tr.phases)}
         for row in it:

@@ -31,7 +31,8 @@ from aprilsim.metrics.end_state import end_state_lines
 from .options import EngineTarget, FreeMode, RunOptions, local_scale
 
 
-@click.command("run", cls=OneLineCommand, short_help="Run schedulers on live engines and record what simulate records.")
+@click.command("run", cls=OneLineCommand,
+               short_help="Run schedulers on live engines and record what simulate records.")
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--scheduler", "-s", "schedulers", multiple=True,
               help="Scheduler to run (repeatable); default: the scenario's `compare` list.")

@@ -146,7 +146,8 @@ def read_prompts(path: str | Path, vocab_size: int) -> list[tuple[dict, tuple[in
             if isinstance(rec.get("input_ids"), list) and rec["input_ids"]:
                 ids = tuple(int(t) for t in rec["input_ids"])
                 if max(ids) >= vocab_size or min(ids) < 0:
-                    raise ValueError(f"{path}:{n}: a token id is outside the vocabulary [0, {vocab_size})")
+                    raise ValueError(f"{path}:{n}: a token id is outside the "
+                                     f"vocabulary [0, {vocab_size})")
             elif isinstance(rec.get("prompt"), str):
                 ids = byte_token_ids(rec["prompt"], vocab_size)
             else:
@@ -175,7 +176,8 @@ class FreeSource:
         _, ids = self.prompts[key % len(self.prompts)]
         gid = self._next_gid
         self._next_gid += 1
-        samples = [Sample(self._next_uid + i, gid, i, len(ids), None, self.max_len, None) for i in range(n)]
+        samples = [Sample(self._next_uid + i, gid, i, len(ids), None, self.max_len,
+                          None) for i in range(n)]
         self._next_uid += n
         self._record[gid] = key
         return Group(gid, len(ids), samples, step, math.nan, key)

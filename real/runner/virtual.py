@@ -115,7 +115,8 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         elif t_timer < INF:
             self._advance(t_timer)
         else:
-            raise RuntimeError(f"virtual loop stalled at t={self._vt:.3f}s: no timer, no engine event")
+            raise RuntimeError(f"virtual loop stalled at t={self._vt:.3f}s: no "
+                               "timer, no engine event")
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,8 @@ def test_aprilsim_run_calls_the_library_with_typed_options(monkeypatch, tmp_path
     assert "fake note" in res.output and "stopped by the test" in res.output
     ((sc, names, opts),) = seen
     assert names == ["sync", "april"] and sc.steps == 2
-    assert isinstance(opts, RunOptions) and opts.free is None and opts.scale == 1.0 and opts.seed == 3
+    assert isinstance(opts,
+                      RunOptions) and opts.free is None and opts.scale == 1.0 and opts.seed == 3
     assert opts.target == EngineTarget(engines=("http://a:1", "http://b:2"), progress_deadline_s=7.0,
                                        stalled_after=5)
     assert opts.outputs == {"sync": {"trace": tmp_path / "t_sync.jsonl"},

@@ -230,7 +230,8 @@ def make_calibrate_command(live: LiveMeasure | None) -> click.Command:
                     "kv_loads": _ints(kv_loads, "--kv-loads"), "max_batch": max_batch,
                     "vocab_size": vocab_size}
             if scenario is not None and kind not in ("local", "engines"):
-                raise ValueError("--scenario shapes a live sweep: give it with --local or --engines")
+                raise ValueError("--scenario shapes a live sweep: give it "
+                                 "with --local or --engines")
             opts.update(scenario=scenario, scale=scale)
             records, info = _read(kind, value, opts, live)
             if progress is not None and sys.stderr.isatty():

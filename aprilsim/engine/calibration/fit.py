@@ -54,7 +54,8 @@ def bin_records(records: Sequence[Record], kv_step: float = 0.2) -> list[tuple[R
     for rs in groups.values():
         med = float(np.median([r.duration_s for r in rs]))
         if rs[0].phase == "decode":
-            rec = Record("decode", rs[0].batch_size, float(np.mean([r.kv_tokens for r in rs])), 0, med)
+            rec = Record("decode", rs[0].batch_size, float(np.mean([r.kv_tokens for r in rs])), 0,
+                         med)
         else:
             rec = Record("prefill", rs[0].batch_size, 0.0,
                          int(round(np.mean([r.prefill_tokens for r in rs]))), med,

@@ -72,7 +72,8 @@ class RunLog:
         by: dict[tuple[int, Hashable], list[LoggedRow]] = {}
         for r in rows:
             if r.length < 0:
-                raise ReplayLogError(f"{source}: step {r.step}: negative response length {r.length}")
+                raise ReplayLogError(f"{source}: step {r.step}: negative "
+                                     f"response length {r.length}")
             by.setdefault((r.step, r.key), []).append(r)
         if not by:
             raise ReplayLogError(f"{source}: no responses found")
@@ -83,7 +84,8 @@ class RunLog:
             if bad:
                 raise ReplayLogError(f"{source}: order = \"prompt\" needs integer prompt indices; "
                                      f"found {bad[0]!r}")
-            idx = sorted(range(len(keys)), key=lambda i: (keys[i][1][1], keys[i][0]))  # type: ignore[index]
+            idx = sorted(range(len(keys)),
+                         key=lambda i: (keys[i][1][1], keys[i][0]))  # type: ignore[index]
         elif order == "step":
             idx = sorted(range(len(keys)), key=lambda i: (keys[i][0], i))
         else:

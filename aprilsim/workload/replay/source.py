@@ -84,9 +84,11 @@ class ReplayWorkload:
         self.exhausted = exhausted
         self.n_unlogged = 0
         self._seed = fallback.seed if fallback is not None else 0
-        self._log = list(run.groups) if unlogged == "skip" else self._with_unlogged(run.groups, unlogged)
+        self._log = list(run.groups) if unlogged == "skip" else self._with_unlogged(run.groups,
+                                                                                    unlogged)
         self._fill = self._fill_missing(fallback)
-        capped = np.minimum(np.concatenate([np.asarray(g.lengths) for g in run.groups]), self.max_len)
+        capped = np.minimum(np.concatenate([np.asarray(g.lengths) for g in run.groups]),
+                            self.max_len)
         self._mean_len = float(capped.mean())
         prompts = [p for p, _, _ in self._fill]
         self.prompt_lengths = _Mean(float(np.mean(prompts)))
