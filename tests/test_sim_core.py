@@ -74,7 +74,8 @@ def test_april_beats_sync_on_the_default_scenario():
     tight_kv=st.booleans(),
 )
 def test_samples_and_tokens_are_conserved_per_step(seed, name, ratio, recycle, tight_kv):
-    """generated = trained + buffered + wasted after every rollout, and every sample is somewhere."""
+    """generated = trained + buffered + wasted after every rollout, and every sample is
+    somewhere."""
     sc = scenario(seed=seed, ratio=ratio, recycle=recycle, kv=4000 if tight_kv else None)
     sim, run = run_ledger(sc, name)
     trained = wasted = 0

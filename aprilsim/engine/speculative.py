@@ -23,7 +23,8 @@ as the request's group has 0 .. n-1 finished siblings on its engine; "group", "h
 "model": read from the run's `draft_board.DraftBoard` (the group's text wherever it runs, the
 prompt's earlier epochs, a draft model's age; `speculative_spec` has the sources). A batch of
 requests with different p steps at the batch's mean p (the mean of integer 1/Q units, Q = 2^16,
-so every engine model computes the same float in any order). What the fluid model gives up: a live engine emits an integer number
+so every engine model computes the same float in any order). What the fluid model gives up: a live
+engine emits an integer number
 of tokens per verify step (1 .. k+1, at random); here a request's finish moves by less than one
 verify step, tens of milliseconds in a rollout of minutes. No I/O; the settings and their math
 live in `speculative_spec` (which `cost.EngineSpec` imports).

@@ -74,7 +74,8 @@ def model_key(checkpoint: str | None) -> str | None:
 
 
 def gpu_vendor(script: str) -> str:
-    """"amd" when the script sets ROCm's device variables or names an Instinct GPU, else "nvidia"."""
+    """"amd" when the script sets ROCm's device variables or names an Instinct GPU, else
+    "nvidia"."""
     return "amd" if AMD_MARKERS.search(script) else "nvidia"
 
 

@@ -1,4 +1,5 @@
-"""The end-of-run ledger as users read it: in flight, buffered, trained, wasted (samples and tokens).
+"""The end-of-run ledger as users read it: in flight, buffered, trained, wasted (samples and
+tokens).
 
 `RunResult.end_state` counts every sample by status; this view groups it the way a run is
 reasoned about and is written at the end of every `simulate` and `run` (JSON key `end_state`, and

@@ -1,4 +1,5 @@
-"""The warm-up steps a summary leaves out, clamped to a run's length (one rule for every command)."""
+"""The warm-up steps a summary leaves out, clamped to a run's length (one rule for every
+command)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""`async_one_step`: one-step off-policy training (slime's train_async.py; verl's one-step-off-policy).
+"""`async_one_step`: one-step off-policy training (slime's train_async.py; verl's
+one-step-off-policy).
 
 Disaggregated: the trainer has its own GPUs. While the trainer trains on step k, the engines
 generate the batch of step k+1 under the weights of step k-1. Before the weights of step k are

@@ -15,7 +15,8 @@ What a scheduler may rely on, the same in both runtimes (decided in `aprilsim.ro
   (requests that finished first arrive as `SampleFinished`/`GroupFinished` before it), never
   before the events already queued have been handled; how much later depends on the engine
   (`abort_steps`), and other events may come in between. Samples submitted meanwhile start once
-  it has landed; aborts land in the order asked. An interrupting `UpdateWeights` aborts the same way; the sync starts once its
+  it has landed; aborts land in the order asked. An interrupting `UpdateWeights` aborts the same
+  way; the sync starts once its
   abort has landed.
 * A `Submit` during a weight sync is taken at once: the samples are RUNNING, stamped with the new
   version, and count in flight; their requests start once the new weights are loaded.
@@ -45,7 +46,8 @@ Mode = Literal["colocated", "disaggregated"]
 
 
 class SchedulerError(RuntimeError):
-    """A scheduler asked for something impossible, or gave up (e.g. dynamic sampling's round cap)."""
+    """A scheduler asked for something impossible, or gave up (e.g. dynamic sampling's round
+    cap)."""
 
 
 # ------------------------------------------------------------------------------------ events

@@ -8,7 +8,8 @@ Staleness bound `eta` (AReaL's max_head_offpolicyness): a new group is started o
 groups started so far (in closed batches, complete, or in flight) are fewer than
 (version + eta + 1) * N, i.e. while it would be trained at most eta versions after the weights it
 is generated under; otherwise generation pauses until the next weight update: the scheduler sends
-PauseGeneration when the bound leaves room for no new group and ResumeGeneration when a weight update
+PauseGeneration when the bound leaves room for no new group and ResumeGeneration when a weight
+update
 makes room,
 and the runtime holds every new submission in between, recording how long generation stood paused
 (`generation_paused_s`); samples interrupted by a weight update are committed work and go back at
@@ -53,7 +54,8 @@ from aprilsim.types import Group, samples_of
 
 @dataclass
 class FullyAsyncScheduler:
-    """AReaL-style: generation never stops, train on the next N complete groups, staleness <= eta."""
+    """AReaL-style: generation never stops, train on the next N complete groups, staleness <=
+    eta."""
 
     name: ClassVar[str] = "fully_async"
     mode: ClassVar[Mode] = "disaggregated"

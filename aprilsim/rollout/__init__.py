@@ -1,4 +1,5 @@
-"""The sans-I/O rollout core shared by the simulator (`aprilsim.sim`) and the live runner (`real/`)."""
+"""The sans-I/O rollout core shared by the simulator (`aprilsim.sim`) and the live runner
+(`real/`)."""
 
 from aprilsim.rollout.core import MAX_FAULT_RESUBMITS, RolloutCore, effective_cap
 from aprilsim.rollout.ledger import StepLedger

@@ -1,4 +1,5 @@
-"""The sans-I/O rollout core: the RL loop's state machine, shared by the simulator and the live runner.
+"""The sans-I/O rollout core: the RL loop's state machine, shared by the simulator and the live
+runner.
 
 In the spirit of h11's `Connection`: the core holds the whole state of a rollout (the groups, the
 in-flight map, the scheduler's event queue, the pause and sync holds, the sends held behind
@@ -279,7 +280,8 @@ class RolloutCore:
         return rec
 
     def train_record(self, step: int, groups: tuple[Group, ...]) -> StepRecord:
-        """Disaggregated: the record of `step` (opened when its batch closed), filled for training."""
+        """Disaggregated: the record of `step` (opened when its batch closed), filled for
+        training."""
         rec = self.ledger.records[step]
         self.ledger.trained(rec, groups, trainer_version=step)
         return rec
@@ -454,7 +456,8 @@ class RolloutCore:
             self.ledger.tool_wait(waiting, now)
 
     def _finish(self, s: Sample, now: float) -> None:
-        """A sample reached its end: DONE, its events, the group countdown (`request_ended` inlines it)."""
+        """A sample reached its end: DONE, its events, the group countdown (`request_ended` inlines
+        it)."""
         s.status = _DONE
         s.complete = True
         s.finish_s = now

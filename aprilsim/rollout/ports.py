@@ -89,7 +89,8 @@ class Meter(Protocol):
         ...
 
     def engine_tokens(self) -> int:
-        """Output tokens the engines generated for this run (the end-of-run ledger's cross-check)."""
+        """Output tokens the engines generated for this run (the end-of-run ledger's
+        cross-check)."""
         ...
 
 

@@ -126,7 +126,8 @@ class Outcome:
 
 @dataclass
 class Connected:
-    """A cluster ready to run on, the vocabulary its prompts must use, and what it is (for notes)."""
+    """A cluster ready to run on, the vocabulary its prompts must use, and what it is (for
+    notes)."""
 
     cluster: Cluster
     vocab_size: int

@@ -86,7 +86,8 @@ from .options import EngineTarget, FreeMode, RunOptions, local_scale
 def run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trace, timeline, local, engines,
                 router, scale, vocab_size, temperature, prompts, reward, eos_id, lengths_out, trainer,
                 checkpoint, progress_deadline, stalled_after, local_step_s) -> None:
-    """Run SCENARIO's schedulers, unchanged, on live engines (one of --local, --engines, --router)."""
+    """Run SCENARIO's schedulers, unchanged, on live engines (one of --local, --engines,
+    --router)."""
     with early_signals_interrupt():
         _run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trace,
                      timeline, local, engines, router, scale, vocab_size, temperature, prompts,

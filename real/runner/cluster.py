@@ -2,7 +2,8 @@
 
 Each :class:`Slot` wraps one :class:`real.protocol.Engine` (an in-process engine, one server, or
 a router standing for the servers behind it) and counts, from the runner's side, the tokens its
-results carried and the time it had at least one request outstanding (its busy time). Routing uses the
+results carried and the time it had at least one request outstanding (its busy time). Routing uses
+the
 simulator's routers (``aprilsim.engine.router``: the scenario's ``cluster.router``, round robin by
 default) over the live slots, with each slot's outstanding requests as its load. A slot whose
 engine failed a request and then a health check is marked dead and gets no more work.
@@ -466,7 +467,8 @@ class Cluster:
 
 
 def _takes_progress(engine: Engine) -> bool:
-    """Whether ``engine.generate`` accepts ``on_progress`` (the protocol's; test doubles may not)."""
+    """Whether ``engine.generate`` accepts ``on_progress`` (the protocol's; test doubles may
+    not)."""
     try:
         params = inspect.signature(engine.generate).parameters
     except (TypeError, ValueError):

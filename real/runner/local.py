@@ -1,4 +1,5 @@
-"""In-process bundled engines for the runner (``aprilsim run --local N``), with pause and weight sync.
+"""In-process bundled engines for the runner (``aprilsim run --local N``), with pause and weight
+sync.
 
 :class:`LocalWorker` wraps :class:`real.torch_engine.local.LocalEngine` (the Engine protocol) and
 adds what the runner needs around a weight update (:class:`real.protocol.WeightSync`) without
@@ -19,7 +20,8 @@ from real.torch_engine.local import LocalEngine
 
 
 class _PausableEngine:
-    """A BatchEngine seen through a gate: ``step`` idles while ``paused`` (everything else forwards)."""
+    """A BatchEngine seen through a gate: ``step`` idles while ``paused`` (everything else
+    forwards)."""
 
     def __init__(self, engine: BatchEngine) -> None:
         self.__dict__["_engine"] = engine

@@ -215,7 +215,8 @@ def _verify(s: SamplingSpec, sp: dict, vocab_size: int) -> None:
 
 
 def _logit_bias(bias: object, vocab_size: int) -> dict[int, float]:
-    """``logit_bias`` read and checked as SGLang does: token ids in the vocabulary, finite values."""
+    """``logit_bias`` read and checked as SGLang does: token ids in the vocabulary, finite
+    values."""
     if not isinstance(bias, dict):
         raise ParamError("logit_bias", "sampling_params.logit_bias: expected an object")
     out: dict[int, float] = {}

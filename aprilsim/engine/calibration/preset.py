@@ -4,7 +4,8 @@ A scenario uses it with ``[cluster] preset = "cal.toml"`` (relative to the scena
 file holds a ``[cost]`` table in the scenario's own ``[cluster.cost]`` form (``a, b, c`` or
 ``table_b, table_f, table_g``, plus ``p0, p1, p2``) and optional engine limits (``max_running``,
 ``kv_capacity``, ``client_overhead_s``) measured on the engine, and a ``[speculative]`` table
-fitted from accepted-token logs (``--speculative-log``); `aprilsim.config` validates it like any scenario key.
+fitted from accepted-token logs (``--speculative-log``); `aprilsim.config` validates it like any
+scenario key.
 """
 
 from __future__ import annotations

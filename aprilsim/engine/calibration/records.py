@@ -1,7 +1,8 @@
 """Timing records, the common input of every calibration source.
 
 A record is one engine step: a decode iteration (``batch_size`` running requests holding
-``kv_tokens`` KV tokens at its start) or a prefill batch (``batch_size`` requests, ``prefill_tokens``
+``kv_tokens`` KV tokens at its start) or a prefill batch (``batch_size`` requests,
+``prefill_tokens``
 input tokens in all, whose squares sum to ``prefill_tokens_sq``), and how long it took. Every reader
 (CSV, the bundled engine's iteration log, SGLang's scheduler log, Vidur profiles, a live engine)
 produces these, so one fitting routine serves them all.
