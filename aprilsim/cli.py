@@ -181,7 +181,8 @@ def main() -> None:
                    "plot timeline DIR/RUN/trace.jsonl` draws one later).")
 @click.option("--force", is_flag=True,
               help="Write into --out even if it holds files (those of the same name are replaced).")
-def simulate(scenario, schedulers, sets, steps, seed, n_seeds, warmup, as_json, steps_out, trace_out, timeline, out_dir, out_timelines, force) -> None:
+def simulate(scenario, schedulers, sets, steps, seed, n_seeds, warmup, as_json, steps_out,
+             trace_out, timeline, out_dir, out_timelines, force) -> None:
     """Simulate SCENARIO (a TOML file; default: the embedded APRIL-paper setup) and compare
     schedulers."""
     from aprilsim.simulate_cli import run_simulate

@@ -198,11 +198,13 @@ def bench_reference(repeats: int, family: str = "sglang") -> dict[str, float]:
     ref, t_ref = timed(lambda: simulate(sc, "april", engine_factory=ReferenceEngine), repeats)
     a, b = fast.summary(), ref.summary()
     assert a["retractions"] > 0, "the reference check must exercise retraction"
-    for key in ("generated_tokens", "trained_tokens", "retractions", "trained_samples", "wasted_tokens"):
+    for key in ("generated_tokens", "trained_tokens", "retractions", "trained_samples",
+                "wasted_tokens"):
         assert a[key] == b[key], (key, a[key], b[key])
     for key in ("mean_rollout_time_s", "total_time_s", "engine_busy_fraction"):
         assert math.isclose(a[key], b[key], rel_tol=1e-9), (key, a[key], b[key])
-    return {"speedup": t_ref / t_fast, "fast_s": t_fast, "reference_s": t_ref, "retractions": a["retractions"]}
+    return {"speedup": t_ref / t_fast, "fast_s": t_fast, "reference_s": t_ref,
+            "retractions": a["retractions"]}
 
 
 def bench_kv_bound() -> dict[str, float]:

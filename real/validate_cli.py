@@ -30,7 +30,8 @@ def _summary(rep: dict[str, Any], out: Path, t0: float) -> None:
     for s in rep["schedulers"]:
         e = s["errors"]
         med = e.get("step_rollout_median_abs")
-        click.echo(f"{s['label']:>18}: rollout {s['predicted']['mean_rollout_time_s']:.3f}s predicted, "
+        click.echo(f"{s['label']:>18}: rollout "
+                   f"{s['predicted']['mean_rollout_time_s']:.3f}s predicted, "
                    f"{s['measured']['mean_rollout_time_s']:.3f}s measured; per-step error "
                    f"{'n/a' if med is None else f'{100 * med:.1f}%'} median")
     for label, nf in t["step_rollout_error"].get("noise_floor", {}).items():
@@ -47,9 +48,10 @@ def _summary(rep: dict[str, Any], out: Path, t0: float) -> None:
         if p.get("share") is not None:
             fm = p.get("first_mismatch")
             which = "" if d["pooled"]["compared"] else " (all rounds: none was judged)"
-            click.echo(f"{label:>18}: decisions agree in {100 * p['share']:.0f}% of {p['compared']} "
-                       f"steps{which}" + ("" if fm is None else f" (first mismatch: round "
-                                          f"{fm['round'] + 1} step {fm['step']})"))
+            click.echo(f"{label:>18}: decisions agree in {100 * p['share']:.0f}% of "
+                       f"{p['compared']} steps{which}"
+                       + ("" if fm is None else f" (first mismatch: round "
+                                                f"{fm['round'] + 1} step {fm['step']})"))
 
     def fig(x, unit):
         return "n/a" if x is None else (f"{100 * x:.1f}%" if unit == "%" else f"{x:.1f} pp")
@@ -172,9 +174,10 @@ def validate_command(scenario, schedulers, local, engines, router, from_log, cal
              "other rounds' runs)")
         return
     opts = rv.ValidateOptions(target=target, seed=seed, steps=steps, calibration=calibration,
-                              repeats=repeats, max_running=max_running, cross_fit=cross_fit, pin=pin,
-                              keep=out,
-                              scale=scale if scale is not None else (local_scale(sc.max_response_len) if local else 1.0))
+                              repeats=repeats, max_running=max_running, cross_fit=cross_fit,
+                              pin=pin, keep=out,
+                              scale=scale if scale is not None else (
+                                  local_scale(sc.max_response_len) if local else 1.0))
     store = RunStore(out)
     try:
         had = store.begin(identity(sc, specs, opts.live_rounds, opts), resume, force)
@@ -201,7 +204,8 @@ def validate_command(scenario, schedulers, local, engines, router, from_log, cal
                    err=True)
         sys.exit(EXIT_ENGINES_GONE)
     except (ScenarioError, SchedulerError, ValueError, RuntimeError) as e:
-        fail(f"{e} ({store.kept()})" if store.dir.is_dir() and any(store.dir.glob("round*.pkl")) else str(e))
+        fail(f"{e} ({store.kept()})" if store.dir.is_dir() and any(store.dir.glob("round*.pkl"))
+             else str(e))
         return
     finally:
         _restore_sigterm(before)

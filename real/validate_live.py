@@ -158,7 +158,8 @@ CounterSampler = EngineSampler  # the name earlier sessions used
 
 def rows_for_run(logged: list[dict[str, Any]], logs: list, t0: float, shift: float,
                  counters: dict[str, float] | None,
-                 samples: list[tuple[float, float]] | None = None) -> tuple[list[dict[str, Any]], str, dict | None]:
+                 samples: list[tuple[float, float]] | None = None,
+                 ) -> tuple[list[dict[str, Any]], str, dict | None]:
     """One engine's rows of one run on the run's clock (``t_run``): its own log where it keeps
     one (and how far the reconstruction from its token streams is from it), else the rows
     rebuilt from the streams, made to agree with the engine's iteration counter where it has

@@ -21,7 +21,8 @@ def live_notes(v: Validation) -> dict[str, Any]:
     out: dict[str, Any] = {"timing": sorted({t for o in v.live for t in o.timing})}
     if recon and "matched_share" in recon[0]:
         keys = [k for k in recon[0] if k not in ("logged", "reconstructed")]
-        out["reconstruction_vs_log"] = {k: float(np.median([e[k] for e in recon if k in e])) for k in keys}
+        out["reconstruction_vs_log"] = {k: float(np.median([e[k] for e in recon if k in e]))
+                                        for k in keys}
     elif recon:
         out["reconstruction_vs_vllm_metrics"] = {
             "count_rel_err_median": float(np.median([e["count_rel_err"] for e in recon])),
@@ -32,7 +33,8 @@ def live_notes(v: Validation) -> dict[str, Any]:
                                   "busy_s": sum(c.get("busy_s", 0) for c in cs)}
     elif cs:
         q = sum(c.get("prefix_queries", 0) for c in cs)
-        out["vllm"] = {"prefix_cache_hit_share": sum(c.get("prefix_hits", 0) for c in cs) / q if q else None,
+        out["vllm"] = {"prefix_cache_hit_share": (sum(c.get("prefix_hits", 0) for c in cs) / q
+                                                  if q else None),
                        "preemptions": sum(c.get("preemptions", 0) for c in cs),
                        "iterations": sum(c.get("iterations", 0) for c in cs)}
     out["engine_reported"] = _engine_reported(v.live)
@@ -159,7 +161,8 @@ def write_all(v: Validation, out: Path, figures: bool = True) -> dict[str, Any]:
             "calibration_from": v.calibration_from, "held_out": v.held_out, "checks": v.checks,
             "rounds": len(by_round), "rounds_run": len(v.rounds), "timings": v.timings,
             "live": live_notes(v),
-            "runner_overhead_per_request_s": {o.label: o.overhead_per_request_s for o in v.live if o.round == 0},
+            "runner_overhead_per_request_s": {o.label: o.overhead_per_request_s
+                                              for o in v.live if o.round == 0},
             "live_wall_s": {f"{o.label}#{o.round}": o.wall_s for o in v.live}}
     if not judged:
         meta["warnings"] = ["Every round was starved: no round is left to judge, every target "

@@ -68,10 +68,12 @@ class LiveOutcome:
     overhead_per_request_s: float
     round: int = 0
     timing: list[str] = field(default_factory=list)  # per engine: "iteration log" | "token stream"
-    recon_error: list[dict[str, float] | None] = field(default_factory=list)  # vs the log, per engine
+    # vs the log, per engine
+    recon_error: list[dict[str, float] | None] = field(default_factory=list)
     counters: list[dict[str, float] | None] = field(default_factory=list)  # vLLM /metrics deltas
     machine: dict[str, Any] = field(default_factory=dict)  # real.machine + starvation, this run
-    running: list[list[tuple[float, int, int]]] = field(default_factory=list)  # (t, running, waiting)
+    # (t, running, waiting)
+    running: list[list[tuple[float, int, int]]] = field(default_factory=list)
 
     def __setstate__(self, state: dict[str, Any]) -> None:  # runs pickled before these fields
         self.__dict__.update({"machine": {}, "running": [], **state})
@@ -135,8 +137,8 @@ def fit_rows(o: LiveOutcome) -> list[list[dict[str, Any]]]:
     engine computed (`pricing.computed_rows`), as the pricing counts them."""
     from aprilsim.validate.pricing import computed_rows
 
-    return [computed_rows(rows, share) for rows, share in zip(steady_rows(o), computed_shares(o),
-                                                              strict=True)]
+    return [computed_rows(rows, share)
+            for rows, share in zip(steady_rows(o), computed_shares(o), strict=True)]
 
 
 def comparisons(v: Validation, round_: int | None = 0):
@@ -145,7 +147,8 @@ def comparisons(v: Validation, round_: int | None = 0):
     from aprilsim.validate.pricing import per_step
 
     return [compare_runs(o.label, v.sim_for(o.label, o.round), o.result, per_step(o.result, o.rows),
-                         per_step(o.result, o.rows, v.fit_for(o.round).effective, computed_shares(o)))
+                         per_step(o.result, o.rows, v.fit_for(o.round).effective,
+                                  computed_shares(o)))
             for o in v.live if round_ is None or o.round == round_]
 
 

@@ -1,6 +1,7 @@
 """Both engine clocks against the runtime's former heap of (time, engine) tuples: the same engine is
 served first after every filing and serving, ties (several engines at one time, an engine filed
-again at its time) and re-filings included. The property counts the ties and re-filings it reached."""
+again at its time) and re-filings included. The property counts the ties and re-filings it
+reached."""
 
 from __future__ import annotations
 

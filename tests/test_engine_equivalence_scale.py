@@ -78,7 +78,8 @@ def scale_cases(draw) -> Case:
     """One or two engines of 100k-400k KV tokens under the preset's SGLang rules; requests
     with prompts of 100-4,000 tokens and 16k caps (remainders when they stand for resumed
     samples) and enough of them to fill the cache, lengths long-tailed; a per-request prefill
-    cost (`pr`, what `calibrate` fits on CPU engines) or none, arriving in two waves; a few aborts and pauses."""
+    cost (`pr`, what `calibrate` fits on CPU engines) or none, arriving in two waves; a few aborts
+    and pauses."""
     kv = draw(st.one_of(st.integers(100_000, 160_000), st.integers(100_000, 400_000)))
     cost = draw(st.sampled_from([PRESET.cost, replace(PRESET.cost, pr=2e-3)]))  # pr: per request
     spec = EngineSpec(cost, kv_capacity=kv, max_running=256, max_prefill_tokens=16_384,

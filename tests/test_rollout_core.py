@@ -229,7 +229,8 @@ def test_illegal_moves_raise(bad):
         if ev.__class__.__name__ == "RolloutStarted":
             samples = tuple(s for g in ctx.new_groups(1) for s in g.samples)
             group = next(iter(core.groups.values()))
-            follow = {"resubmit_running": Submit(samples[:1]), "discard_running": Discard(samples[:1]),
+            follow = {"resubmit_running": Submit(samples[:1]),
+                      "discard_running": Discard(samples[:1]),
                       "close_unfinished": CloseBatch((group,))}[bad]
             return [Submit(samples), follow]
         return ()
@@ -259,8 +260,7 @@ def test_training_a_group_twice_raises():
         sink.drain(1.0)
 
 
-# ------------------------------------------------------------------------------ the decided
-# divergences
+# -------------------------------------------------------------------------- the decided divergences
 @pytest.mark.parametrize("land_now", [True, False])
 def test_abort_all_samples_stay_in_flight_until_the_list_ends(land_now):
     """Decision 1: after AbortAll, the rest of the same list sees the samples RUNNING; they come
@@ -479,8 +479,7 @@ def test_the_writes_the_core_makes_unchecked_are_legal():
     assert DIRECT and all(b in LEGAL[a] for a, b in DIRECT)
 
 
-# ------------------------------------------------------------------------------ property: life
-# cycle
+# ----------------------------------------------------------------------------- property: life cycle
 OPS = st.lists(st.tuples(st.sampled_from(["submit"] * 4 + ["end"] * 4 + [
     "cap_end", "cap_end", "abort", "discard", "discard_partial", "resubmit_partial", "close",
     "close", "pause"] + ["resume"] * 3), st.integers(0, 7), st.integers(0, 60)),

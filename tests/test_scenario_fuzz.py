@@ -1,16 +1,18 @@
 """Scenario fuzz: 550 mutated scenario files through `aprilsim simulate`, in-process.
 
 Each case is a tiny valid scenario with one or two mutations from one category, drawn by a seeded
-generator (the same 550 files on every run; `set_override` cases also pass hostile `--set KEY=VALUE`). `simulate FILE --json` runs through click's
-CliRunner under a per-case wall-clock bound; every case must end in one of two ways:
+generator (the same 550 files on every run; `set_override` cases also pass hostile `--set
+KEY=VALUE`). `simulate FILE --json` runs through click's CliRunner under a per-case wall-clock
+bound; every case must end in one of two ways:
 
 - exit 2 with one line `aprilsim: error: ...` (bad input, said why), or
 - exit 0 with a JSON row per scheduler that trained samples (never a table of zeros).
 
 A traceback, any other exit code, a case over its time bound, exit 0 with zero trained samples,
 or exit 0 for a value of the wrong type (the string "5" or `false` where a number was, a
-non-finite or mistyped scheduler knob: a silent coercion) fails the test. Reach is counted per category and asserted: every category is drawn often, the
-categories that keep a scenario valid reach exit 0 and the ones that break it reach exit 2.
+non-finite or mistyped scheduler knob: a silent coercion) fails the test. Reach is counted per
+category and asserted: every category is drawn often, the categories that keep a scenario valid
+reach exit 0 and the ones that break it reach exit 2.
 """
 
 from __future__ import annotations
@@ -70,7 +72,8 @@ def _value(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, float):
-        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf") if math.isinf(v) else repr(v)
+        return ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf") if math.isinf(v)
+                else repr(v))
     if isinstance(v, int):
         return str(v)
     if isinstance(v, str):
@@ -137,7 +140,8 @@ def _set_args(rng: random.Random) -> list[str]:
     return args
 
 
-def _mutate(rng: random.Random, category: str, tmp: Path) -> tuple[dict[str, Any] | None, str | None]:
+def _mutate(rng: random.Random, category: str,
+            tmp: Path) -> tuple[dict[str, Any] | None, str | None]:
     """(scenario dict, None) or (None, raw TOML text) for one case of `category`."""
     d = copy.deepcopy(BASE)
     leaves = _leaves(BASE)
@@ -196,7 +200,8 @@ def _mutate(rng: random.Random, category: str, tmp: Path) -> tuple[dict[str, Any
         if op == "truncate":
             text = text[:cut]
         elif op == "garbage":
-            text = text[:cut] + rng.choice(["=", "[[", "\"", "]]", "= =", "\\u0000", "é\n"]) + text[cut:]
+            text = (text[:cut] + rng.choice(["=", "[[", "\"", "]]", "= =", "\\u0000", "é\n"])
+                    + text[cut:])
         elif op == "duplicate":
             line = rng.choice(text.splitlines() or [""])
             text = text + "\n" + line + "\n"
@@ -270,7 +275,8 @@ def test_scenario_fuzz(tmp_path):
                 failures.append(f"case {i} ({category}): over {CASE_BOUND_S} s: {text[:200]!r}")
                 continue
             if r.exception is not None and not isinstance(r.exception, SystemExit):
-                failures.append(f"case {i} ({category}): traceback {r.exception!r}: {extra} {text[:300]!r}")
+                failures.append(f"case {i} ({category}): traceback {r.exception!r}: "
+                                f"{extra} {text[:300]!r}")
                 continue
             if r.exit_code == 2:
                 lines = r.stderr.strip().splitlines()

@@ -17,7 +17,8 @@ from aprilsim.sim.runtime import Simulation
 from aprilsim.types import SampleStatus
 
 
-def scenario(seed=0, engines=2, batch=6, group=4, max_len=3000, kv=None, steps=4, ratio=2.0, recycle=True):
+def scenario(seed=0, engines=2, batch=6, group=4, max_len=3000, kv=None, steps=4, ratio=2.0,
+             recycle=True):
     cluster = {} if kv is None else {"kv_capacity": kv, "new_token_ratio": 0.0}
     return small_scenario(
         name="scenario", seed=seed, steps=steps, batch=batch, group=group, max_len=max_len,
@@ -268,7 +269,8 @@ def test_group_hash_places_by_group_whatever_the_order_of_sends():
             != {g: rr_b.pick([0, 0, 0], g) for g in reversed(groups)})
     gh = GroupHash()
     assert [gh.pick([9, 0]), gh.pick([9, 0]), gh.pick([9, 0])] == [0, 1, 0]  # no group: in turn
-    sc = scenario_from_dict({**_BASE, "cluster": {"engines": 3, "router": "group_hash"}, "schedulers": {}})
+    sc = scenario_from_dict({**_BASE, "cluster": {"engines": 3, "router": "group_hash"},
+                             "schedulers": {}})
     trace = Trace(scheduler="april", n_engines=3)
     simulate(sc, "april", trace=trace)
     assert trace.requests and all(r.engine == r.group_id % 3 for r in trace.requests)

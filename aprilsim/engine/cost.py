@@ -13,9 +13,9 @@ event-jumping engine needs (`decode_span`, `iterations_within`). A prefill batch
 n_i input tokens takes p0 + p1*sum(n_i) + p2*sum(n_i^2) + pr*(requests): attention is quadratic
 in each sequence, not in the batch's token total, and a CPU engine (or a GPU one's Python
 scheduler) spends a fixed time per sequence that no token count expresses (`pr`, fitted by
-`aprilsim calibrate`; 0 in the presets). With chunked prefill (SGLang's `chunked_prefill_size`) a batch runs
-as forward passes of at most `chunk` tokens; each pass pays p0 once and the quadratic terms
-telescope, so the batch takes passes*p0 + p1*sum(n_i) + p2*sum(n_i^2) (`prefill_passes`,
+`aprilsim calibrate`; 0 in the presets). With chunked prefill (SGLang's `chunked_prefill_size`) a
+batch runs as forward passes of at most `chunk` tokens; each pass pays p0 once and the quadratic
+terms telescope, so the batch takes passes*p0 + p1*sum(n_i) + p2*sum(n_i^2) (`prefill_passes`,
 `chunked_prefill_time`). Presets are roofline *estimates*, each with the arithmetic behind it, to
 be replaced by a calibration.
 """
@@ -190,7 +190,8 @@ def slowed(spec: EngineSpec, factor: float) -> EngineSpec:
     c = spec.cost
     pre = {k: factor * getattr(c, k) for k in ("p0", "p1", "p2", "pr")}
     if isinstance(c, CostModel):
-        cost: CostModel | TabulatedCost = replace(c, a=factor * c.a, b=factor * c.b, c=factor * c.c, **pre)
+        cost: CostModel | TabulatedCost = replace(c, a=factor * c.a, b=factor * c.b, c=factor * c.c,
+                                                  **pre)
     else:
         cost = TabulatedCost(table_b=c.table_b, table_f=tuple(factor * f for f in c.table_f),
                              table_g=tuple(factor * g for g in c.table_g), **pre)
@@ -491,7 +492,8 @@ def _qwen3_4b_h100_tp2() -> EngineSpec:
         kv_bytes_per_token=kv_bytes,
         source=(
             "roofline estimate, not a measurement: Qwen3-4B (bf16) on 2x H100 SXM with TP=2; "
-            "decode reads weights at 80% and KV at 70% of 3.35 TB/s, matmuls at 50% of 989 TFLOP/s, "
+            "decode reads weights at 80% and KV at 70% of 3.35 TB/s, matmuls at 50% of "
+            "989 TFLOP/s, "
             "3 ms fixed overhead per iteration; KV pool 85% of 80 GB minus weights and 6 GB; "
             "gives a 4.5 ms, b 20 us, c 3.1e-8 s/token" + _CROSS_CHECK_TEXT
         ),

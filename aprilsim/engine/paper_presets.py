@@ -93,7 +93,8 @@ def estimate(model: ModelShape, gpu: GpuShape, tp: int, *, mem_fraction: float,
         source=(
             f"ESTIMATE (roofline, not a measurement): {model.name} (bf16) on {tp}x {gpu.name}, TP "
             f"{tp}; {model.source}; {gpu.source}; KV pool {mem_fraction:.0%} of "
-            f"{gpu.memory_bytes / 1e9:.0f} GB minus weights and {reserve_bytes / 1e9:.0f} GB; gives "
+            f"{gpu.memory_bytes / 1e9:.0f} GB minus weights and "
+            f"{reserve_bytes / 1e9:.0f} GB; gives "
             f"a {a * 1e3:.1f} ms, b {b * 1e6:.0f} us, c {c:.2g} s/token, "
             f"{kv_capacity:,} KV tokens per engine"
         ),

@@ -212,7 +212,8 @@ def check_requests(reqs: list[Request], kv_capacity: int) -> None:
     """Reject requests no engine could serve (what a runtime must never submit)."""
     for r in reqs:
         if not 0 <= r.rid <= RID_MASK:
-            raise ValueError(f"request id {r.rid}: the engines' heaps take ids in [0, 2**{RID_BITS})")
+            raise ValueError(f"request id {r.rid}: the engines' heaps take ids "
+                             f"in [0, 2**{RID_BITS})")
         if r.target_new < 1 or r.target_new > r.max_new:
             raise ValueError(f"request {r.rid}: need 1 <= target_new <= max_new")
         if r.input_len + r.shared + r.max_new > kv_capacity:

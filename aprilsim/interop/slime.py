@@ -137,8 +137,10 @@ def from_slime(text: str, lengths: str | None = None) -> ImportResult:
     fit_warmup(res)
     if "--buffer-filter-path" in res.mapped:
         res.notes.append("--buffer-filter-path: a custom buffer filter is kept for export; the "
-                         "simulator resumes partial groups in FIFO order (slime's default pop_first)")
-    if "--sglang-mem-fraction-static" in res.mapped and "--sglang-max-total-tokens" not in res.mapped:
+                         "simulator resumes partial groups in FIFO order (slime's default "
+                         "pop_first)")
+    if ("--sglang-mem-fraction-static" in res.mapped
+            and "--sglang-max-total-tokens" not in res.mapped):
         res.notes.append("--sglang-mem-fraction-static: cluster.kv_capacity comes from the preset "
                          "(MI300X presets assume 0.6, H100 presets 0.85 minus 6 GB); pass "
                          "--sglang-max-total-tokens to set it exactly")

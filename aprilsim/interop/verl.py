@@ -1,10 +1,10 @@
 """verl PPO/GRPO configs -> aprilsim scenarios.
 
-Key names and meanings follow verl's `verl/trainer/config/ppo_trainer.yaml` (and its generated
-full form), the DAPO recipe (`algorithm.filter_groups`, `data.gen_batch_size`), the one-step-off
-policy config (a top-level `rollout:` section giving the rollout GPUs) and the fully-async policy
-config (`async_training:`). Input is a YAML file or hydra overrides (`data.train_batch_size=256 ...`,
-as verl launch scripts pass them). Reading YAML needs PyYAML (`pip install 'aprilsim[interop]'`).
+Key names and meanings follow verl's `verl/trainer/config/ppo_trainer.yaml` (and its generated full
+form), the DAPO recipe (`algorithm.filter_groups`, `data.gen_batch_size`), the one-step-off policy
+config (a top-level `rollout:` section giving the rollout GPUs) and the fully-async policy config
+(`async_training:`). Input is a YAML file or hydra overrides (`data.train_batch_size=256 ...`, as
+verl launch scripts pass them). Reading YAML needs PyYAML (`pip install 'aprilsim[interop]'`).
 
 | verl key | scenario key |
 |---|---|
@@ -47,7 +47,8 @@ _DIRECT: dict[str, tuple[tuple[str, ...], type]] = {
     _R + "tensor_model_parallel_size": (("launch", "gpus_per_engine"), int),
 }
 _FAMILY = (_R + "name", _R + "enable_chunked_prefill")
-_CLUSTER = ("trainer.nnodes", "trainer.n_gpus_per_node", "rollout.nnodes", "rollout.n_gpus_per_node")
+_CLUSTER = ("trainer.nnodes", "trainer.n_gpus_per_node", "rollout.nnodes",
+            "rollout.n_gpus_per_node")
 _SETUP = ("actor_rollout_ref.model.path", "data.train_files")
 _SCHEDULER = ("algorithm.filter_groups.enable", "algorithm.filter_groups.max_num_gen_batches",
               "algorithm.filter_groups.metric", "data.gen_batch_size",
@@ -72,7 +73,8 @@ def _yaml() -> Any:
     try:
         import yaml
     except ImportError:  # pragma: no cover - exercised only without the extra
-        raise ValueError("reading verl YAML needs PyYAML: pip install 'aprilsim[interop]'") from None
+        raise ValueError("reading verl YAML needs PyYAML: "
+                         "pip install 'aprilsim[interop]'") from None
     return yaml
 
 

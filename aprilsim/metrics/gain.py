@@ -128,7 +128,8 @@ def gain_lines(decs: Mapping[str, Mapping[str, Any]]) -> list[str]:
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
 
     def line(xs: list[str]) -> str:
-        return "  ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(zip(xs, widths)))
+        return "  ".join(x.rjust(w) if i else x.ljust(w)
+                         for i, (x, w) in enumerate(zip(xs, widths)))
 
     seeds = next(iter(decs.values())).get("seeds", 1)
     title = (f"where the rollout tok/s gain over {base} comes from (gain = the parts; "

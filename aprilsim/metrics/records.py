@@ -164,7 +164,8 @@ def summarize(run: RunResult, warmup: int = 0) -> dict[str, Any]:
         "generated_tokens": gen,
         "trained_tokens": trained,
         "trained_samples": samples,
-        "offpolicy_token_fraction": sum(s.offpolicy_tokens for s in st) / trained if trained else 0.0,
+        "offpolicy_token_fraction": (sum(s.offpolicy_tokens for s in st) / trained
+                                     if trained else 0.0),
         "max_staleness": max((k for k, v in hist.items() if v), default=0),
         "staleness_histogram": {str(k): v for k, v in sorted(hist.items())},
         "resumed_token_fraction": (

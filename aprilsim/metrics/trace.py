@@ -106,7 +106,8 @@ class Trace:
                              f"{TRACE_FORMAT_VERSION}")
         tr = cls(scheduler=meta["scheduler"], n_engines=int(meta["n_engines"]),
                  source=meta["source"])
-        makers = {"request": (RequestSpan, tr.requests), "engine": (EngineSample, tr.engine_samples),
+        makers = {"request": (RequestSpan, tr.requests),
+                  "engine": (EngineSample, tr.engine_samples),
                   "phase": (PhaseSpan, tr.phases)}
         for row in it:
             kind = row.pop("kind", None)

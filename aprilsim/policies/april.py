@@ -279,7 +279,8 @@ class AprilScheduler:
         if self.mask_offpolicy:
             masked = [s for g in batch for s in g.samples if s.segments and
                       s.segments[0].version < ctx.version]
-            self._stats["masked_tokens"] = float(sum(carried_tokens(s, ctx.version) for s in masked))
+            self._stats["masked_tokens"] = float(sum(carried_tokens(s, ctx.version)
+                                                     for s in masked))
             self._stats["masked_samples"] = float(sum(
                 all(seg.version < ctx.version for seg in s.segments) for s in masked))
         return [AbortAll(), CloseBatch(tuple(batch))]

@@ -117,7 +117,8 @@ class StepLedger:
         rec.resumed_tokens = self._resumed
         rec.scheduler_stats = dict(self._scheduler_stats())
         rec.partial_samples = self.n_partial
-        rec.generation_paused_s = self._paused_s + (now - self._paused_since if self._paused else 0.0)
+        rec.generation_paused_s = self._paused_s + (now - self._paused_since if self._paused
+                                                    else 0.0)
         self._paused_s = 0.0
         if self._paused:
             self._paused_since = now

@@ -275,7 +275,8 @@ async def run_all(scenario: Scenario, names: list[str], opts: RunOptions, out: O
                 f"{gen / wall:.0f} tokens/s, {rt.requests} requests, runner overhead "
                 f"{per_req:.3f} ms/request, {_faults(rt.faults)} ({conn.what})")
     except AllEnginesDown as e:
-        out.error, out.code = f"all engines are gone: {e}; finished steps were written", EXIT_ENGINES_GONE
+        out.error, out.code = (f"all engines are gone: {e}; finished steps were written",
+                               EXIT_ENGINES_GONE)
     finally:
         if rt is not None:
             with contextlib.suppress(Exception):
@@ -314,7 +315,8 @@ def run_schedulers(scenario: Scenario, names: list[str], opts: RunOptions,
         try:
             await run_all(scenario, names, opts, out, progress_for)
         except asyncio.CancelledError:
-            out.error, out.code = "interrupted: in-flight work aborted, finished steps written", EXIT_INTERRUPTED
+            out.error, out.code = ("interrupted: in-flight work aborted, finished steps written",
+                                   EXIT_INTERRUPTED)
 
     with handlers_kept():  # asyncio leaves the default handlers behind
         asyncio.run(guarded())

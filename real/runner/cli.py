@@ -83,9 +83,10 @@ from .options import EngineTarget, FreeMode, RunOptions, local_scale
                    "token before it is treated as dead anyway (0: never).")
 @click.option("--local-step-s", type=float, default=0.0, hidden=True,
               help="Pad each step of the --local engines (tests).")
-def run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trace, timeline, local, engines,
-                router, scale, vocab_size, temperature, prompts, reward, eos_id, lengths_out, trainer,
-                checkpoint, progress_deadline, stalled_after, local_step_s) -> None:
+def run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, trace, timeline,
+                local, engines, router, scale, vocab_size, temperature, prompts, reward, eos_id,
+                lengths_out, trainer, checkpoint, progress_deadline, stalled_after,
+                local_step_s) -> None:
     """Run SCENARIO's schedulers, unchanged, on live engines (one of --local, --engines,
     --router)."""
     with early_signals_interrupt():
@@ -134,7 +135,8 @@ def _run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, 
         fail("--reward and --lengths-out need --prompts (free mode)")
     try:
         target = EngineTarget.from_flags(local=local, engines=engines, router=router,
-                                         vocab_size=vocab_size, progress_deadline_s=progress_deadline,
+                                         vocab_size=vocab_size,
+                                         progress_deadline_s=progress_deadline,
                                          stalled_after=stalled_after, local_step_s=local_step_s)
         sc = with_overrides(load_scenario(scenario), steps=steps, warmup=warmup)
         names = list(dict.fromkeys(schedulers)) or list(sc.compare)
@@ -145,7 +147,8 @@ def _run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, 
         free = FreeMode(prompts, reward, tuple(eos_id), lengths_out) if prompts else None
         opts = RunOptions(target=target, seed=seed, temperature=temperature, free=free,
                           trainer=trainer, checkpoint=checkpoint, outputs=outputs,
-                          scale=scale if scale is not None else (local_scale(sc.max_response_len) if local else 1.0))
+                          scale=scale if scale is not None else (
+                              local_scale(sc.max_response_len) if local else 1.0))
     except (ScenarioError, SchedulerError, ValueError, TypeError) as e:
         fail(str(e))
         return
@@ -177,7 +180,8 @@ def _run_command(scenario, schedulers, steps, seed, warmup, as_json, steps_out, 
             click.echo(json.dumps(rows, indent=2))
         else:
             click.echo(f"scenario: {sc.name} live, lengths x{opts.scale:.4g}  ({len(out.rows)} "
-                       f"scheduler(s), {sc.batch_size} groups x {sc.group_size} samples, {sc.steps} steps)")
+                       f"scheduler(s), {sc.batch_size} groups x {sc.group_size} samples, "
+                       f"{sc.steps} steps)")
             click.echo(format_table(out.rows))
             click.echo(end_state_lines(out.rows))
             from aprilsim.metrics.gain import gain_lines, gain_vs_sync

@@ -96,5 +96,6 @@ class RunOptions:
             raise ValueError(f"scale {self.scale}: must lie in (0, 1]")
 
 
-__all__ = ["DEFAULT_PROGRESS_DEADLINE_S", "DEFAULT_STALLED_AFTER", "EXIT_ENGINES_GONE", "EXIT_INTERRUPTED", "LOCAL_MAX_LEN",
+__all__ = ["DEFAULT_PROGRESS_DEADLINE_S", "DEFAULT_STALLED_AFTER", "EXIT_ENGINES_GONE",
+           "EXIT_INTERRUPTED", "LOCAL_MAX_LEN",
            "EngineTarget", "FreeMode", "RunOptions", "local_scale"]

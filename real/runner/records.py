@@ -31,7 +31,8 @@ class LiveMeter:
     def read(self, now: float) -> Reading:
         mono = self.clock()
         slots = self.cluster.slots
-        return Reading(tokens=self.cluster.tokens, busy_by_engine=[s.busy_time(mono) for s in slots],
+        return Reading(tokens=self.cluster.tokens,
+                       busy_by_engine=[s.busy_time(mono) for s in slots],
                        retractions=0, kv_peak=max((s.kv_peak for s in slots), default=0))
 
     def new_window(self, now: float) -> None:

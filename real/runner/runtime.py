@@ -230,7 +230,8 @@ class LiveRuntime:
             self._training = False
             if self.trace is not None:
                 self.trace.phases += [PhaseSpan("rollout", k, rec.rollout_start_s, t0),
-                                      PhaseSpan("train", k, t0, t1), PhaseSpan("sync", k, t1, self.now())]
+                                      PhaseSpan("train", k, t0, t1),
+                                      PhaseSpan("sync", k, t1, self.now())]
             core.colocated_synced()
             rec.step_time_s = self.now() - rec.rollout_start_s
             if self._progress is not None:
@@ -468,7 +469,8 @@ class LiveRuntime:
             return
         if self.trace is not None:
             rec = self.records[-1]
-            self.trace.phases.append(PhaseSpan("rollout", rec.step, rec.rollout_start_s, self.now()))
+            self.trace.phases.append(PhaseSpan("rollout", rec.step, rec.rollout_start_s,
+                                               self.now()))
         self._batches.put_nowait(batch)
 
     async def _abort(self, flights: Sequence[_Flight]) -> list[_Ended]:

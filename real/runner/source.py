@@ -46,7 +46,8 @@ class LiveSource(Protocol):
 
     def regenerate(self, groups: Sequence[Group], step: int, group_size: int) -> list[Group]: ...
 
-    def request(self, sample: Sample, partial_ids: Sequence[int], cap: int | None) -> GenerateRequest: ...
+    def request(self, sample: Sample, partial_ids: Sequence[int],
+                cap: int | None) -> GenerateRequest: ...
 
     def reveal(self, sample: Sample, how: str, output_ids: Sequence[int], step: int) -> bool: ...
 
@@ -75,7 +76,8 @@ class ReplaySource:
     def regenerate(self, groups: Sequence[Group], step: int, group_size: int) -> list[Group]:
         return self.workload.regenerate(groups, step, group_size)
 
-    def request(self, sample: Sample, partial_ids: Sequence[int], cap: int | None) -> GenerateRequest:
+    def request(self, sample: Sample, partial_ids: Sequence[int],
+                cap: int | None) -> GenerateRequest:
         g = sample.generated
         ep = sample.episode
         if ep is not None:  # its next turn: the context so far, tool outputs included
@@ -87,7 +89,8 @@ class ReplaySource:
                                    sampling=self.sampling, replay_len=target, tag=sample.uid)
         prompt = prompt_ids_for(sample, self.vocab_size) + tuple(partial_ids)
         left = sample.max_len - g
-        return GenerateRequest(prompt_ids=prompt, max_new_tokens=left if cap is None else min(cap, left),
+        return GenerateRequest(prompt_ids=prompt,
+                               max_new_tokens=left if cap is None else min(cap, left),
                                sampling=self.sampling, replay_len=sample._target_len - g,
                                tag=sample.uid)
 
@@ -161,12 +164,14 @@ def read_prompts(path: str | Path, vocab_size: int) -> list[tuple[dict, tuple[in
 class FreeSource:
     """Prompts from a file, lengths decided by the model's EOS, rewards from ``reward``."""
 
-    def __init__(self, prompts: list[tuple[dict, tuple[int, ...]]], *, group_size: int, max_len: int,
+    def __init__(self, prompts: list[tuple[dict, tuple[int, ...]]], *, group_size: int,
+                 max_len: int,
                  reward: RewardFn = toy_verifier, eos_ids: Sequence[int] = (2,),
                  temperature: float = 1.0, seed: int = 0, lengths_log: IO[str] | None = None,
                  label: str = "") -> None:
         self.prompts, self.group_size, self.max_len = prompts, group_size, max_len
-        self.reward, self.eos_ids, self.temperature, self.seed = reward, tuple(eos_ids), temperature, seed
+        self.reward, self.eos_ids, self.temperature, self.seed = (reward, tuple(eos_ids),
+                                                                  temperature, seed)
         self.lengths_log, self.label = lengths_log, label
         self._next_prompt = self._next_gid = self._next_uid = 0
         self._record: dict[int, int] = {}  # gid -> prompt index
@@ -176,8 +181,8 @@ class FreeSource:
         _, ids = self.prompts[key % len(self.prompts)]
         gid = self._next_gid
         self._next_gid += 1
-        samples = [Sample(self._next_uid + i, gid, i, len(ids), None, self.max_len,
-                          None) for i in range(n)]
+        samples = [Sample(self._next_uid + i, gid, i, len(ids), None, self.max_len, None)
+                   for i in range(n)]
         self._next_uid += n
         self._record[gid] = key
         return Group(gid, len(ids), samples, step, math.nan, key)
@@ -191,11 +196,13 @@ class FreeSource:
     def regenerate(self, groups: Sequence[Group], step: int, group_size: int) -> list[Group]:
         return [self._group(g.prompt_key, step, group_size) for g in groups]
 
-    def request(self, sample: Sample, partial_ids: Sequence[int], cap: int | None) -> GenerateRequest:
+    def request(self, sample: Sample, partial_ids: Sequence[int],
+                cap: int | None) -> GenerateRequest:
         _, ids = self.prompts[self._record[sample.group_id] % len(self.prompts)]
         left = sample.max_len - sample.generated
         sampling = SamplingParams(temperature=self.temperature, stop_token_ids=self.eos_ids,
-                                  seed=(self.seed * 1_000_003 + sample.uid * 97 + sample.submits) % 2**31)
+                                  seed=(self.seed * 1_000_003 + sample.uid * 97
+                                        + sample.submits) % 2**31)
         return GenerateRequest(prompt_ids=ids + tuple(partial_ids),
                                max_new_tokens=left if cap is None else min(cap, left),
                                sampling=sampling, tag=sample.uid)

@@ -29,7 +29,8 @@ class TrainerStandIn:
     model: TrainerModel
     train_fn: TrainFn | None = None
     checkpoint: str | None = None  # weights to load on every update (/update_weights_from_disk)
-    clock: Callable[[], float] = time.monotonic  # what "seconds it took" is read on (virtual: tests)
+    # what "seconds it took" is read on (virtual: tests)
+    clock: Callable[[], float] = time.monotonic
 
     async def train(self, groups: Sequence[Group], step: int, tokens: int) -> float:
         """Train on ``groups``; return the seconds it took."""

@@ -392,7 +392,8 @@ async def _run(loop: VirtualLoop, scenario: Scenario, policy: Scheduler, seed: i
 
     slow = scenario.cluster.engine_slowdown or [1.0] * scenario.cluster.engines
     source = ReplaySource(scenario.workload_for(seed), vocab_size)
-    engines = [VirtualEngine(engine_factory(slowed(spec, slow[i]), i), loop, tm.sync_s,  # type: ignore[arg-type]
+    engines = [VirtualEngine(engine_factory(slowed(spec, slow[i]), i),  # type: ignore[arg-type]
+                             loop, tm.sync_s,
                              f"sim-{i}", SampleLookup(sample_of, source.group_size))
                for i in range(scenario.cluster.engines)]
     cluster = VirtualCluster(engines, progress_deadline_s=None)

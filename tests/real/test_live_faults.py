@@ -183,7 +183,8 @@ def test_stalls_need_consecutive_deadlines_and_pauses_do_not_count():
         eng = Trickle()
         cluster = Cluster([eng], progress_deadline_s=0.2, health_timeout_s=1.0, stalled_after=3)
         try:
-            task = asyncio.ensure_future(cluster.generate(cluster.slots[0], GenerateRequest((1,), 9)))
+            task = asyncio.ensure_future(cluster.generate(cluster.slots[0],
+                                                          GenerateRequest((1,), 9)))
             await asyncio.sleep(3.2)  # 6 tokens: never 3 healthy deadlines in a row
             alive_while_trickling = cluster.slots[0].alive
             await cluster.pause()  # now silent for good, but paused: nothing counts

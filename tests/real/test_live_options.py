@@ -56,10 +56,10 @@ def test_aprilsim_run_calls_the_library_with_typed_options(monkeypatch, tmp_path
     assert "fake note" in res.output and "stopped by the test" in res.output
     ((sc, names, opts),) = seen
     assert names == ["sync", "april"] and sc.steps == 2
-    assert isinstance(opts,
-                      RunOptions) and opts.free is None and opts.scale == 1.0 and opts.seed == 3
-    assert opts.target == EngineTarget(engines=("http://a:1", "http://b:2"), progress_deadline_s=7.0,
-                                       stalled_after=5)
+    assert (isinstance(opts, RunOptions) and opts.free is None and opts.scale == 1.0
+            and opts.seed == 3)
+    assert opts.target == EngineTarget(engines=("http://a:1", "http://b:2"),
+                                       progress_deadline_s=7.0, stalled_after=5)
     assert opts.outputs == {"sync": {"trace": tmp_path / "t_sync.jsonl"},
                             "april": {"trace": tmp_path / "t_april.jsonl"}}
 
@@ -79,7 +79,8 @@ def test_aprilsim_run_local_and_free_mode_options(monkeypatch, tmp_path):
 
 def test_bad_engine_flags_are_one_line_errors_before_any_run(monkeypatch):
     seen = _capture_run(monkeypatch)
-    for args in (["run"], ["run", "--local", "1", "--router", "http://r"], ["run", "--engines", ","]):
+    for args in (["run"], ["run", "--local", "1", "--router", "http://r"],
+                 ["run", "--engines", ","]):
         res = CliRunner().invoke(main, args)
         assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, (args, res.output)
     assert seen == []
@@ -95,8 +96,9 @@ def test_aprilsim_validate_calls_the_library_with_typed_options(monkeypatch, tmp
         raise RuntimeError("stopped by the test")
 
     monkeypatch.setattr(rv, "validate", fake)
-    res = CliRunner().invoke(main, ["validate", "--router", "http://r:1", "-s", "sync", "--repeats", "2",
-                                    "--max-running", "8", "--vocab-size", "100", "--out", str(tmp_path)])
+    res = CliRunner().invoke(main, ["validate", "--router", "http://r:1", "-s", "sync",
+                                    "--repeats", "2", "--max-running", "8", "--vocab-size", "100",
+                                    "--out", str(tmp_path)])
     assert res.exit_code == 2 and "stopped by the test" in res.output, res.output
     ((specs, opts),) = seen
     assert specs == ["sync"] and isinstance(opts, rv.ValidateOptions)

@@ -74,7 +74,8 @@ def _read(kind: str, value: Any, opts: dict[str, Any], live: LiveMeasure | None,
 GOOD_FIT = 0.05  # a decode median error above this is a poor fit
 
 
-def form_advice(records: list[Record], cal: CostCalibrator, form: str, max_knots: int) -> dict | None:
+def form_advice(records: list[Record], cal: CostCalibrator, form: str,
+                max_knots: int) -> dict | None:
     """The other form's fit on the same records when the chosen one fits decode badly and the
     other clearly better: {form, median_abs (both), advice}; None otherwise."""
     from .estimator import CostCalibrator
@@ -289,7 +290,8 @@ def _write_outputs(cal: CostCalibrator, info: dict[str, Any], out: Path | None,
         write_preset(out, cal.cost_, label=info.get("label", "calibrated"),
                      source=f"calibrated ({form}) from {info['source']}",
                      max_running=info.get("max_running"), kv_capacity=info.get("kv_capacity"),
-                     client_overhead_s=info.get("client_overhead_s"), errors=cal.errors_, measured=info.get("measured"),
+                     client_overhead_s=info.get("client_overhead_s"), errors=cal.errors_,
+                     measured=info.get("measured"),
                      assumed=info.get("assumed"),
                      speculative=info.get("speculative_preset"))
         click.echo(f"wrote {out}", err=True)

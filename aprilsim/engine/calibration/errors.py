@@ -76,7 +76,8 @@ def _wquantile(x: np.ndarray, w: np.ndarray, q: float) -> float:
 
 def format_error_table(rows: Sequence[RegimeError]) -> str:
     """The table as text, errors in percent."""
-    head = f"{'regime':<18} {'n':>6} {'median |err|':>13} {'p90 |err|':>10} {'max |err|':>10} {'bias':>8}"
+    head = (f"{'regime':<18} {'n':>6} {'median |err|':>13} {'p90 |err|':>10} {'max |err|':>10} "
+            f"{'bias':>8}")
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r.regime:<18} {r.n:>6} {100 * r.median_abs:>12.1f}% "

@@ -24,7 +24,8 @@ from .records import Record
 REQUIRED = ("seq", "phase", "batch_size", "prefill_tokens", "kv_tokens", "duration_s")
 
 
-def records_from_iterations(rows: list[dict[str, Any]], where: str = "iteration log") -> list[Record]:
+def records_from_iterations(rows: list[dict[str, Any]],
+                            where: str = "iteration log") -> list[Record]:
     """Records from iteration-log dicts (in seq order); idle or zero-duration steps are skipped."""
     out: list[Record] = []
     prev: dict[str, Any] | None = None

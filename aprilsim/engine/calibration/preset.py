@@ -23,7 +23,8 @@ def _num(v: float) -> str:
 
 def preset_toml(cost: CostModel | TabulatedCost, *, label: str = "calibrated", source: str = "",
                 max_running: int | None = None, kv_capacity: int | None = None,
-                client_overhead_s: float | None = None, errors: list[RegimeError] | None = None, measured: list[str] | None = None,
+                client_overhead_s: float | None = None, errors: list[RegimeError] | None = None,
+                measured: list[str] | None = None,
                 assumed: list[str] | None = None, speculative: dict | None = None) -> str:
     """The preset file's text; ``measured`` and ``assumed`` become comment lines saying which
     of its values were measured on the engine and which were assumed."""
@@ -60,7 +61,9 @@ def preset_toml(cost: CostModel | TabulatedCost, *, label: str = "calibrated", s
     if speculative:  # fitted from accepted-token logs (`speculative_log`)
         lines += ["", "[speculative]"]
         for k, v in speculative.items():
-            lines.append(f"{k} = {_str(v) if isinstance(v, str) else int(v) if isinstance(v, int) else _num(v)}")
+            lines.append(
+                f"{k} = "
+                f"{_str(v) if isinstance(v, str) else int(v) if isinstance(v, int) else _num(v)}")
     lines.append("")
     return "\n".join(lines)
 

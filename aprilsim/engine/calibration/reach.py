@@ -18,5 +18,6 @@ def scenario_reach(sc, n_engines: int, scale: float = 1.0) -> tuple[int, tuple[i
             ratio = max(ratio, float(sc.knobs_of(spec)["ratio"]))
     peak = math.ceil(sc.batch_size * sc.group_size * ratio / max(1, n_engines))
     top = int(round((sc.max_prompt_len + sc.max_response_len / 2) * scale))
-    loads = sorted({max(8, int(round(x))) for x in (16, math.sqrt(16 * max(top, 16)), max(top, 16))})
+    loads = sorted({max(8, int(round(x)))
+                    for x in (16, math.sqrt(16 * max(top, 16)), max(top, 16))})
     return max(1, peak), tuple(loads)

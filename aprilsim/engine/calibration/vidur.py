@@ -103,7 +103,8 @@ def read_vidur(directory: str | Path, layers: int, tp: int | None = None) -> lis
     out: list[Record] = []
     where = f"{d}/attention.csv"
     for r in attn_rows:
-        if "num_tensor_parallel_workers" in r and int(_f(r, "num_tensor_parallel_workers", where)) != tp:
+        if ("num_tensor_parallel_workers" in r
+                and int(_f(r, "num_tensor_parallel_workers", where)) != tp):
             continue
         batch = int(_f(r, "batch_size", where))
         if _is_true(r.get("is_prefill", "")):

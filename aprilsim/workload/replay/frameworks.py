@@ -100,7 +100,8 @@ def _length_of(v: Any) -> int:
     return len(v)
 
 
-def slime_rows(path: str | Path, reward_key: str | None = None) -> tuple[list[LoggedRow], list[str]]:
+def slime_rows(path: str | Path,
+               reward_key: str | None = None) -> tuple[list[LoggedRow], list[str]]:
     """Rows of slime debug rollout dumps: a ``rollout_data`` directory or one ``{id}.pt``."""
     p = Path(path)
     rows: list[LoggedRow] = []

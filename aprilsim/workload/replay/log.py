@@ -99,7 +99,8 @@ class RunLog:
             groups.append(LoggedGroup(
                 step=step, key=key, lengths=tuple(int(r.length) for r in rs),
                 prompt_len=max(prompts) if prompts else None,
-                rewards=None if any(x is None for x in rewards) else tuple(float(x) for x in rewards),
+                rewards=(None if any(x is None for x in rewards)
+                         else tuple(float(x) for x in rewards)),
                 resumed=sum(r.resumed for r in rs),
                 turns=tuple(r.turns for r in rs) if any(r.turns for r in rs) else None))
         return cls(groups, source=source, fmt=fmt, notes=list(notes))
@@ -142,7 +143,8 @@ class RunLog:
         resumed = sum(g.resumed for g in self.groups)
         sizes = sorted({g.size for g in self.groups})
         n = str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
-        has = [w for w, ok in (("prompt lengths", all(g.prompt_len is not None for g in self.groups)),
+        has = [w for w, ok in (("prompt lengths",
+                                all(g.prompt_len is not None for g in self.groups)),
                                ("rewards", all(g.rewards is not None for g in self.groups)),
                                ("rollout times", bool(self.rollout_s))) if ok]
         out = (f"{self.source} ({self.fmt}): {len(self.steps)} steps, {len(self.groups)} groups of "
@@ -150,5 +152,6 @@ class RunLog:
         if has:
             out += "; with " + ", ".join(has)
         if resumed:
-            out += f"; {resumed} responses resumed from an earlier step, counted with their final length"
+            out += (f"; {resumed} responses resumed from an earlier step, counted with their "
+                    "final length")
         return out

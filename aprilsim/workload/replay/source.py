@@ -84,8 +84,8 @@ class ReplayWorkload:
         self.exhausted = exhausted
         self.n_unlogged = 0
         self._seed = fallback.seed if fallback is not None else 0
-        self._log = list(run.groups) if unlogged == "skip" else self._with_unlogged(run.groups,
-                                                                                    unlogged)
+        self._log = (list(run.groups) if unlogged == "skip"
+                     else self._with_unlogged(run.groups, unlogged))
         self._fill = self._fill_missing(fallback)
         capped = np.minimum(np.concatenate([np.asarray(g.lengths) for g in run.groups]),
                             self.max_len)
@@ -150,7 +150,8 @@ class ReplayWorkload:
         out = []
         for i, g in enumerate(self._log):
             d = drawn[i] if i < len(drawn) else None
-            prompt = g.prompt_len if g.prompt_len is not None else d.prompt_len  # type: ignore[union-attr]
+            prompt = (g.prompt_len if g.prompt_len is not None
+                      else d.prompt_len)  # type: ignore[union-attr]
             if g.rewards is not None:
                 rewards, rate = g.rewards, float(np.mean(g.rewards)) if g.rewards else 0.0
             else:

@@ -29,7 +29,8 @@ class ReplaySpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    replay: str  # the log: slime's rollout_data dir or a .pt, verl's rollout_data_dir or a .jsonl, a table
+    # the log: slime's rollout_data dir or a .pt, verl's rollout_data_dir or a .jsonl, a table
+    replay: str
     format: Literal["auto", "slime", "verl", "table"] = "auto"
     exhausted: Literal["wrap", "stop"] = "wrap"  # more groups asked than logged: repeat, or fail
     # group order: "step" (the log's steps in turn), "prompt" (by prompt index: the run's draw
@@ -117,7 +118,8 @@ def _read_cached(path: str, mtime: float, spec: ReplaySpec,
     else:
         if p.is_dir():
             raise ReplayLogError(f"{p}: a table log must be one file")
-        rows, notes = table_rows(p, length_column=spec.length_column, group_column=spec.group_column,
+        rows, notes = table_rows(p, length_column=spec.length_column,
+                                 group_column=spec.group_column,
                                  step_column=spec.step_column, prompt_column=spec.prompt_column,
                                  reward_column=spec.reward_column)
     order = spec.order if spec.order != "auto" else ("prompt" if fmt == "slime" else "step")
@@ -144,7 +146,8 @@ def _is_int(x: Any) -> bool:
         return False
 
 
-def replay_workload(spec: ReplaySpec, base_dir: str | Path, *, max_len: int, fallback: Any) -> ReplayWorkload:
+def replay_workload(spec: ReplaySpec, base_dir: str | Path, *, max_len: int,
+                    fallback: Any) -> ReplayWorkload:
     """The workload of a scenario's replay spec (paths relative to `base_dir`)."""
     def rel(x: str | None) -> str | None:
         if x is None:
@@ -183,12 +186,13 @@ def notes_for(workload: Any) -> list[str]:
     return out
 
 
-__all__ = ["FORMATS", "ReplaySpec", "detect_log_format", "notes_for", "parse_spec", "scenario_notes",
-           "scenario_workload",
+__all__ = ["FORMATS", "ReplaySpec", "detect_log_format", "notes_for", "parse_spec",
+           "scenario_notes", "scenario_workload",
            "read_run_log", "replay_workload"]
 
 
-_FALLBACK_LENGTHS = {"family": "lognormal", "mu": 6.0, "sigma": 0.5}  # never read: lengths are logged
+# never read: lengths are logged
+_FALLBACK_LENGTHS = {"family": "lognormal", "mu": 6.0, "sigma": 0.5}
 
 
 def scenario_workload(scenario: Any, seed: int | None = None) -> ReplayWorkload:

@@ -137,7 +137,8 @@ def table_rows(path: str | Path, *, length_column: str | None = None,
     group = column(columns, group_column, REPLAY_GROUP_NAMES, "group")
     step = column(columns, step_column, STEP_NAMES, "step")
     if group is None or step is None:
-        missing = " and ".join(w for w, c in (("a prompt/group column", group), ("a step column", step)) if c is None)
+        missing = " and ".join(w for w, c in (("a prompt/group column", group),
+                                              ("a step column", step)) if c is None)
         raise ReplayLogError(
             f"{path}: replay needs {missing} (known names: {', '.join(REPLAY_GROUP_NAMES)}; "
             f"{', '.join(STEP_NAMES)}); name them with group_column / step_column")

@@ -172,4 +172,5 @@ def load_torch_save(path: str | Path, skipped: Counter[str] | None = None) -> An
                 raise ReplayLogError(f"{p}: cannot read ({e})") from None
     except zipfile.BadZipFile:
         raise ReplayLogError(f"{p}: not a torch.save zip file (saved with "
-                             "_use_new_zipfile_serialization=False? re-save it with torch>=1.6)") from None
+                             "_use_new_zipfile_serialization=False? re-save it with "
+                             "torch>=1.6)") from None
