@@ -54,8 +54,7 @@ from aprilsim.types import Group, samples_of
 
 @dataclass
 class FullyAsyncScheduler:
-    """AReaL-style: generation never stops, train on the next N complete groups, staleness <=
-    eta."""
+    """AReaL-style: generation never stops, train on the next N complete groups, staleness <= eta."""
 
     name: ClassVar[str] = "fully_async"
     mode: ClassVar[Mode] = "disaggregated"

@@ -47,8 +47,7 @@ ROUTES = ("most_room", "router")
 
 @dataclass
 class SeerScheduler:
-    """Seer: probe one response per group, the rest longest-first by its estimate, in pieces to the
-    engine with room."""
+    """Seer: probe one response per group, the rest longest-first by its estimate, in pieces to the engine with room."""
 
     name: ClassVar[str] = "seer"
     mode: ClassVar[Mode] = "colocated"
@@ -159,8 +158,7 @@ class SeerScheduler:
 
 @dataclass
 class SeerHistoryScheduler(SeerScheduler):
-    """Seer with history: a group's length estimate is its prompt's mean length in earlier epochs
-    (probe when unseen)."""
+    """Seer with history: a group's length estimate is its prompt's mean length in earlier epochs (probe when unseen)."""
 
     name: ClassVar[str] = "seer_history"
     variants: ClassVar[tuple[dict[str, object], ...]] = ({"chunk": 500, "hold": True},)
