@@ -102,8 +102,10 @@ def variants(*extra: str) -> list[tuple[str, dict[str, Any]]]:
 
 
 def description(cls: type) -> str:
-    doc = (cls.__doc__ or "").strip().splitlines()
-    return doc[0] if doc else ""
+    """The first paragraph of the class docstring, on one line (a docstring wraps at 100
+    columns; the listing wants the whole sentence)."""
+    first = (cls.__doc__ or "").strip().split("\n\n", 1)[0]
+    return " ".join(line.strip() for line in first.splitlines())
 
 
 def resolve(name: str) -> type:
