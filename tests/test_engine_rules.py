@@ -178,22 +178,26 @@ def test_ratio_schedule_decays_to_its_floor_and_is_reestimated_after_retraction(
 
 
 @pytest.mark.parametrize("cls", ENGINES)
-def test_decaying_ratio_admits_a_queued_request_mid_decode(cls):
-    """The head (max_new 4,500, stops after 10) is refused at first, then admitted once the
-    ratio applied to the running request's 3,999 remaining tokens has decayed enough, long
-    before that request finishes; with the constant ratio it waits for the finish."""
-    def run(**kw):
-        e = cls(EngineSpec(COST, kv_capacity=6_000, max_running=8, **kw))
-        e.submit([Request(0, 100, 4_000, 4_000)], 0.0)
-        e.advance()  # prefill of request 0
+def test_a_refused_head_holds_admission_until_a_running_request_leaves(cls):
+    """SGLang's `batch_is_full`: the head (max_new 4,500, stops after 10) is refused while
+    request 0 runs, and no admission is tried again until a running request leaves, though the
+    decaying ratio would admit it after a few hundred steps; a short request finishing in
+    between (request 2) releases the hold, and the head is admitted at that boundary."""
+    def run(short: bool):
+        e = cls(EngineSpec(COST, kv_capacity=6_000, max_running=8, new_token_ratio=0.7,
+                           new_token_ratio_decay_steps=600))
+        e.submit([Request(0, 100, 4_000, 4_000)] + ([Request(2, 50, 1_000, 500)] if short
+                                                    else []), 0.0)
+        e.advance()  # prefill of request 0 (and 2)
         e.submit([Request(1, 100, 4_500, 10)], e.t)
         return {c.rid: c for c in run_all(e)}, e
 
-    sgl, e = run(new_token_ratio=0.7, new_token_ratio_decay_steps=600)
-    const, _ = run(new_token_ratio=0.7)
-    assert const[1].time > const[0].time  # refused until request 0 finished
-    assert sgl[1].time < sgl[0].time  # admitted mid-decode, after some hundred decode steps
-    assert e.retractions == 0 and e.stats.iterations > 300
+    held, e = run(short=False)
+    assert held[1].time > held[0].time  # waited for request 0 to finish
+    assert e.stats.iterations > 3_900  # request 0's decode, then request 1's
+    released, e = run(short=True)
+    assert released[2].time < released[1].time < released[0].time
+    assert e.retractions == 0
 
 
 @pytest.mark.parametrize("cls", ENGINES)

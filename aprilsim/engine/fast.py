@@ -534,9 +534,10 @@ class FastEngine(EngineFace):
             self._cache_leave(victims)
         rules, it = self.rules, self.it
         rules.requeue(self.waiting, victims)
-        if rules.retracted(it, index.base_sum + it * len(running), index.max_new_sum,
-                           len(running)):
-            self.hold = True
+        # held until a request finishes, or tried again (the batch shrank); not undone by an
+        # unplan
+        self.hold = self.pf.hold_in = rules.retracted(
+            it, index.base_sum + it * len(running), index.max_new_sum, len(running))
         index.stale += len(victims)  # their `_finish` entries stay until popped
         index.drop_stale_head(self._finish, running)
 
@@ -556,9 +557,14 @@ class FastEngine(EngineFace):
         pf = self.pf
         pf.room_in = pf.room_next  # consumed by this plan (restored by `_unplan`)
         pf.room_next = 0
-        if self.waiting and not self.hold and len(self.running) < self.max_running \
-                and self._plan_prefill():
-            return
+        pf.hold_in = self.hold  # restored by `_unplan` (the refusals of this plan)
+        if self.waiting and not self.hold:
+            if len(self.running) < self.max_running and self._plan_prefill():
+                return
+            # the head refused with requests running: where the family says so (SGLang's
+            # `batch_is_full`), no admission is tried until one of them leaves (finishes, is
+            # retracted or aborted)
+            self.hold = self.rules.refusal_holds and bool(self.running)
         running = self.running
         if not running:
             self.rules.reset(self.it)  # idle: SGLang resets its ratio
@@ -603,6 +609,9 @@ class FastEngine(EngineFace):
             self.waiting, len(running), self.kv, reserve, self.it, refs
         )
         pf.reqs = reqs
+        if self.waiting and not capped and running and rules.refusal_holds:  # the head refused:
+            self.hold = True  # set on an empty running batch, SGLang drops it when the prefill
+            # batch replaces that batch (`get_next_batch_to_run`'s merge)
         note_started(pf.reqs, self.t, pf.started)
         comp = tokens  # the tokens it computes
         if self.share:
@@ -644,6 +653,7 @@ class FastEngine(EngineFace):
             self.waiting.extendleft(reversed(pf.reqs))
             pf.clear()
         self.pf.room_next = self.pf.room_in
+        self.hold = self.pf.hold_in
         self.phase, self.n, self.t_event = IDLE, 0, INF
 
     def _iterations_within(self, dt: float) -> int:
@@ -663,14 +673,19 @@ class FastEngine(EngineFace):
         rules = self.rules
         if not rules.admits_head(self.waiting, b, self.kv + m * b, self._reserve_after(m),
                                  self.it + m, 0, self.prefixes):
-            if m + 1 >= self.n:
-                return
-            cut = rules.stretch(m + 1, self.n - 1, b, self.kv, self.reserve, self.clipped,
-                                self.it, self.waiting[0], self.prefixes)
-            if cut is None:
-                return
-            m = cut
-            self.stats.ratio_cuts += 1
+            if rules.refusal_holds:
+                # refused there: admission holds from that boundary until a request leaves
+                # (SGLang's `batch_is_full`), so the span is cut there and `_plan` sets the hold
+                self.stats.ratio_cuts += 1
+            else:
+                if m + 1 >= self.n:
+                    return
+                cut = rules.stretch(m + 1, self.n - 1, b, self.kv, self.reserve, self.clipped,
+                                    self.it, self.waiting[0], self.prefixes)
+                if cut is None:
+                    return
+                m = cut
+                self.stats.ratio_cuts += 1
         self.n = m
         self.t_event = self.t + self.cost.decode_span(m, b, self.kv)
         if m == 0:

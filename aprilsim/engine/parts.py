@@ -104,6 +104,7 @@ class PrefillBatch:
     room_in: int = 0
     room_out: int = 0
     room_next: int = 0
+    hold_in: bool = False  # the engine's `hold` when the current plan was made (an unplan's)
     hits: int = 0
     moved: int = 0  # migrated KV tokens the batch holds without computing them
     pieces: tuple[list[int], list[int]] = field(default_factory=lambda: ([], []))

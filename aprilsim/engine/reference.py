@@ -53,7 +53,8 @@ class ReferenceEngine(EngineFace):
         self.batch_pieces: tuple[list[int], list[int]] = ([], [])  # per request (`prefill_pieces`)
         self.batch_hits = 0  # requests of the batch prefilled onto a prefix already held
         self.t = 0.0
-        self.hold = False
+        self.hold = False  # admission held until a running request leaves
+        self.hold_in = False  # `hold` when the current plan was made (`_unplan` restores it)
         self.phase = IDLE
         self.t_event = INF
         self.busy_time = 0.0
@@ -294,7 +295,9 @@ class ReferenceEngine(EngineFace):
         """Ask the family for the next iteration (`Rules.plan_step`) and start it."""
         self.room_in = self.room
         self.room = 0
+        self.hold_in = self.hold
         step = self.rules.plan_step(self)
+        self.hold = step.hold
         if step.kind == PREFILL:
             self._start_prefill(step)
         elif step.kind == DECODE:
@@ -342,8 +345,7 @@ class ReferenceEngine(EngineFace):
             self.stats.retractions += 1
         if victims:
             self._count_freed_prefixes(victims)
-            if step.hold:
-                self.hold = True
+            self.hold_in = self.hold  # the retraction is not undone by `_unplan`
         if self.speculative is not None:  # the batch's mean acceptance, this step
             self.speculative.set_batch(self.running)
         self.phase = DECODE
@@ -354,4 +356,5 @@ class ReferenceEngine(EngineFace):
             self.waiting.extendleft(reversed(self.batch))
             self.batch = []
         self.room = self.room_in
+        self.hold = self.hold_in
         self.phase, self.t_event = IDLE, INF

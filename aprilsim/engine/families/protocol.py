@@ -77,9 +77,9 @@ class Family(Protocol):
 class Step:
     """One iteration's plan, as a family makes it (`Rules.plan_step`): a prefill batch run as its
     own step (PREFILL; `capped`: the token budget ended it), a decode of the running batch after
-    `victims` were preempted (DECODE; `hold`: admission waits until a request finishes), a step
-    mixing prefill chunks and decodes under one token budget (MIXED: `chunks[i]` tokens of
-    `batch[i]`), or nothing (IDLE)."""
+    `victims` were preempted (DECODE), a step mixing prefill chunks and decodes under one token
+    budget (MIXED: `chunks[i]` tokens of `batch[i]`), or nothing (IDLE). `hold`: whether
+    admission waits after this plan until a running request leaves (the engine's `hold`)."""
 
     kind: int
     batch: list[Request] = field(default_factory=list)
@@ -122,7 +122,9 @@ class Rules:
     decode, SGLang), `kv_capacity`, `max_running`, `clip` (a running request's remaining tokens
     count at most this many in the KV reserve; 0: no clip), `fewest_first` (preemption's order:
     the running request with the fewest generated tokens goes first, SGLang's `retract_decode`;
-    False: the most; the latest request id first among equals, either way).
+    False: the most; among equals the longest prompt, then the latest to join the running batch:
+    `victim_order`), `refusal_holds` (a queue head refused while requests run holds admission
+    until one of them leaves: SGLang's `batch_is_full`).
 
     Batch-shaped families (`mixed_steps` False) answer the fast engine's questions: admission
     (`admits_head`, `select_batch`), the reserve (`reserve_of`: the fast engine keeps its sum
@@ -141,6 +143,7 @@ class Rules:
     max_running: int
     clip: int
     fewest_first: bool
+    refusal_holds: bool = False
 
     # ------------------------------------------------------------------ admission
     def admits_head(self, waiting: deque[Request], n_running: int, kv: int, reserve: int,
@@ -179,7 +182,8 @@ class Rules:
 
     def retracted(self, it: int, gen_sum: int, max_new_sum: int, n: int) -> bool:
         """Requests were preempted at iteration `it`; `n` still run, with `gen_sum` tokens
-        generated and `max_new_sum` allowed in all. True: hold admission until one finishes."""
+        generated and `max_new_sum` allowed in all. True: hold admission until one finishes;
+        False: admission is tried again (the batch shrank: a hold is lifted)."""
         raise NotImplementedError
 
     def reset(self, it: int) -> None:
@@ -203,8 +207,9 @@ class Rules:
         admitted are popped from `view.waiting`, victims removed from `view.running` and
         requeued; the engine prices and runs the step. This one is a batch-shaped family's: a
         prefill batch if the queue head is admitted (admission not held), else a decode of the
-        running batch after preempting in `fewest_first` order until it fits, else nothing (and
-        `reset`: SGLang resets its ratio when the engine idles). A family whose steps mix
+        running batch after preempting in `victim_order` until it fits, else nothing (and
+        `reset`: SGLang resets its ratio when the engine idles); a refused head holds admission
+        where the family says so (`refusal_holds`). A family whose steps mix
         prefill chunks and decodes writes its own."""
         waiting, running, it = view.waiting, view.running, view.it
         kv, reserve = view.kv, view.reserve
@@ -213,16 +218,21 @@ class Rules:
                                               resident):
             batch, *_, capped = self.select_batch(waiting, len(running), kv, reserve, it,
                                                   resident)
-            return Step(PREFILL, batch, capped)
+            # the head refused after this batch: admission holds (set on an empty running
+            # batch, SGLang drops it when the prefill batch replaces that batch)
+            hold = self.refusal_holds and bool(waiting) and not capped and bool(running)
+            return Step(PREFILL, batch, capped, hold=hold)
+        hold = view.hold
+        if waiting and not hold and self.refusal_holds:
+            hold = bool(running)  # the head refused with requests running
         if not running:
             self.reset(it)
-            return Step(IDLE)
+            return Step(IDLE, hold=hold)
         victims = []
         while view.kv + len(running) > self.kv_capacity:  # recounted: the oracle trusts no sum
             victim = first_victim(self, running)
             running.remove(victim)
             victims.append(victim)
-        hold = False
         if victims:
             self.requeue(waiting, victims)
             hold = self.retracted(it, sum(r.gen for r in running),
@@ -231,7 +241,16 @@ class Rules:
 
 
 def first_victim(rules: Rules, running: Sequence[Request]) -> Request:
-    """The running request a family preempts first (`Rules.fewest_first`, the latest id on
-    ties): the per-iteration engines' obvious search."""
+    """The running request a family preempts first (`victim_order`): the per-iteration engines'
+    obvious search over `running` in joining order."""
     sign = 1 if rules.fewest_first else -1
-    return min(running, key=lambda r: (sign * r.gen, -r.rid))
+    return running[min(range(len(running)), key=lambda i: victim_order(sign, running[i], i))]
+
+
+def victim_order(sign: int, r: Request, joined: int) -> tuple[int, int, int]:
+    """Preemption's order, lowest first: `sign` * generated tokens (1: the fewest first, SGLang),
+    then the longest prompt, then the latest to join the running batch (`joined`: its place in
+    joining order). SGLang's `ScheduleBatch._get_decode_retraction_order` sorts the running
+    batch's requests by (len(output_ids), -len(origin_input_ids)), stably, and pops from the
+    end."""
+    return sign * r.gen, -(r.input_len + r.shared), -joined

@@ -21,7 +21,6 @@ tokens, and each decode iteration needs one new slot per running request.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Container
 from dataclasses import dataclass, fields
@@ -124,6 +123,7 @@ class SGLangRules(Rules):
         self.max_prefill_tokens: int = int(spec.max_prefill_tokens)
         self.clip = int(spec.clip_max_new_tokens)
         self.sglang_ratio: bool = bool(spec.sglang_ratio)
+        self.refusal_holds = self.sglang_ratio  # SGLang's `batch_is_full`, with its schedule
         self.new_token_ratio: float = float(spec.new_token_ratio)
         self.decay: float = float(spec.new_token_ratio_decay)
         self.min_ratio: float = float(spec.min_new_token_ratio)
@@ -178,7 +178,7 @@ class SGLangRules(Rules):
 
         `n_running` counts the running requests and those already chosen for this prefill batch;
         `kv` includes them. `reserve` is the running requests' remaining max_new (clipped), and
-        `batch_reserve` that of the requests already chosen for this batch. Two conditions:
+        `batch_reserve` what the requests already chosen for this batch reserve. Two conditions:
 
         * the decode iteration after the prefill fits: the input now, plus one slot for every
           running request (this one included). So a prefill never forces a retraction at the next
@@ -186,9 +186,12 @@ class SGLangRules(Rules):
           request alone always passes, since input_len + max_new <= kv_capacity
           (`check_requests`);
         * SGLang's estimate of future growth must fit in what is free: the ratio at `it` times
-          the running requests' remaining max_new, plus the candidate's (and this batch's)
-          remaining max_new in full with SGLang's schedule (`PrefillAdder`), or times the ratio
-          with the older rule.
+          the running requests' remaining max_new, plus the candidate's remaining max_new in
+          full with SGLang's schedule (`PrefillAdder`), or times the ratio with the older rule.
+          With SGLang's schedule the comparison is SGLang's: `total_tokens < remaining_total`
+          (`PrefillAdder.add_one_req`, `PrefillBudget.check_prefill`), a page of one token per
+          request, and `batch_reserve` holds, per request already in the batch, its whole
+          clipped max_new_tokens and a page (`select_batch`).
         """
         if not waiting or n_running >= self.max_running:
             return False
@@ -209,8 +212,8 @@ class SGLangRules(Rules):
             ratio = ratio - self.decay * steps
             if ratio <= self.min_ratio:
                 ratio = self.min_ratio
-        if self.sglang_ratio:
-            return need + head <= self.kv_capacity - kv - ratio * reserve - batch_reserve
+        if self.sglang_ratio:  # total_tokens (+1 page) < remaining_total
+            return need + head + 1 < self.kv_capacity - kv - ratio * reserve - batch_reserve
         return need + ratio * head <= self.kv_capacity - kv - ratio * (reserve + batch_reserve)
 
     def select_batch(self, waiting: deque[Request], n_running: int, kv: int, reserve: int,
@@ -229,14 +232,29 @@ class SGLangRules(Rules):
         sharing, `resident` holds the prefixes already on the engine; a request whose prefix is
         neither there nor brought by an earlier request of the batch brings it
         (`parts.prefill_pieces`).
+
+        Under SGLang's schedule the budgets are asked in `PrefillAdder`'s order: after each
+        admission, no KV capacity left ends the batch as a refusal (`budget_state` NO_TOKEN:
+        the caller holds admission, `batch_is_full`), then input tokens reaching
+        `max_prefill_tokens` end it as the token budget (OTHER); a candidate whose input would
+        reach what is left of that budget ends it too (`input_tokens >= rem_input_tokens`).
         """
         batch: list[Request] = []
         tokens = sq = added = held = moved = 0
         limit = self.max_prefill_tokens
         seen: Container[int] = resident
         brought: set[int] | None = None  # the prefixes this batch brings (made at the first)
-        while self.admits_head(waiting, n_running + len(batch), kv + tokens + moved, reserve,
-                               it, held, seen):
+        sglang = self.sglang_ratio
+        ratio = self.ratio(it) if sglang else 0.0
+        while True:
+            if batch and sglang and waiting:  # `PrefillAdder.budget_state`, after an admission
+                if kv + tokens + moved + ratio * reserve + held >= self.kv_capacity:
+                    break  # NO_TOKEN: refused
+                if tokens >= limit:
+                    return batch, tokens, sq, added, moved, True  # OTHER: the budget is spent
+            if not self.admits_head(waiting, n_running + len(batch), kv + tokens + moved,
+                                    reserve, it, held, seen):
+                break
             r = waiting[0]
             need = r.input_len + r.gen
             s = r.shared
@@ -244,7 +262,7 @@ class SGLangRules(Rules):
             if brings:
                 need += s
             m = r.migrated  # held with the request, not computed (never with a shared prefix)
-            if batch and tokens + need - m > limit:
+            if batch and tokens + need - m + sglang > limit:  # SGLang: input >= rem_input_tokens
                 return batch, tokens, sq, added, moved, True
             waiting.popleft()
             batch.append(r)
@@ -260,70 +278,20 @@ class SGLangRules(Rules):
                     seen = _Union(resident, brought)
                 brought.add(r.prefix)
             added += r.max_new - r.gen
-            held += self.reserve_of(r.max_new - r.gen)
+            if sglang:  # SGLang reserves an admitted request's whole max_new_tokens (clipped)
+                held += self.reserve_of(r.max_new) + 1  # and a page (`_update_prefill_budget`)
+            else:
+                held += self.reserve_of(r.max_new - r.gen)
         return batch, tokens, sq, added, moved, False
 
     def stretch(self, lo: int, hi: int, n_running: int, kv: int, reserve: int,
                 clipped: ClippedReserve | None, it: int, head: Request,
                 resident: Container[int]) -> int | None:
-        """A boundary m in [lo, hi] (iterations into the current decode plan, lo >= 1) no later
-        than the first at which the queue head may be admitted under the decaying ratio, or None
-        when it cannot be admitted at any of them (always, without the decay: the ratio and the
-        batch stay as they are). The caller knows it is not admitted at lo - 1.
-
-        With the running batch fixed, admission at m needs (`admits`)
-        f(m) = need + head + kv + b*m - cap + r(m)*S(m) <= 0, and the decode after the prefill
-        to fit (kv + b*m + need + b + 1 <= cap, false from some m on). r(m) >= r_a - d*m and
-        S(m) >= S0 - b*m (each clipped remainder drops by at most one a step), so f(m) >= q(m),
-        a convex quadratic: the span ends at (just below) its first root, a boundary at which
-        the engine re-plans exactly. Once the ratio sits at its floor, f never decreases (the
-        batch grows by b a step, the estimate falls by at most r*b), so later boundaries need no
-        check; where the S bound would turn negative the span is cut too (clipped requests only).
-        """
-        d = self.decay
-        b = n_running
-        if not d or b >= self.max_running:
-            return None
-        r = head
-        need = r.input_len + r.gen
-        if r.shared and r.prefix not in resident:
-            need += r.shared
-        cap = self.kv_capacity
-        m1 = (cap - kv - need - b - 1) // b  # the last m at which the decode after fits
-        hi = min(hi, m1)
-        if hi < lo:
-            return None
-        rmin, base = self.min_ratio, self.base
-        if base <= rmin:
-            return None  # the ratio never falls below where it is
-        s0 = it - self.it0
-        hi = min(hi, int((base - rmin) / d) - s0 + 2)  # past the floor: nothing new to admit
-        if hi < lo:
-            return None
-        rem = r.max_new - r.gen
-        head_need = rem if not self.clip or rem < self.clip else self.clip
-        S0 = reserve if clipped is None else clipped.sum_after(0)
-        m_s = S0 // b  # S0 - b*m stays >= 0 up to here
-        fallback = None
-        if m_s < hi:
-            if m_s < lo:
-                return lo
-            hi, fallback = m_s, m_s
-        ra = base - d * s0
-        k0 = need + head_need + kv - cap
-        qa = d * b
-        qb = b - ra * b - d * S0
-        qc = k0 + ra * S0
-        tol = 1e-9 * cap
-        if qa * lo * lo + qb * lo + qc <= tol:
-            return lo
-        vertex = -qb / (2 * qa)
-        disc = qb * qb - 4 * qa * qc
-        if vertex <= lo or disc < -tol * qa:
-            return fallback
-        root = (-qb - math.sqrt(max(disc, 0.0))) / (2 * qa)
-        m = max(lo, int(root) - 1)
-        return m if m <= hi else fallback
+        """None: a running batch stays fixed through its span. With SGLang's schedule a head
+        refused at a boundary holds admission until a running request leaves (`batch_is_full`,
+        `refusal_holds`), whatever the decaying ratio would admit later; with the older
+        constant ratio a head refused stays refused while the batch only grows."""
+        return None
 
     # ------------------------------------------------------------------ preemption
     def requeue(self, waiting: deque[Request], victims: list[Request]) -> None:
