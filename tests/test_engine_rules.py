@@ -222,8 +222,9 @@ def test_retracted_requests_reenter_at_the_chosen_end(cls, where):
     spec = EngineSpec(COST, kv_capacity=1_000, max_running=2, new_token_ratio=0.0,
                       new_token_ratio_decay_steps=600, family=SGLangFamily(retract_to=where))
     e = cls(spec)
-    # max_running 2 keeps request 2 queued while 0 and 1 grow into a retraction of 1
-    e.submit([Request(0, 100, 800, 800), Request(1, 100, 800, 800), Request(2, 10, 5, 5)], 0.0)
+    # max_running 2 keeps request 2 queued while 0 and 1 grow into a retraction of 1; request 1
+    # joins at the next boundary (SGLang counts its whole max_new: 100 + 700 + 1 < 1,000 - 101)
+    e.submit([Request(0, 100, 800, 800), Request(1, 100, 700, 700), Request(2, 10, 5, 5)], 0.0)
     while e.retractions == 0:
         e.advance()
     assert [r.rid for r in e.waiting] == ([1, 2] if where == "head" else [2, 1])
