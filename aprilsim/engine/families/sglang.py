@@ -267,10 +267,7 @@ class SGLangRules(Rules):
             waiting.popleft()
             batch.append(r)
             tokens += need - m
-            if s and not brings:  # over a cached prefix: its tokens are attended to, not computed
-                sq += (s + need) * (s + need) - s * s
-            else:
-                sq += need * need - m * m
+            sq += _attention_work(need, s if s and not brings else 0, m)
             moved += m
             if brings:
                 if brought is None:
@@ -278,11 +275,16 @@ class SGLangRules(Rules):
                     seen = _Union(resident, brought)
                 brought.add(r.prefix)
             added += r.max_new - r.gen
-            if sglang:  # SGLang reserves an admitted request's whole max_new_tokens (clipped)
-                held += self.reserve_of(r.max_new) + 1  # and a page (`_update_prefill_budget`)
-            else:
-                held += self.reserve_of(r.max_new - r.gen)
+            held += self.batch_reserve_of(r)
         return batch, tokens, sq, added, moved, False
+
+    def batch_reserve_of(self, r: Request) -> int:
+        """What a request admitted into a prefill batch reserves for the next candidates: with
+        SGLang's schedule its whole clipped max_new_tokens and a page
+        (`PrefillAdder._update_prefill_budget`), else its clipped remainder."""
+        if self.sglang_ratio:
+            return self.reserve_of(r.max_new) + 1
+        return self.reserve_of(r.max_new - r.gen)
 
     def stretch(self, lo: int, hi: int, n_running: int, kv: int, reserve: int,
                 clipped: ClippedReserve | None, it: int, head: Request,
@@ -298,6 +300,14 @@ class SGLangRules(Rules):
         """At the head (in reverse eviction order, as SGLang's `extendleft`) or the tail of their
         priority class (`retract_to`)."""
         requeue(waiting, victims, self.to_head)
+
+
+def _attention_work(need: int, cached: int, migrated: int) -> int:
+    """A prefilled request's attention work (sum of squares): `need` tokens computed after
+    `cached` prefix tokens attended to, or after `migrated` tokens held without computing."""
+    if cached:
+        return (cached + need) * (cached + need) - cached * cached
+    return need * need - migrated * migrated
 
 
 class _Union:
