@@ -3,7 +3,7 @@
 It schedules as SGLang 0.5.23 does (`real/torch_engine/engine.py`: FCFS admission under
 `PrefillAdder`'s reserve, the decaying new-token ratio, retraction of the fewest-generated
 requests appended to the queue), so its rules are `SGLangRules` with its own parameters: no
-prefix cache at all, admission tried at every step (no `batch_is_full` hold), and an abort that lands between steps (its asyncio driver applies aborts
+prefix cache at all, and an abort that lands between steps (its asyncio driver applies aborts
 between two `BatchEngine.step` calls, never during one: the step in flight completes, no more).
 """
 
@@ -43,9 +43,5 @@ class BundledFamily:
         return "none"
 
     def rules(self, spec: Spec) -> Rules:
-        """SGLang's rules with the bundled engine's parameters, for one engine of `spec`; a
-        refused head does not hold admission (the bundled engine tries admission at every step:
-        it has no `batch_is_full`)."""
-        rules = SGLangRules(spec, "bundled", self.retract_to, self.abort_steps, self.cache_block)
-        rules.refusal_holds = False
-        return rules
+        """SGLang's rules with the bundled engine's parameters, for one engine of `spec`."""
+        return SGLangRules(spec, "bundled", self.retract_to, self.abort_steps, self.cache_block)
