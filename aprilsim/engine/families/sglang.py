@@ -26,11 +26,20 @@ from collections.abc import Container
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from aprilsim.engine.families.protocol import ABORT_AT_ONCE, Admitted, Rules, Spec
+from aprilsim.engine.families.protocol import (
+    ABORT_AT_ONCE,
+    Admitted,
+    PassInputs,
+    Rules,
+    Spec,
+    Step,
+)
+from aprilsim.engine.parts import PREFILL
 from aprilsim.engine.waiting import requeue
 
 if TYPE_CHECKING:
     from aprilsim.engine.clipped_reserve import ClippedReserve
+    from aprilsim.engine.parts import PrefixCache
     from aprilsim.engine.request import Request
 
 
@@ -121,6 +130,8 @@ class SGLangRules(Rules):
         self.kv_capacity = int(spec.kv_capacity)
         self.max_running = int(spec.max_running)
         self.max_prefill_tokens: int = int(spec.max_prefill_tokens)
+        self.chunk: int = int(spec.prefill_chunk)
+        self.per_pass = self.chunk > 0  # SGLang plans a chunked prefill pass by pass
         self.clip = int(spec.clip_max_new_tokens)
         self.sglang_ratio: bool = bool(spec.sglang_ratio)
         self.refusal_holds = self.sglang_ratio  # SGLang's `batch_is_full`, with its schedule
@@ -286,6 +297,79 @@ class SGLangRules(Rules):
             return self.reserve_of(r.max_new) + 1
         return self.reserve_of(r.max_new - r.gen)
 
+    def select_pass(self, at: PassInputs) -> Step:
+        """One forward pass of SGLang's chunked prefill, as `_get_new_batch_prefill_raw` builds
+        it with a fresh `PrefillAdder` (`rem_chunk_tokens` = `chunk`, `rem_input_tokens` =
+        `max_prefill_tokens`, its reserve offset = the ratio at `at.it` times the running
+        requests' clipped remaining tokens, `at.reserve`).
+
+        The request a pass left unfinished continues first (`add_chunked_req`: `_continue`).
+        Then queued requests, FCFS, while the pass's budgets last (`budget_state`): at most
+        `max_running` requests with the running ones, each admitted as `admits_head` says (its
+        whole input), computing what the chunk has left of its prefill and left unfinished when
+        that is not all (it reserves no max_new_tokens then: `_update_prefill_budget`); after
+        each, no KV left in the estimate ends the pass as a refusal (NO_TOKEN). A refusal with
+        requests running holds admission (`batch_is_full`), unless the pass leaves a request
+        unfinished (SGLang lifts it at the next step). Returns a PREFILL step (`chunks`,
+        `left`), its batch empty when nothing is prefilled."""
+        p = _Pass(self.chunk, self.max_prefill_tokens, self.ratio(at.it), at.resident)
+        if at.partial is not None:
+            self._continue(p, at)
+            if p.left:  # unfinished again: nothing else joins (no budget, or no KV, left)
+                return Step(PREFILL, p.batch, chunks=p.chunks, left=p.left)
+        refused = False
+        waiting, sglang = at.waiting, self.sglang_ratio
+        while waiting and p.rem > 0 and p.rem_in > 0:
+            if at.n_running + len(p.batch) >= self.max_running or not self.admits_head(
+                    waiting, at.n_running + len(p.batch), at.kv + p.added, at.reserve, at.it,
+                    p.held, p.seen):
+                refused = True
+                break
+            self._admit(p, waiting.popleft(), at.cache)
+            if sglang and at.kv + p.added + p.ratio * at.reserve + p.held >= self.kv_capacity:
+                refused = True  # NO_TOKEN (`budget_state`, asked before the budgets)
+                break
+        hold = self.refusal_holds and refused and at.n_running > 0 and not p.left
+        return Step(PREFILL, p.batch, hold=hold, chunks=p.chunks, left=p.left)
+
+    def _continue(self, p: _Pass, at: PassInputs) -> None:
+        """The unfinished request's piece (`add_chunked_req`): as many tokens as the chunk
+        holds, or what is free in the KV estimate when that is less but positive
+        (`PrefillBudget.available_chunk_tokens`); it reserves its page, and its whole clipped
+        max_new_tokens once this piece ends its prefill."""
+        partial = at.partial
+        assert partial is not None
+        avail = int(self.kv_capacity - at.kv - p.ratio * at.reserve)
+        if avail > p.rem:
+            avail = p.rem
+        if avail <= 0:
+            avail = p.rem  # the continuing chunk must make progress to release its KV
+        piece = partial.walk - partial.done
+        if piece > avail:
+            p.left, piece = piece - avail, avail
+        p.take(partial.req, piece, self._page() if p.left else self.batch_reserve_of(partial.req))
+
+    def _admit(self, p: _Pass, r: Request, cache: PrefixCache | None) -> None:
+        """A queued request joins the pass: what it computes (its input, and its shared prefix
+        when it brings it, less what it holds uncomputed: migrated KV, or tokens the retained
+        `cache` serves), as much of it as the chunk has left."""
+        free_kv = r.migrated + (cache.served(r, p.seen) if cache is not None else 0)
+        need = r.input_len + r.gen
+        if r.shared and r.prefix not in p.seen:  # it brings its prefix
+            need += r.shared
+            p.bring(r.prefix)
+        walk = need - free_kv
+        piece = walk if walk <= p.rem else p.rem
+        if piece < walk:
+            p.left = walk - piece
+        p.added += free_kv
+        p.take(r, piece, self._page() if piece < walk else self.batch_reserve_of(r))
+
+    def _page(self) -> int:
+        """What an unfinished request reserves beyond its piece: SGLang's page (none under the
+        older rule)."""
+        return 1 if self.sglang_ratio else 0
+
     def stretch(self, lo: int, hi: int, n_running: int, kv: int, reserve: int,
                 clipped: ClippedReserve | None, it: int, head: Request,
                 resident: Container[int]) -> int | None:
@@ -308,6 +392,42 @@ def _attention_work(need: int, cached: int, migrated: int) -> int:
     if cached:
         return (cached + need) * (cached + need) - cached * cached
     return need * need - migrated * migrated
+
+
+class _Pass:
+    """One chunked prefill pass as `SGLangRules.select_pass` builds it: its requests and their
+    pieces, what its budgets have left (`rem`: the chunk, `rem_in`: the input budget), the KV it
+    adds, what it reserves beyond that (pages and max_new_tokens: `held`), what its last request
+    still computes after it (`left`), and the prefixes held or brought so far (`seen`)."""
+
+    def __init__(self, chunk: int, budget: int, ratio: float, resident: Container[int]) -> None:
+        self.batch: list[Request] = []
+        self.chunks: list[int] = []
+        self.rem = chunk
+        self.rem_in = budget
+        self.ratio = ratio
+        self.added = 0
+        self.held = 0
+        self.left = 0
+        self.resident = resident
+        self.seen: Container[int] = resident
+        self.brought: set[int] | None = None
+
+    def take(self, r: Request, piece: int, reserve: int) -> None:
+        """`r` computes `piece` tokens in this pass and reserves `reserve` more."""
+        self.batch.append(r)
+        self.chunks.append(piece)
+        self.added += piece
+        self.held += reserve
+        self.rem -= piece
+        self.rem_in -= piece
+
+    def bring(self, prefix: int) -> None:
+        """A request of this pass brings shared prefix `prefix` (held from now on)."""
+        if self.brought is None:
+            self.brought = set()
+            self.seen = _Union(self.resident, self.brought)
+        self.brought.add(prefix)
 
 
 class _Union:

@@ -7,9 +7,10 @@ same requests on a `ReferenceEngine` whose every step lasts one time unit (decod
 p0 = 1 per forward pass, nothing else), so time is the step index: a request arriving at step s
 is submitted at time s, an abort at the start of step s is sent during step s - 1 and lands one
 decode step later (`abort_after_steps(s - 0.5, 1)`, SGLang's "abort method 3"). A `StepObserver`
-wraps the engine's `advance` and writes each event as the same records: a prefill batch expanded
-into its forward passes (`cost._walk_passes`' filling), a decode step with its batch, retractions
-(in retraction order), finishes and the new-token ratio.
+wraps the engine's `advance` and writes each event as the same records: a prefill forward pass
+(with chunked prefill each pass is one event: `Rules.select_pass`) with the tokens each request
+computes in it, a decode step with its batch, retractions (in retraction order), finishes and the
+new-token ratio.
 """
 
 from __future__ import annotations
@@ -161,40 +162,12 @@ class StepObserver:
         return [r.rid for r in fresh]  # SGLang's tail requeue keeps the retraction order
 
     def _prefill(self, t: int) -> Step:
-        """The prefill batch as forward passes: the first `room_in` tokens join the pass the
-        previous batch left open (the step before), then passes of `chunk` tokens."""
+        """A prefill forward pass: its requests, each with the tokens it computes in it."""
         eng = self.eng
-        ratio = self._ratio(0)
-        lens = eng.batch_pieces[0]
-        chunk = eng.spec.prefill_chunk
-        if not chunk:  # one forward pass
-            self.steps[t] = Step("E", [(r.rid, n) for r, n in zip(eng.batch, lens)], ratio=ratio)
-            return self.steps[t]
-        passes: list[list[tuple[int, int]]] = []
-        room = eng.room_in
-        if room:
-            passes.append([])
-        left = room
-        for r, n in zip(eng.batch, lens):
-            while n > 0:
-                if left == 0:
-                    passes.append([])
-                    left = chunk
-                piece = min(left, n)
-                passes[-1].append((r.rid, piece))
-                n -= piece
-                left -= piece
-        first = t - 1 if room else t
-        step = None
-        for i, pieces in enumerate(passes):
-            s = first + i
-            if s in self.steps and self.steps[s].kind == "E":
-                self.steps[s].pieces.extend(pieces)
-            else:
-                self.steps[s] = Step("E", pieces, ratio=ratio)
-            step = self.steps[s]
-        assert step is not None
-        return step
+        lens = eng.batch_chunks if eng.batch_recs else eng.batch_pieces[0]
+        self.steps[t] = Step("E", [(r.rid, n) for r, n in zip(eng.batch, lens)],
+                             ratio=self._ratio(0))
+        return self.steps[t]
 
 
 def replay(w: dict[str, Any]) -> tuple[dict[int, Step], dict[int, set[tuple[int, int]]]]:
@@ -216,7 +189,8 @@ def replay(w: dict[str, Any]) -> tuple[dict[int, Step], dict[int, set[tuple[int,
                 eng.submit(reqs, at)
             else:  # an abort of everything, sent during step s - 1
                 _, out = eng.abort_after_steps(at, 1)
-                aborts[s] = {(c.rid, c.tokens) for c in out}
+                # what it caught (the step in flight's own finishes are that step's)
+                aborts[s] = {(c.rid, c.tokens) for c in out if c.reason == "abort" or c.time > s}
         else:
             eng.advance()
     return obs.steps, aborts
@@ -274,12 +248,14 @@ def _same(a: Step | None, b: Step | None, abort: bool) -> bool:
 
 def classify(a: Step | None, b: Step | None) -> str:
     """Name a first difference: "prefill pass" (both sides run a prefill forward pass with other
-    requests or pieces: with chunked prefill, SGLang decides admission per pass), "prefill vs
-    decode" (one side prefills, the other decodes), "retraction", "finish", "ratio", "other"."""
+    requests or pieces), "prefill vs decode" (one side prefills, the other decodes),
+    "retraction", "finish", "ratio", "other"."""
     if a is None or b is None:
         return "other"
     if a.kind == b.kind == "E":
-        return "prefill pass" if a.pieces != b.pieces else "finish"
+        if a.pieces != b.pieces:
+            return "prefill pass"
+        return "finish" if sorted(a.finished) != sorted(b.finished) else "ratio"
     if a.kind != b.kind:
         return "prefill vs decode"
     if a.retracted != b.retracted:
