@@ -9,9 +9,7 @@ prompt of a workload may share a system prefix; outputs are the table at a per-r
 a resubmitted partial's prompt matches the blocks its parent left in the prefix cache.
 
 The golden-trace recorder (experiments/record_engine_traces.py) and the replay test both read
-workloads from the trace files; `make_workload(seed, index)` only makes new ones. With
-`whole_aborts` (the SGLang family's: the simulator aborts a whole engine, never one request) every
-abort takes every request sent before its step, and nothing arrives at an abort's step.
+workloads from the trace files; `make_workload(seed, index)` only makes new ones.
 """
 
 from __future__ import annotations
@@ -147,7 +145,7 @@ def _pick(rng: random.Random, options: tuple[Any, ...]) -> Any:
 
 @dataclass(slots=True)
 class _Draw:
-    """The per-workload choices the request generator reads (`whole_aborts`: `make_workload`'s)."""
+    """The per-workload choices the request generator reads."""
 
     rng: random.Random
     max_model_len: int
@@ -156,7 +154,6 @@ class _Draw:
     output_median: float
     system_len: int
     group: int
-    whole_aborts: bool = False
 
 
 def _prompt_len(d: _Draw) -> int:
@@ -218,24 +215,6 @@ def _arrange(d: _Draw, shape: str, groups: list[list[RequestSpec]]
     aborts: list[tuple[int, int]] = []
     if shape == "april":
         return _april_rounds(d, groups)
-    if d.whole_aborts:
-        return _whole_abort(d, shape, groups)
-    reqs += _arrivals(d, shape, groups)
-    frac = _pick(rng, (0.0, 0.02, 0.05, 0.15))
-    for rid in range(len(reqs)):
-        if rng.random() < frac:
-            t = reqs[rid].arrive + int(rng.random() * 600)
-            aborts.append((t, rid))
-            if rng.random() < 0.5:
-                reqs.append(RequestSpec(t + int(rng.random() * 100), (), -1, -1, rid))
-    aborts.sort()
-    return _by_arrival(reqs, aborts)
-
-
-def _arrivals(d: _Draw, shape: str, groups: list[list[RequestSpec]]) -> list[RequestSpec]:
-    """The groups' requests with arrival steps by shape (all at 0, waves, a stream), sorted."""
-    rng = d.rng
-    reqs: list[RequestSpec] = []
     spread = 0 if shape == "batch" else int(rng.random() * 3000)
     waves = 1 + int(rng.random() * 4)
     for gi, g in enumerate(groups):
@@ -247,25 +226,14 @@ def _arrivals(d: _Draw, shape: str, groups: list[list[RequestSpec]]) -> list[Req
             t = 0
         reqs += [RequestSpec(t, r.segments, r.max_tokens, r.target) for r in g]
     reqs.sort(key=lambda r: r.arrive)
-    return reqs
-
-
-def _whole_abort(d: _Draw, shape: str, groups: list[list[RequestSpec]]
-                 ) -> tuple[list[RequestSpec], list[tuple[int, int]]]:
-    """`_arrange` with `whole_aborts`: in half the workloads one abort of every request sent
-    before a random step, half of those resubmitted at least a step later; arrivals at the
-    abort's step move one step on."""
-    rng = d.rng
-    reqs = _arrivals(d, shape, groups)
-    if rng.random() >= 0.5:
-        return _by_arrival(reqs, [])
-    at = 1 + int(rng.random() * (reqs[-1].arrive + 600))
-    reqs = [RequestSpec(r.arrive + (r.arrive == at), r.segments, r.max_tokens, r.target)
-            for r in reqs]
-    aborts = [(at, rid) for rid, r in enumerate(reqs) if r.arrive < at]
-    for _, rid in list(aborts):
-        if rng.random() < 0.5:
-            reqs.append(RequestSpec(at + 1 + int(rng.random() * 100), (), -1, -1, rid))
+    frac = _pick(rng, (0.0, 0.02, 0.05, 0.15))
+    for rid in range(len(reqs)):
+        if rng.random() < frac:
+            t = reqs[rid].arrive + int(rng.random() * 600)
+            aborts.append((t, rid))
+            if rng.random() < 0.5:
+                reqs.append(RequestSpec(t + int(rng.random() * 100), (), -1, -1, rid))
+    aborts.sort()
     return _by_arrival(reqs, aborts)
 
 
@@ -290,7 +258,7 @@ def _april_rounds(d: _Draw, groups: list[list[RequestSpec]]
             break
         for rid in live:
             aborts.append((end, rid))
-        t = end + int(rng.random() * 20) + d.whole_aborts  # nothing arrives at a whole abort
+        t = end + int(rng.random() * 20)
         nxt = []
         for rid in live:
             nxt.append(len(reqs))
@@ -312,9 +280,8 @@ def _by_arrival(reqs: list[RequestSpec], aborts: list[tuple[int, int]]
     return out, sorted((t, new_id[rid]) for t, rid in aborts)
 
 
-def make_workload(seed: int, index: int, whole_aborts: bool = False) -> Workload:
-    """Workload `index` of the family `seed`: deterministic in (seed, index) and
-    `whole_aborts` (see the module docstring; False: aborts of single requests)."""
+def make_workload(seed: int, index: int) -> Workload:
+    """Workload `index` of the family `seed`: deterministic in (seed, index)."""
     rng = random.Random(seed * 1_000_003 + index)
     mml = _pick(rng, (4096, 8192, 16384, 16384, 16384))
     cap = min(mml, _pick(rng, (1024, 2048, 4096, 8192, 16384)))
@@ -322,7 +289,7 @@ def make_workload(seed: int, index: int, whole_aborts: bool = False) -> Workload
         cap = mml  # prompt + cap exceeds the model length: some stop at max_model_len
     d = _Draw(rng, mml, cap, _pick(rng, (48.0, 200.0, 600.0, 1500.0)),
               _pick(rng, (24.0, 80.0, 250.0)),
-              _pick(rng, (0, 0, 16, 100, 512, 1000)), _pick(rng, (1, 4, 8, 16)), whole_aborts)
+              _pick(rng, (0, 0, 16, 100, 512, 1000)), _pick(rng, (1, 4, 8, 16)))
     n_requests = int(100 * 10 ** (rng.random() ** 1.5))  # 100 to 1,000, more of the fewer
     groups = _groups(d, n_requests, SYSTEM_SRC + 1)
     _long_tail(d, groups, _pick(rng, (0, 0, 1, 1, 2, 3)))
