@@ -7,11 +7,12 @@ ReferenceEngine with no SGLang install, chunked prefill pass by pass as SGLang a
 very step of an abort (`ARRIVES_AT_ABORT`: SGLang queues them before the abort's last decode step,
 so its new-token ratio is never reset; the simulator's abort is one call, after which it submits
 them to an empty engine, whose ratio it resets). Every workload must agree on exactly as many
-steps as `expected.json` says (written by `experiments/check_sglang_traces.py --write-expected`): a rule
-that moves away from SGLang, or towards it, changes a count and fails here until the expected
-file is re-measured. The CI subset (`CI_BUDGET` recorded steps) runs in seconds; the whole file
-with `APRILSIM_ALL_TRACES=1`. Re-recording against SGLang is opt-in (`APRILSIM_RECORD_SGLANG=1`, and
-sglang 0.5.23 importable here or in the interpreter `APRILSIM_SGLANG_PYTHON` names).
+steps as `expected.json` says (written by `experiments/check_sglang_traces.py
+--write-expected`): a rule that moves away from SGLang, or towards it, changes a count and fails
+here until the expected file is re-measured. The CI subset (`CI_BUDGET` recorded steps) runs in
+seconds; the whole file with `APRILSIM_ALL_TRACES=1`. Re-recording against SGLang is opt-in
+(`APRILSIM_RECORD_SGLANG=1`, and sglang 0.5.23 importable here or in the interpreter
+`APRILSIM_SGLANG_PYTHON` names).
 """
 
 from __future__ import annotations
