@@ -1,7 +1,9 @@
 """SGLang 0.5.23's scheduling rules: the `sglang` family (and the rules `bundled` and, for now,
 `vllm` run with their own parameters).
 
-A prefill batch runs as its own step before decode (no mixed chunks). Admission is FCFS within
+A prefill batch runs as its own step before decode (no mixed chunks); with chunked prefill each
+forward pass is planned on its own (`select_pass`: SGLang's `PrefillAdder` with a chunk budget, the
+request a pass left unfinished first). Admission is FCFS within
 priority classes under a KV reserve: a candidate needs its input now, one slot per running
 request for the decode after the prefill, and SGLang's estimate of future growth must fit (the
 running requests' remaining max_new times the new-token ratio, plus the candidate's in full:
@@ -9,13 +11,16 @@ running requests' remaining max_new times the new-token ratio, plus the candidat
 step from its initial value to a floor, is re-estimated after a retraction and reset when the
 engine empties (`new_token_ratio_tracker.py`); with no decay schedule (`new_token_ratio_decay_steps`
 0, a bare `EngineSpec`) it stays constant and a retraction holds admission until a request
-finishes instead (an older rule). When the next decode would overflow the KV cache the requests
-with the fewest generated tokens are retracted (latest request id on ties) and requeued at the
-head or the tail of their priority class (`retract_to`; SGLang appends).
+finishes instead (an older rule); under SGLang's schedule a refused queue head holds admission
+until a running request leaves (`batch_is_full`). When the next decode would overflow the KV cache
+the requests with the fewest generated tokens are retracted (then the longest prompt, then the
+latest to join: `protocol.victim_order`) and requeued at the head or the tail of their priority
+class (`retract_to`; SGLang appends).
 
 KV accounting (both engines): a request in a prefill batch holds its input (prompt + tokens it
-carries) in the KV cache; the prefill forward pass emits its next output token, whose KV entry is
-written by the following decode iteration. So a running request holds `input_len + gen - 1`
+carries) in the KV cache (in a chunked prefill, the tokens its passes computed so far); the pass
+that ends its prefill emits its next output token, whose KV entry is written by the following
+decode iteration. So a running request holds `input_len + gen - 1`
 tokens, and each decode iteration needs one new slot per running request.
 """
 
@@ -237,9 +242,8 @@ class SGLangRules(Rules):
         it computes, the sum of their squares per request (attention work), its remaining
         max_new (unclipped), the migrated tokens it holds without computing them
         (`Request.migrated`: n computed tokens after m migrated ones cost (m + n)^2 - m^2), and
-        whether the token budget ended it (the queue head was admissible but did not fit): with
-        chunked prefill SGLang has no such budget across passes, so the next batch, which
-        follows at once, continues this one's last pass (`cost.prefill_passes`). With prefix
+        whether the token budget ended it (the queue head was admissible but did not fit: no
+        hold). Without chunked prefill only (`per_pass`: `select_pass`). With prefix
         sharing, `resident` holds the prefixes already on the engine; a request whose prefix is
         neither there nor brought by an earlier request of the batch brings it
         (`parts.prefill_pieces`).
