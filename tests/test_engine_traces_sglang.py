@@ -92,20 +92,17 @@ def test_the_replay_sees_a_changed_rule(monkeypatch) -> None:
 def test_the_replay_sees_a_changed_chunked_prefill_rule(monkeypatch) -> None:
     """Chunked prefill's per-pass admission has teeth: if the pass that ends a chunked request's
     prefill admitted no one else (one request per pass), a chunked workload differs."""
-    from aprilsim.engine.families.protocol import Step
-    from aprilsim.engine.families.sglang import PREFILL, SGLangRules, _Pass
+    from collections import deque
+
+    from aprilsim.engine.families.sglang import SGLangRules
 
     w = next(w for w in _workloads() if w["counts"]["chunked_steps"] > 50
              and w["id"] not in ARRIVES_AT_ABORT)
     assert compare(w).ok
     real = SGLangRules.select_pass
 
-    def alone(self, at):
-        if at.partial is None:
-            return real(self, at)
-        p = _Pass(self.chunk, self.max_prefill_tokens, self.ratio(at.it), at.resident)
-        self._continue(p, at)
-        return Step(PREFILL, p.batch, chunks=p.chunks, left=p.left)
+    def alone(self, at):  # the queue unseen while a request is unfinished
+        return real(self, at if at.partial is None else replace(at, waiting=deque()))
 
     monkeypatch.setattr(SGLangRules, "select_pass", alone)
     ag = compare(w)

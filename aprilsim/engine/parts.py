@@ -14,12 +14,12 @@ import heapq
 from collections import deque
 from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
+# at run time: `Chunked` is a dataclass with a `Request` field, whose type object the compiled
+# build (mypyc) needs when it makes the class
+from aprilsim.engine.request import Request
 from aprilsim.native import mypyc_attr
-
-if TYPE_CHECKING:
-    from aprilsim.engine.request import Request
 
 # an engine's phase: nothing planned, a prefill batch, a decode span (Final: the compiled build
 # inlines them instead of looking them up in the module's dict at every use)
