@@ -7,7 +7,8 @@ Hashes every run's summary, end state and step records: the cluster and tight-KV
 default scenario's compare list, and the default at 150,000 KV tokens per engine (SGLang's rules
 where KV binds). Run it before and after a change, on the pure and the compiled build
 (`APRILSIM_PURE=1` on a compiled install): the ALL line must not move. The speed sessions
-recorded `ALL a9547757bd01a4e4` (docs/development.md).
+recorded `ALL a9547757bd01a4e4` (docs/development.md); SGLang's rule fixes and per-pass chunked
+prefill (issue 34) moved it on purpose to `ALL 97fb9d928eea8882`.
 """
 
 from __future__ import annotations

@@ -173,9 +173,10 @@ def record_vllm(workloads: list[Workload], model_dir: Path) -> Iterator[Trace]:
 
 
 def record_sglang(workloads: list[Workload], model_dir: Path) -> Iterator[Trace]:
-    """SGLang's recorder is not written yet: one clear line, exit 2."""
-    print("record_engine_traces: --family sglang: the SGLang recorder is not written yet "
-          "(tests/data/engine_traces/sglang-0.5.23/ will hold its traces)", file=sys.stderr)
+    """SGLang's traces have their own recorder and format for now: one clear line, exit 2."""
+    print("record_engine_traces: --family sglang: record with `python "
+          "experiments/sglang_trace_harness.py record OUT_DIR FIRST END` (its own trace format, "
+          "tests/data/engine_traces/sglang-0.5.23/README.md)", file=sys.stderr)
     raise SystemExit(2)
 
 

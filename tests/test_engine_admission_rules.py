@@ -41,9 +41,12 @@ FROM_SPEC = {"kv_capacity": "kv_capacity", "max_running": "max_running",
              "max_prefill_tokens": "max_prefill_tokens", "clip": "clip_max_new_tokens",
              "sglang_ratio": "sglang_ratio", "new_token_ratio": "new_token_ratio",
              "decay": "new_token_ratio_decay", "min_ratio": "min_new_token_ratio",
-             "retract_decode_steps": "retract_decode_steps", "base": "new_token_ratio"}
+             "retract_decode_steps": "retract_decode_steps", "base": "new_token_ratio",
+             "refusal_holds": "sglang_ratio",  # SGLang's `batch_is_full` comes with its schedule
+             "chunk": "prefill_chunk"}
 FROM_FAMILY = {"abort_steps": 1, "cache_block": 1, "to_head": False, "family": "sglang",
-               "mixed_steps": False, "fewest_first": True, "it0": 0}
+               "mixed_steps": False, "fewest_first": True, "it0": 0,
+               "per_pass": True}  # chunked prefill (8,192 tokens) planned pass by pass
 
 
 def test_rules_copy_every_number_the_spec_gives():

@@ -310,7 +310,7 @@ MIN_SHARE = {
     "abort landed a step late": 0.3,
     "aborted piece resent": 0.3,
     "interrupting update": 0.08,
-    "prefill batch over several passes": 0.3,
+    "request prefilled over several passes": 0.3,
     "several engines": 0.3,
     "routed to the engine with most room": 0.3,
 }
@@ -341,7 +341,7 @@ def _fast_matches_reference_placed(case: PlacedCase) -> None:
                                    "aborted piece resent", "interrupting update")},
         "prefilled over migrated KV": sum(s.migrated_tokens for s in stats),
         "retained cache hit": sum(s.cache_hits for s in stats),
-        "prefill batch over several passes": sum(s.multi_pass_batches for s in stats),
+        "request prefilled over several passes": sum(s.chunked_requests for s in stats),
         "several engines": case.engines - 1,
         "routed to the engine with most room": sum(g[2] == MOST_ROOM for g in case.groups),
     }

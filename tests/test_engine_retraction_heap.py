@@ -18,17 +18,22 @@ from engine_agreement import close as _close  # the name its derandomized exampl
 from hypothesis import event, given, settings, target
 from test_engine_equivalence import Driver, _no_mined_constants, cases
 
+from aprilsim.engine.cost import CostModel, EngineSpec
+from aprilsim.engine.families.sglang import SGLangFamily
 from aprilsim.engine.fast import FastEngine
 from aprilsim.engine.reference import ReferenceEngine
-from aprilsim.engine.request import RID_MASK, key_major, key_rid
+from aprilsim.engine.request import RID_MASK, Request, key_major, key_rid
 
-EXAMPLES = 30
+EXAMPLES = 100
 REACHED: Counter[str] = Counter()
-# least shares (measured on the derandomized examples with their targets and no mined constants:
-# stale entries skipped 0.63, re-admitted 0.63, compacted 0.6; at 60 examples 0.43, 0.35, 0.37);
-# the floors leave margin
-MIN_SHARE = {"stale finish entry skipped": 0.3, "retracted request re-admitted": 0.3,
-             "victim heap compacted": 0.25}
+# least shares (measured on the 100 derandomized examples with their targets and no mined
+# constants: stale entries skipped 0.46, re-admitted 0.51); the floors leave margin. 100
+# examples and a target on retractions: under SGLang's `batch_is_full` hold retractions are rarer
+# (at 30 examples and the old targets the shares fell to 0.1 or 0)
+# Compaction is not asserted here: since a refused head holds admission until a request leaves
+# (SGLang's `batch_is_full`), these small cases retract less and few grow the victim heap past
+# its bound; `test_victim_heap_compacts_after_many_short_requests` reaches it deterministically.
+MIN_SHARE = {"stale finish entry skipped": 0.3, "retracted request re-admitted": 0.3}
 
 
 def _live_finish(e: FastEngine, end: int, rid: int) -> bool:
@@ -89,11 +94,13 @@ def _bookkeeping_stays_exact(case) -> None:
         assert ef.retractions == er.retractions and ef.stats == er.stats
     probe = sum((e.probe for e in fd.engines), Counter())
     REACHED["examples"] += 1
-    for name in MIN_SHARE:
+    for name in (*MIN_SHARE, "victim heap compacted"):
         if probe[name]:
             event(name)
             REACHED[name] += 1
     target(float(probe["stale finish entry skipped"]), label="stale entries skipped")
+    # retractions are rarer under SGLang's `batch_is_full` hold: steer towards them
+    target(float(sum(e.retractions for e in fd.engines)), label="retractions")
     target(float(probe["victim heap compacted"]), label="compactions")
 
 
@@ -105,3 +112,26 @@ def test_retraction_bookkeeping_is_exact_and_fast_matches_reference():
     print("retraction-heap examples reached:", {k: round(v, 2) for k, v in shares.items()})
     for name, floor in MIN_SHARE.items():
         assert shares[name] >= floor, (name, shares[name], floor)
+
+
+def test_victim_heap_compacts_after_many_short_requests() -> None:
+    """After a retraction the victim heap keeps an entry per admitted request; 400 short requests
+    flowing through leave stale entries until the heap is rebuilt (compacted). The bookkeeping
+    stays exact and the completions equal the reference engine's."""
+    cost = CostModel(a=0.005, b=1e-4, c=2e-7, p0=0.01, p1=1e-5, p2=1e-8)
+    spec = EngineSpec(cost, kv_capacity=3_000, max_running=64, new_token_ratio=0.7,
+                      new_token_ratio_decay_steps=600, family=SGLangFamily(retract_to="tail"))
+    out, engines = [], []
+    for cls in (CheckedFast, ReferenceEngine):
+        e = cls(spec)
+        engines.append(e)
+        e.submit([Request(i, 200, 1500, 1400 - 10 * i) for i in range(4)]  # grow, retract
+                 + [Request(10 + i, 20, 40, 1 + i % 5) for i in range(400)], 0.0)
+        done = []
+        while e.t_event < float("inf"):
+            done += e.advance()
+        out.append(([(c.rid, c.tokens, c.reason) for c in done], [c.time for c in done]))
+        assert e.retractions >= 1
+    assert out[0][0] == out[1][0]
+    assert all(_close(a, b) for a, b in zip(out[0][1], out[1][1]))
+    assert engines[0].probe["victim heap compacted"] >= 1

@@ -178,22 +178,26 @@ def test_ratio_schedule_decays_to_its_floor_and_is_reestimated_after_retraction(
 
 
 @pytest.mark.parametrize("cls", ENGINES)
-def test_decaying_ratio_admits_a_queued_request_mid_decode(cls):
-    """The head (max_new 4,500, stops after 10) is refused at first, then admitted once the
-    ratio applied to the running request's 3,999 remaining tokens has decayed enough, long
-    before that request finishes; with the constant ratio it waits for the finish."""
-    def run(**kw):
-        e = cls(EngineSpec(COST, kv_capacity=6_000, max_running=8, **kw))
-        e.submit([Request(0, 100, 4_000, 4_000)], 0.0)
-        e.advance()  # prefill of request 0
+def test_a_refused_head_holds_admission_until_a_running_request_leaves(cls):
+    """SGLang's `batch_is_full`: the head (max_new 4,500, stops after 10) is refused while
+    request 0 runs, and no admission is tried again until a running request leaves, though the
+    decaying ratio would admit it after a few hundred steps; a short request finishing in
+    between (request 2) releases the hold, and the head is admitted at that boundary."""
+    def run(short: bool):
+        e = cls(EngineSpec(COST, kv_capacity=6_000, max_running=8, new_token_ratio=0.7,
+                           new_token_ratio_decay_steps=600))
+        e.submit([Request(0, 100, 4_000, 4_000)] + ([Request(2, 50, 1_000, 500)] if short
+                                                    else []), 0.0)
+        e.advance()  # prefill of request 0 (and 2)
         e.submit([Request(1, 100, 4_500, 10)], e.t)
         return {c.rid: c for c in run_all(e)}, e
 
-    sgl, e = run(new_token_ratio=0.7, new_token_ratio_decay_steps=600)
-    const, _ = run(new_token_ratio=0.7)
-    assert const[1].time > const[0].time  # refused until request 0 finished
-    assert sgl[1].time < sgl[0].time  # admitted mid-decode, after some hundred decode steps
-    assert e.retractions == 0 and e.stats.iterations > 300
+    held, e = run(short=False)
+    assert held[1].time > held[0].time  # waited for request 0 to finish
+    assert e.stats.iterations > 3_900  # request 0's decode, then request 1's
+    released, e = run(short=True)
+    assert released[2].time < released[1].time < released[0].time
+    assert e.retractions == 0
 
 
 @pytest.mark.parametrize("cls", ENGINES)
@@ -218,8 +222,9 @@ def test_retracted_requests_reenter_at_the_chosen_end(cls, where):
     spec = EngineSpec(COST, kv_capacity=1_000, max_running=2, new_token_ratio=0.0,
                       new_token_ratio_decay_steps=600, family=SGLangFamily(retract_to=where))
     e = cls(spec)
-    # max_running 2 keeps request 2 queued while 0 and 1 grow into a retraction of 1
-    e.submit([Request(0, 100, 800, 800), Request(1, 100, 800, 800), Request(2, 10, 5, 5)], 0.0)
+    # max_running 2 keeps request 2 queued while 0 and 1 grow into a retraction of 1; request 1
+    # joins at the next boundary (SGLang counts its whole max_new: 100 + 700 + 1 < 1,000 - 101)
+    e.submit([Request(0, 100, 800, 800), Request(1, 100, 700, 700), Request(2, 10, 5, 5)], 0.0)
     while e.retractions == 0:
         e.advance()
     assert [r.rid for r in e.waiting] == ([1, 2] if where == "head" else [2, 1])
@@ -306,42 +311,51 @@ def test_a_long_prompt_takes_one_p0_per_pass(cls, cost):
     on, e = finish(8192)
     assert off == cost.prefill_time(20_000)
     assert math.isclose(on, off + 2 * cost.p0, rel_tol=1e-12)
-    assert e.stats.prefill_passes == 3 and e.stats.multi_pass_batches == 1
+    assert e.stats.prefill_passes == 3 and e.stats.chunked_requests == 1
     assert math.isclose(e.busy_time, on, rel_tol=1e-12)
 
 
 @pytest.mark.parametrize("cls", ENGINES)
-def test_a_batch_the_token_budget_ended_leaves_its_pass_open(cls):
-    """Two 10,000-token prompts, budget 16,384 a batch: two batches, but 3 passes of 8,192, as
-    SGLang runs them (the second continues the first's last pass, 6,384 tokens free); when the KV
-    cache, not the budget, ends the first batch, the second starts a pass of its own (4)."""
+def test_a_chunked_request_continues_first_and_the_pass_admits_the_next(cls):
+    """Two 10,000-token prompts, passes of 8,192 (SGLang's per-pass admission): request 0 takes
+    pass 1 and 1,808 tokens of pass 2, whose other 6,384 start request 1, which ends in pass 3;
+    request 0 emits its token at the end of pass 2. When the KV cache holds only one of them,
+    request 1 starts in a pass of its own once request 0 has finished (4 passes)."""
     def run(kv):
-        spec = EngineSpec(COST, kv_capacity=kv, chunked_prefill_size=8192, new_token_ratio=0.0)
+        spec = EngineSpec(INT_COST, kv_capacity=kv, chunked_prefill_size=8192,
+                          new_token_ratio=0.0)
         e = cls(spec)
         e.submit([Request(0, 10_000, 5, 1), Request(1, 10_000, 5, 1)], 0.0)
         return {c.rid: c.time for c in run_all(e)}, e
 
     t, e = run(100_000)
-    one = COST.prefill_time(10_000)
-    assert math.isclose(t[0], one + COST.p0, rel_tol=1e-12)  # passes 8,192 and 1,808 (+ open)
-    assert math.isclose(t[1], t[0] + one, rel_tol=1e-12)  # 6,384 in the open pass, 3,616 in one
-    assert (e.stats.prefill_passes, e.stats.joined_open_pass, e.stats.multi_pass_batches) == (3, 1, 2)
+    one = INT_COST.prefill_time(10_000)
+    pass1 = INT_COST.prefill_time(8192)
+    pass2 = INT_COST.prefill_time(8192, 10_000 ** 2 - 8192 ** 2 + 6384 ** 2)
+    assert t[0] == pass1 + pass2  # integer-valued floats: exact
+    assert t[1] == 2 * one + INT_COST.p0  # three passes in all
+    assert (e.stats.prefill_passes, e.stats.chunked_requests, e.stats.chunk_tail_passes) == \
+        (3, 2, 1)
     t, e = run(15_000)  # request 1 fits only once request 0 has finished
-    assert math.isclose(t[1], t[0] + one + COST.p0, rel_tol=1e-12)
-    assert (e.stats.prefill_passes, e.stats.joined_open_pass) == (4, 0)
+    assert t[1] == t[0] + one + INT_COST.p0
+    assert (e.stats.prefill_passes, e.stats.chunk_tail_passes) == (4, 0)
 
 
 @pytest.mark.parametrize("cls", ENGINES)
-def test_a_pause_mid_chunked_prefill_redoes_the_batch(cls):
-    """A pause during the second pass: the busy time so far is lost and the batch is redone in
-    full after the pause, from a pass of its own."""
+def test_a_pause_mid_chunked_prefill_redoes_the_pass(cls):
+    """A pause during the second of three passes: the busy time of that pass so far is lost and
+    the pass is redone after the pause (the first pass's tokens are kept)."""
+    from aprilsim.engine.cost import pass_ends
+
     e = cls(EngineSpec(COST, kv_capacity=100_000, chunked_prefill_size=8192))
     e.submit([Request(0, 20_000, 10, 1)], 0.0)
+    e1, _, e3 = pass_ends(COST, [20_000], 8192)
     full = COST.prefill_time(20_000, passes=3)
+    assert math.isclose(e3, full, rel_tol=1e-12)
     e.pause(0.5 * full, 2.0)
     (c,) = run_all(e)
-    assert math.isclose(c.time, 2.0 + full, rel_tol=1e-12)
-    assert math.isclose(e.busy_time, 1.5 * full, rel_tol=1e-12)
+    assert math.isclose(c.time, 2.0 + full - e1, rel_tol=1e-12)
+    assert math.isclose(e.busy_time, 1.5 * full - e1, rel_tol=1e-12)
     assert e.stats.prefill_passes == 3
 
 
@@ -366,7 +380,7 @@ def test_cluster_key_sets_chunked_prefill():
 def test_an_abort_lands_after_the_prefill_pass_in_flight(cls):
     """`abort_after_steps` with chunked prefill: the step in flight is a pass. During the first
     of three, the abort lands at its end and the request leaves with nothing new (SGLang launches
-    no further chunk); during the last, the batch completes, then k = 1 decode step runs."""
+    no further chunk); during the last, its prefill completes, then k = 1 decode step runs."""
     from aprilsim.engine.cost import pass_ends
 
     spec = EngineSpec(COST, kv_capacity=100_000, chunked_prefill_size=8192)
@@ -377,14 +391,14 @@ def test_an_abort_lands_after_the_prefill_pass_in_flight(cls):
     t, out = e.abort_after_steps(0.5 * ends[0], 1)
     assert math.isclose(t, ends[0], rel_tol=1e-12) and math.isclose(e.busy_time, t, rel_tol=1e-12)
     assert [(c.rid, c.tokens, c.reason) for c in out] == [(0, 0, "abort")]
-    assert e.stats.abort_pass_cuts == 1 and e.stats.prefill_passes == 0 and e.is_idle()
+    assert e.stats.prefill_passes == 1 and e.is_idle() and e.progress_at(t)[2] == 0
     e = cls(spec)
     e.submit([Request(0, 20_000, 10, 5)], 0.0)
     t, out = e.abort_after_steps(0.5 * (ends[1] + ends[2]), 1)
     full = COST.prefill_time(20_000, passes=3)
     assert math.isclose(t, full + COST.decode_time(1, 20_000), rel_tol=1e-12)
     assert [(c.rid, c.tokens, c.reason) for c in out] == [(0, 2, "abort")]
-    assert e.stats.abort_pass_cuts == 0 and e.stats.prefill_passes == 3
+    assert e.stats.prefill_passes == 3
 
 
 def _grouped(rid: int, key: int, prompt: int, max_new: int, target: int) -> Request:
@@ -450,10 +464,11 @@ def test_chunked_prefill_over_a_cached_prefix(cls):
 
     e = cls(EngineSpec(COST, kv_capacity=10_000, prefix_sharing=True, chunked_prefill_size=100))
     e.submit([_grouped(i, 3, 301, 10, 1) for i in range(3)], 0.0)
-    done = e.advance()
+    done = run_all(e)
     assert e.stats.prefill_tokens == 303 and e.stats.prefill_passes == 4
     dur, passes, _ = chunked_prefill_time(COST, [301, 1, 1], 100, 0, [0, 300, 300])
-    assert passes == 4 and math.isclose(done[0].time, dur, rel_tol=1e-12)
+    assert passes == 4 and all(math.isclose(c.time, dur, rel_tol=1e-12) for c in done)
+    assert e.stats.chunk_tail_passes == 1 and e.stats.prefix_hits == 2
     assert math.isclose(dur, COST.prefill_time(303, 301**2 + 2 * (301**2 - 300**2), 4),
                         rel_tol=1e-12)
 

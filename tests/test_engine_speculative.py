@@ -255,8 +255,11 @@ def test_whole_runs_agree_with_speculative_decoding(name, acc):
     plain = run(_tight(small_scenario(engines=2, batch=6, group=4, max_len=3072, steps=3,
                                       seed=4, alpha=0.5, beta=0.5)), name, {})
     assert sum(r.rollout_time_s for r in steps) < sum(r.rollout_time_s for r in plain.result.steps)
-    # the engines produced the same tokens either way (the workload decides the lengths)
-    assert sum(r.trained_tokens for r in steps) == sum(r.trained_tokens for r in plain.result.steps)
+    # sync trains the same samples either way (the workload decides the lengths); APRIL trains
+    # those that finish first, which speculative decoding's timing changes
+    if name == "sync":
+        assert sum(r.trained_tokens for r in steps) == \
+            sum(r.trained_tokens for r in plain.result.steps)
 
 
 DISAGGREGATED = ["fully_async", "async_april"]

@@ -136,7 +136,7 @@ def _recorder(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_recorder_refuses_bad_input_with_one_line_and_exit_2(tmp_path):
     out = _recorder("--family", "sglang", "--out", str(tmp_path), "--count", "1")
-    assert out.returncode == 2 and "SGLang recorder is not written yet" in out.stderr
+    assert out.returncode == 2 and "sglang_trace_harness.py record" in out.stderr
     assert "Traceback" not in out.stderr
     out = _recorder("--family", "vllm", "--count", "0", "--out", str(tmp_path))
     assert out.returncode == 2 and "--count" in out.stderr.splitlines()[-1]

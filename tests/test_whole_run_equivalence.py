@@ -116,9 +116,10 @@ CHUNKED = [("sync", {}, {}), ("april", {}, {}), ("fully_async", {"eta": 0, "inte
                          ids=[n + "".join(f"-{k}={v}" for k, v in c.items())
                               for n, _, c in CHUNKED])
 def test_whole_runs_agree_with_chunked_prefill(name, settings, cluster):
-    """Chunked prefill (passes of 256 tokens, batches of at most 1,000): fast == reference over
-    whole runs, its batches do span several passes and join open ones, and it changes the run
-    (also with aborts that land after the step in flight: `abort_steps`)."""
+    """Chunked prefill (passes of 256 tokens, at most 1,000 input tokens a pass): fast ==
+    reference over whole runs, requests do span several passes and passes that end one begin
+    others, and it changes the run (also with aborts that land after the step in flight:
+    `abort_steps`)."""
     sc = _base()
     tight = _tight(sc, max_prefill_tokens=1000, **cluster)
     chunked = _tight(sc, max_prefill_tokens=1000, **cluster, chunked_prefill_size=256)
@@ -127,10 +128,10 @@ def test_whole_runs_agree_with_chunked_prefill(name, settings, cluster):
     f_steps, f_end = _assert_same_run(fast, ref)
     for fe, re_ in zip(fast.sim.engines, ref.sim.engines, strict=True):
         assert fe.stats == re_.stats
-    if "abort_steps" in cluster:  # an abort found a multi-pass batch mid-way
-        assert sum(e.stats.abort_pass_cuts for e in fast.sim.engines) > 0
-    assert sum(e.stats.multi_pass_batches for e in fast.sim.engines) > 0
-    assert sum(e.stats.joined_open_pass for e in fast.sim.engines) > 0
+    if "abort_steps" in cluster:  # an abort found a request's chunked prefill unfinished
+        assert sum(e.stats.abort_chunked for e in fast.sim.engines) > 0
+    assert sum(e.stats.chunked_requests for e in fast.sim.engines) > 0
+    assert sum(e.stats.chunk_tail_passes for e in fast.sim.engines) > 0
     assert _fingerprint(run(tight, name, settings)) != (f_steps, f_end)
 
 

@@ -18,12 +18,11 @@ end of its prefill); a running request holds input_len + gen - 1 KV tokens
 (`families.sglang`). Families whose prefill and decode share a step (`Rules.mixed_steps`) are
 not run here yet.
 
-Chunked prefill (`EngineSpec.chunked_prefill_size`, SGLang without mixed chunks): a prefill batch
-is still one event, admitted, charged to the KV cache and emitting its tokens as a whole, but it
-lasts as long as its forward passes of at most `chunk` tokens (`cost.prefill_passes`: one p0 per
-pass, the quadratic terms unchanged). Nothing else runs between the passes, as in SGLang, which
-gives the continuing chunked request the next prefill batch before any decode. A batch that the
-token budget ended leaves its last pass open to the batch that follows at once.
+Chunked prefill (`EngineSpec.chunked_prefill_size`, SGLang without mixed chunks; the family's
+`Rules.per_pass`): each forward pass is an event, planned by the family (`Rules.select_pass`,
+SGLang's `PrefillAdder` with a chunk budget): the request a pass left unfinished (`partial`, SGLang's
+chunked request) continues first, then queued requests while the pass's budgets last; a request
+whose prefill a pass ends emits its token and runs. No decode runs while a request is unfinished.
 """
 
 from __future__ import annotations
@@ -34,20 +33,21 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from aprilsim.engine.clipped_reserve import ClippedReserve
-from aprilsim.engine.cost import EngineSpec, LinearInK, pass_ends, prefill_passes
-from aprilsim.engine.families.protocol import Rules
+from aprilsim.engine.cost import EngineSpec, LinearInK
+from aprilsim.engine.families.protocol import PassInputs, Rules
 from aprilsim.engine.key_heap import VecKeyHeap, new_key_heap
 from aprilsim.engine.parts import (
     DECODE,
     IDLE,
     PREFILL,
+    Chunked,
     EngineFace,
     EngineStats,
     PrefillBatch,
     PrefixCache,
     PrefixRefs,
+    admit_pieces,
     note_started,
-    prefill_pieces,
 )
 from aprilsim.engine.request import RID_BITS, RID_MASK, Completion, Request, check_requests
 from aprilsim.engine.retraction import RetractionIndex
@@ -66,7 +66,8 @@ class FastEngine(EngineFace):
     State: the queue, the running requests (and a heap of their finish iterations), the decode
     counter `it`, KV held and the unclipped reserve; the family's `rules` (`spec.family`'s, or
     those given: they keep the family's own state, e.g. SGLang's new-token ratio); the features
-    each keep their own component: `pf` (the prefill batch and the open chunked pass), `clipped`
+    each keep their own component: `pf` (the prefill batch or pass), `partial` (the request a
+    chunked prefill pass left unfinished), `clipped`
     (the clipped reserve), `retraction` (victims in the family's order and what a retraction
     reads), `speculative` (speculative decoding's hooks), `prefixes` (shared prefixes), `cache`
     (the retained prefix cache), `stats` (counters). `tests/test_engine_components.py` holds the
@@ -104,8 +105,8 @@ class FastEngine(EngineFace):
         self.tokens = 0
         self.kv_peak = 0
         self.stats = EngineStats()
-        self.chunk = spec.prefill_chunk
         self.pf = PrefillBatch()
+        self.partial: Chunked | None = None
         self.clipped = ClippedReserve(rules.clip, self.running) if rules.clip else None
         self.share = spec.shares_prefixes
         self.prefixes = PrefixRefs()
@@ -116,7 +117,9 @@ class FastEngine(EngineFace):
 
     # ---------------------------------------------------------------- public API
     def prefilling(self) -> list[Request]:
-        """The requests of the prefill batch in progress."""
+        """The requests of the prefill batch in progress (or a chunked prefill's unfinished)."""
+        if not self.pf.reqs and self.partial is not None:
+            return [self.partial.req]
         return self.pf.reqs
 
     def progress_at(self, now: float) -> tuple[int, float, int]:
@@ -227,7 +230,7 @@ class FastEngine(EngineFace):
         if self.cache is not None:  # what ran stays cached; the batch in flight computed nothing
             self.cache.leave(self.running.values(),
                              {r.prefix for r in self.running.values() if r.shared})
-        for r in [*self.running.values(), *self.pf.reqs, *self.waiting]:
+        for r in [*self.running.values(), *self.prefilling(), *self.waiting]:
             out.append(Completion(r.rid, r.gen, "abort", now))
         if self.speculative is not None:
             self.speculative.finished(out)  # the aborted leave; those finished were counted
@@ -238,9 +241,9 @@ class FastEngine(EngineFace):
         """Abort as a live engine does: the step in flight at `now` (one starting at `now`
         included) completes, queued requests leave, the running ones decode `k` more steps, and
         the rest returns partial then. Returns the time the abort lands and the completions.
-        With chunked prefill the step in flight is a pass: after one that is not its batch's
-        last, the batch's requests leave with what they had before it (SGLang launches no further
-        chunk, `scheduler.process_pending_chunked_abort`)."""
+        With chunked prefill the step in flight is a pass; a request it leaves unfinished leaves
+        with the queued ones (SGLang launches no further chunk,
+        `scheduler.process_pending_chunked_abort`)."""
         if self.mixed is not None:
             return self.mixed.abort_after_steps(now, k)
         out: list[Completion] = []
@@ -252,19 +255,14 @@ class FastEngine(EngineFace):
         stats = self.stats
         stats.abort_steps_run += 1
         if self.phase == PREFILL:
-            end = self._pass_in_flight_end(now)
-            if end is None:  # one pass, or the last: the batch completes
-                out += self.advance()
-            else:
-                self.busy_time += end - self.t
-                self.t = end
-                self._unplan()  # its requests rejoin the queue, which leaves below
-                stats.abort_pass_cuts += 1
+            out += self.advance()  # the batch, or the pass, in flight
         else:
             m = self._iterations_within(now - self.t) + 1
             out += self._decode_one_of(m)
         self._unplan()
         queued, self.waiting = self.waiting, deque()
+        if self.partial is not None:
+            queued.appendleft(self._drop_partial())
         for _ in range(k):
             if not self.running:
                 break
@@ -288,9 +286,8 @@ class FastEngine(EngineFace):
         if self.phase != IDLE and now > self.t:
             self.busy_time += now - self.t  # the interrupted iteration or prefill: busy, lost
         if self.phase == PREFILL:
-            self._unplan()  # the whole batch is redone, all its passes (chunked prefill)
+            self._unplan()  # the batch (a chunked prefill's pass) is redone
         self.phase = IDLE
-        self.pf.room_next = 0  # after the pause a prefill starts a new pass
         self.t = max(self.t, until)
         self._plan()
         return out
@@ -305,16 +302,17 @@ class FastEngine(EngineFace):
             cache.commit(pf.got, self.stats)  # type: ignore[arg-type]
             cache.fit(self.kv_capacity - self.kv, self.stats)
             left = []
-        self.stats.count_batch(pf)
+        self.stats.count_batch(pf, self.partial is not None)
         self.busy_time += pf.time
         self.t = t = self.t + pf.time
+        ended = self._end_pieces() if pf.recs else pf.reqs  # those whose prefill it ends
         running, finish, it = self.running, self._finish, self.it
         clipped, index = self.clipped, self.retraction
         victims, sign = index.victims, index.sign
         base_sum = max_new_sum = 0
-        self.tokens += len(pf.reqs)  # the prefill emits each request's next token
-        self.reserve -= len(pf.reqs)
-        for r in pf.reqs:
+        self.tokens += len(ended)  # the prefill emits each request's next token
+        self.reserve -= len(ended)
+        for r in ended:
             gen = r.gen = r.gen + 1
             if gen == r.target_new:  # done at its prefill: its last token has no KV entry
                 self.kv -= r.input_len + gen - 1
@@ -340,10 +338,23 @@ class FastEngine(EngineFace):
         if victims is not None and len(victims) > 2 * len(running) + 64:
             index.build(running)  # more stale entries than live ones
         pf.clear()
-        pf.room_next = pf.room_out  # the next plan continues the open pass if it prefills
         if cache is not None and left:
             self._cache_leave(left)
         return done
+
+    def _end_pieces(self) -> list[Request]:
+        """A chunked prefill pass ends: each request computed its piece; the requests whose
+        prefill it ended, the last one kept as `partial` when it left it unfinished (then
+        admission is no longer held: SGLang lifts `batch_is_full` at the next step)."""
+        pf = self.pf
+        for c, n in zip(pf.recs, pf.chunks):
+            c.done += n
+        if not pf.left:
+            self.partial = None
+            return pf.reqs
+        self.partial = pf.recs[-1]
+        self.hold = False
+        return pf.reqs[:-1]
 
     def _pop_finished(self) -> list[Completion]:
         """Remove the requests whose finish iteration has come (the heap holds exactly the
@@ -438,25 +449,24 @@ class FastEngine(EngineFace):
         if self.clipped is not None:
             self.clipped.clear(self.it)
         self.hold = False
-        self.pf.room_next = 0
+        self.partial = None
         self.rules.reset(self.it)
         self.phase, self.n, self.t_event = IDLE, 0, INF
 
-    def _pass_in_flight_end(self, now: float) -> float | None:
-        """The end of the chunked prefill pass in flight at `now` (one starting at `now`
-        included), or None when it is the batch's last pass or the batch has only one."""
-        pf = self.pf
-        if not self.chunk or pf.passes + (pf.room_in > 0) < 2:
-            return None
-        if self.share:
-            lens, cached = pf.pieces
-        else:
-            lens = [r.input_len + r.gen - r.migrated for r in pf.reqs]
-            cached = [r.migrated for r in pf.reqs] if pf.moved else []
-        for end in pass_ends(self.cost, lens, self.chunk, pf.room_in, cached)[:-1]:
-            if self.t + end > now:
-                return self.t + end
-        return None
+    def _drop_partial(self) -> Request:
+        """The request a chunked pass left unfinished leaves (an abort): its KV is freed, its
+        shared prefix with it when it was the last holder."""
+        c = self.partial
+        assert c is not None
+        self.partial = None
+        self.stats.abort_chunked += 1
+        r = c.req
+        self.kv -= c.kv  # what it took uncomputed and computed (a prefix it brought included)
+        if r.shared and self.prefixes.unref(r.prefix):
+            if not c.brought:
+                self.kv -= r.shared
+            self.stats.prefix_drops += 1
+        return r
 
     def _decode_one_of(self, m: int) -> list[Completion]:
         """Run the first m iterations of the decode span planned (m <= its length) and stop at a
@@ -534,9 +544,10 @@ class FastEngine(EngineFace):
             self._cache_leave(victims)
         rules, it = self.rules, self.it
         rules.requeue(self.waiting, victims)
-        if rules.retracted(it, index.base_sum + it * len(running), index.max_new_sum,
-                           len(running)):
-            self.hold = True
+        # held until a request finishes, or tried again (the batch shrank); not undone by an
+        # unplan
+        self.hold = self.pf.hold_in = rules.retracted(
+            it, index.base_sum + it * len(running), index.max_new_sum, len(running))
         index.stale += len(victims)  # their `_finish` entries stay until popped
         index.drop_stale_head(self._finish, running)
 
@@ -553,11 +564,8 @@ class FastEngine(EngineFace):
         else decode the running batch up to the next event (the first finish, the KV cache full,
         or, with a queue, where the family says the batch may change: `Rules.stretch`), else go
         idle. The decode plan is inline: the hot path."""
-        pf = self.pf
-        pf.room_in = pf.room_next  # consumed by this plan (restored by `_unplan`)
-        pf.room_next = 0
-        if self.waiting and not self.hold and len(self.running) < self.max_running \
-                and self._plan_prefill():
+        self.pf.hold_in = self.hold  # restored by `_unplan` (the refusals of this plan)
+        if self._prefill_planned():
             return
         running = self.running
         if not running:
@@ -589,6 +597,23 @@ class FastEngine(EngineFace):
         self.phase = DECODE
         self.t_event = self.t + self.cost.decode_span(n, b, self.kv)
 
+    def _prefill_planned(self) -> bool:
+        """`_plan`'s prefill: a batch (`_plan_prefill`) or a chunked prefill pass
+        (`_plan_pass`) when admission is open (always after a pass that left a request
+        unfinished); False when there is none to start."""
+        if self.rules.per_pass:
+            return (self.partial is not None or bool(self.waiting) and not self.hold) \
+                and self._plan_pass()
+        if not self.waiting or self.hold:
+            return False
+        if len(self.running) < self.max_running and self._plan_prefill():
+            return True
+        # the head refused with requests running: where the family says so (SGLang's
+        # `batch_is_full`), no admission is tried until one of them leaves (finishes, is
+        # retracted or aborted)
+        self.hold = self.rules.refusal_holds and bool(self.running)
+        return False
+
     def _plan_prefill(self) -> bool:
         """Start a prefill batch if the queue head is admitted now; False if it is not."""
         running, pf, rules = self.running, self.pf, self.rules
@@ -603,32 +628,74 @@ class FastEngine(EngineFace):
             self.waiting, len(running), self.kv, reserve, self.it, refs
         )
         pf.reqs = reqs
+        if self.waiting and not capped and running and rules.refusal_holds:  # the head refused:
+            self.hold = True  # set on an empty running batch, SGLang drops it when the prefill
+            # batch replaces that batch (`get_next_batch_to_run`'s merge)
         note_started(pf.reqs, self.t, pf.started)
         comp = tokens  # the tokens it computes
         if self.share:
             if self.cache is not None:  # the retained cache may serve some (taken at its end)
                 got = pf.got = self.cache.lookup(pf.reqs, refs)
-                pf.pieces = (got.lens, got.cached)
                 if got.saved or got.dropped:  # (dropped: partial blocks computed again)
                     pf.saved = got.saved
                     comp = tokens - got.saved
                     sq = sum((c + n) * (c + n) - c * c for n, c in zip(got.lens, got.cached))
-            elif self.chunk:  # what an abort in mid-batch walks (`_pass_in_flight_end`)
-                pf.pieces = prefill_pieces(pf.reqs, refs)
             pf.hits = sum(refs.hold(r.prefix) for r in pf.reqs if r.shared)
-        pf.tokens, pf.moved = tokens, moved
+        pf.tokens, pf.moved, pf.added = tokens, moved, added
         kv = self.kv = self.kv + tokens + moved
         self.reserve += added
         if kv > self.kv_peak:
             self.kv_peak = kv
         self.phase = PREFILL
-        if self.chunk:
-            pf.passes, left = prefill_passes(comp, self.chunk, pf.room_in)
-            pf.room_out = left if capped else 0
-            dur = self.cost.prefill_time(comp, sq, pf.passes, len(pf.reqs))
-        else:
-            dur = self.cost.prefill_time(comp, sq, 1, len(pf.reqs))
-        pf.time = dur
+        pf.time = dur = self.cost.prefill_time(comp, sq, 1, len(pf.reqs))
+        self.t_event = self.t + dur
+        return True
+
+    def _plan_pass(self) -> bool:
+        """Start a chunked prefill pass (`Rules.select_pass`): the unfinished request's next
+        piece, then the queued requests it admits; False (admission held where the family says
+        so) when there is nothing to prefill."""
+        running, pf, rules, partial = self.running, self.pf, self.rules, self.partial
+        if partial is None and len(running) >= self.max_running:
+            self.hold = rules.refusal_holds  # full: SGLang's `batch_is_full`
+            return False
+        clipped = self.clipped
+        reserve = self.reserve if clipped is None else clipped.sum_after(0)
+        refs, cache = self.prefixes, self.cache
+        step = rules.select_pass(PassInputs(self.waiting, partial, len(running), self.kv, reserve,
+                                            self.it, refs, cache))
+        self.hold = step.hold
+        if not step.batch:
+            return False
+        cont = partial is not None
+        new = step.batch[cont:]
+        got = pf.got = cache.lookup(new, refs) if cache is not None else None
+        recs = admit_pieces(new, refs, got)
+        note_started(new, self.t, pf.started)
+        saved = moved = 0
+        for c in recs:  # KV it takes uncomputed: migrated, or served by the retained cache
+            moved += c.req.migrated
+            saved += c.held
+        saved -= moved
+        if partial is not None:
+            recs.insert(0, partial)
+        pf.reqs, pf.recs, pf.chunks, pf.left = step.batch, recs, step.chunks, step.left
+        comp = 0
+        sq = 0
+        for c, n in zip(recs, step.chunks):
+            comp += n
+            sq += c.cost_terms(n)
+        if self.share:
+            pf.hits = sum(refs.hold(r.prefix) for r in new if r.shared)
+        pf.tokens, pf.moved, pf.saved = comp + saved, moved, saved
+        ended = step.batch[:-1] if step.left else step.batch
+        pf.added = added = sum(r.max_new - r.gen for r in ended)
+        kv = self.kv = self.kv + comp + saved + moved
+        self.reserve += added
+        if kv > self.kv_peak:
+            self.kv_peak = kv
+        self.phase = PREFILL
+        pf.time = dur = self.cost.prefill_time(comp, sq, 1, len(new))
         self.t_event = self.t + dur
         return True
 
@@ -637,13 +704,14 @@ class FastEngine(EngineFace):
         if self.phase == PREFILL:
             pf = self.pf
             self.kv -= pf.tokens + pf.moved  # the prefixes this batch brought included
-            for r in pf.reqs:
+            new = pf.reqs[1:] if pf.recs and pf.recs[0] is self.partial else pf.reqs
+            for r in new:
                 if r.shared:
                     self.prefixes.unref(r.prefix)
-            self.reserve -= sum(r.max_new - r.gen for r in pf.reqs)
-            self.waiting.extendleft(reversed(pf.reqs))
+            self.reserve -= pf.added
+            self.waiting.extendleft(reversed(new))
             pf.clear()
-        self.pf.room_next = self.pf.room_in
+        self.hold = self.pf.hold_in
         self.phase, self.n, self.t_event = IDLE, 0, INF
 
     def _iterations_within(self, dt: float) -> int:
@@ -663,14 +731,19 @@ class FastEngine(EngineFace):
         rules = self.rules
         if not rules.admits_head(self.waiting, b, self.kv + m * b, self._reserve_after(m),
                                  self.it + m, 0, self.prefixes):
-            if m + 1 >= self.n:
-                return
-            cut = rules.stretch(m + 1, self.n - 1, b, self.kv, self.reserve, self.clipped,
-                                self.it, self.waiting[0], self.prefixes)
-            if cut is None:
-                return
-            m = cut
-            self.stats.ratio_cuts += 1
+            if rules.refusal_holds:
+                # refused there: admission holds from that boundary until a request leaves
+                # (SGLang's `batch_is_full`), so the span is cut there and `_plan` sets the hold
+                self.stats.ratio_cuts += 1
+            else:
+                if m + 1 >= self.n:
+                    return
+                cut = rules.stretch(m + 1, self.n - 1, b, self.kv, self.reserve, self.clipped,
+                                    self.it, self.waiting[0], self.prefixes)
+                if cut is None:
+                    return
+                m = cut
+                self.stats.ratio_cuts += 1
         self.n = m
         self.t_event = self.t + self.cost.decode_span(m, b, self.kv)
         if m == 0:

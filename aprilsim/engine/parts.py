@@ -14,12 +14,12 @@ import heapq
 from collections import deque
 from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
+# at run time: `Chunked` is a dataclass with a `Request` field, whose type object the compiled
+# build (mypyc) needs when it makes the class
+from aprilsim.engine.request import Request
 from aprilsim.native import mypyc_attr
-
-if TYPE_CHECKING:
-    from aprilsim.engine.request import Request
 
 # an engine's phase: nothing planned, a prefill batch, a decode span (Final: the compiled build
 # inlines them instead of looking them up in the module's dict at every use)
@@ -41,13 +41,13 @@ class EngineStats:
     retractions: int = 0
     prefill_tokens: int = 0
     prefill_passes: int = 0  # prefill forward passes (one per batch without chunking)
-    multi_pass_batches: int = 0  # prefill batches over several passes (chunked prefill)
-    joined_open_pass: int = 0  # prefill batches that began in the pass left open before them
+    chunked_requests: int = 0  # requests whose prefill a pass left unfinished (chunked prefill)
+    chunk_tail_passes: int = 0  # passes that ended a chunked request's prefill and began others'
     prefix_hits: int = 0  # requests prefilled onto a prefix the engine held
     prefix_drops: int = 0  # prefixes freed with their last holder
     abort_steps_run: int = 0  # steps run while an abort was on its way (in flight + k)
     abort_finishes: int = 0  # requests finished while an abort was on its way
-    abort_pass_cuts: int = 0  # aborts that landed after a pass in flight, mid-batch
+    abort_chunked: int = 0  # requests an abort took with their chunked prefill unfinished
     # the retained prefix cache (`prefix_cache = "lru"`, `PrefixCache`)
     cache_hits: int = 0  # requests prefilled onto tokens the cache kept
     cache_partial_hits: int = 0  # of those, requests that still computed more than one token
@@ -64,16 +64,17 @@ class EngineStats:
     # when it saves; the gain decomposition's `speculative` part); float, no part in equality
     spec_s: float = field(default=0.0, compare=False)
 
-    def count_batch(self, batch: PrefillBatch) -> None:
-        """A prefill batch ended: count its tokens, hits and passes."""
+    def count_batch(self, batch: PrefillBatch, cont: bool) -> None:
+        """A prefill batch (one pass) ended: count its tokens, hits and pass; `cont`: it began
+        with a request an earlier pass left unfinished."""
         self.prefill_tokens += batch.tokens - batch.saved
         self.prefill_s += batch.time
         self.migrated_tokens += batch.moved
         self.prefix_hits += batch.hits
-        self.prefill_passes += batch.passes
-        joined = batch.room_in > 0
-        self.joined_open_pass += joined
-        self.multi_pass_batches += batch.passes + joined > 1
+        self.prefill_passes += 1
+        n = len(batch.reqs)
+        self.chunked_requests += batch.left > 0 and n > cont
+        self.chunk_tail_passes += cont and n > 1  # the continuing one ended
 
 
 def note_started(reqs: list[Request], t: float, started: list[Request]) -> None:
@@ -88,25 +89,23 @@ def note_started(reqs: list[Request], t: float, started: list[Request]) -> None:
 
 @dataclass(slots=True)
 class PrefillBatch:
-    """The prefill batch in progress (empty between batches) and the open chunked-prefill pass.
+    """The prefill batch in progress (empty between batches): one forward pass.
 
-    `room_in` is the room of the open pass the current plan started from (restored by an unplan),
-    `room_out` the room this batch leaves open when the token budget ended it, `room_next` the
-    room the next plan starts from (the last batch's `room_out` once it ended; 0 after a pause);
-    `pieces` the tokens each request computes and the cached prefix each attends to (what an
-    abort mid-batch walks).
+    With chunked prefill (`Rules.per_pass`) a pass's requests are `recs` (the unfinished one
+    first when it continues), computing `chunks[i]` tokens each, the last one `left` more after
+    it; `added` is the remaining max_new the requests it completes bring to the reserve.
     """
 
     reqs: list[Request] = field(default_factory=list)
-    tokens: int = 0
+    tokens: int = 0  # KV it adds, migrated KV apart (`moved`)
     time: float = 0.0
-    passes: int = 1
-    room_in: int = 0
-    room_out: int = 0
-    room_next: int = 0
+    hold_in: bool = False  # the engine's `hold` when the current plan was made (an unplan's)
     hits: int = 0
     moved: int = 0  # migrated KV tokens the batch holds without computing them
-    pieces: tuple[list[int], list[int]] = field(default_factory=lambda: ([], []))
+    recs: list[Chunked] = field(default_factory=list)
+    chunks: list[int] = field(default_factory=list)
+    left: int = 0
+    added: int = 0
     saved: int = 0  # of `tokens` (KV it adds), those the retained cache serves (not computed)
     got: CacheLookup | None = None  # what it takes from the retained cache (`PrefixCache`)
     # each sample's first request once a batch scheduled it (`note_started`): the engine's
@@ -116,7 +115,8 @@ class PrefillBatch:
     def clear(self) -> None:
         """No batch in progress."""
         self.reqs = []
-        self.tokens = self.hits = self.saved = self.moved = 0
+        self.tokens = self.hits = self.saved = self.moved = self.left = self.added = 0
+        self.recs, self.chunks = [], []
         self.got = None
 
 
@@ -143,6 +143,57 @@ def prefill_pieces(batch: list[Request],
             lens.append(n)
             cached.append(s)
     return lens, cached
+
+
+@dataclass(slots=True)
+class Chunked:
+    """A request in a chunked prefill pass (`Rules.per_pass`), and between passes the one a pass
+    left unfinished (SGLang's `chunked_req`): the tokens its prefill computes in all (`walk`:
+    its input, and its shared prefix when it brings it), those the passes that ended computed
+    (`done`), the tokens its pieces attend to without computing them (`base`: a prefix held
+    already, migrated or cached KV), the KV it took when admitted without computing it
+    (`held`), and whether its shared prefix entered the engine with it (`brought`: its KV is
+    then counted in this request's)."""
+
+    req: Request
+    walk: int
+    base: int
+    held: int
+    brought: bool
+    done: int = 0
+
+    @property
+    def kv(self) -> int:
+        """KV tokens it holds between passes."""
+        return self.held + self.done
+
+    def cost_terms(self, piece: int) -> int:
+        """The attention term of `piece` more tokens: (base + done + piece)^2 - (base + done)^2
+        (`cost.prefill_time`'s sum of squares)."""
+        a = self.base + self.done
+        return (a + piece) * (a + piece) - a * a
+
+
+def admit_pieces(batch: list[Request], resident: Container[int],
+                 got: CacheLookup | None) -> list[Chunked]:
+    """The requests a chunked prefill pass admits, each as it starts (`Chunked`): what each
+    computes and attends to over the prefixes `resident` and those brought earlier in the pass
+    (`prefill_pieces`, or what the retained cache serves, `got` (its `lookup` of `batch`),
+    migrated KV held apart)."""
+    if got is not None:
+        lens, cached = got.lens, got.cached
+    else:
+        lens, cached = prefill_pieces(batch, resident)
+    out = []
+    have: set[int] = set()
+    for r, n, c in zip(batch, lens, cached):
+        brought = bool(r.shared) and r.prefix not in resident and r.prefix not in have
+        if brought:
+            have.add(r.prefix)
+        m = r.migrated if got is not None else 0
+        need = r.input_len + r.gen + (r.shared if brought else 0)
+        out.append(Chunked(r, n - m, c + m, need - n + m, brought))
+    return out
 
 
 class PrefixRefs(dict):
@@ -261,49 +312,60 @@ class PrefixCache:
         comes from the cache when kept there, and a request's own run covers its input but the
         last token (SGLang always computes one); with blocks, only whole blocks of what a
         request matched serve it (`block_served`). Takes nothing yet (`commit`)."""
-        runs, block = self.runs, self.block
-        lens: list[int] = []
-        cached: list[int] = []
-        out = CacheLookup(lens, cached, [])
+        out = CacheLookup([], [], [])
         have: set[int] = set()
         for r in batch:
-            n = r.input_len + r.gen
-            s = r.shared
-            pre = s
-            saved = 0
-            if s and r.prefix not in resident and r.prefix not in have:
-                have.add(r.prefix)
-                if (0, r.prefix) in runs:
-                    out.taken.append((0, r.prefix))
-                    saved = s
-                else:  # computed here, with the rest of this request's input
-                    n += s
-                    pre = 0
-            h = 0
-            if (pre or not s) and r.seq >= 0 and (1, r.seq) in runs:
-                h = min(runs[1, r.seq][1], n - 1)
-                if h > 0:
-                    out.taken.append((1, r.seq))
-                    n -= h
-                    pre += h
-                    saved += h
-            served = saved
-            if block > 1 and pre:
-                drop = pre - block_served(pre, pre + n, block)
-                if drop:  # the partial block is computed again: own tokens first, then prompt's
-                    n += drop
-                    pre -= drop
-                    served -= min(drop, h) + (drop - h if drop > h and saved > h else 0)
-                    saved -= drop
-                    out.dropped += drop
-            lens.append(n)
-            cached.append(pre)
-            out.saved += saved
-            if served:
-                out.served += served
-                out.hits += 1
-                out.partial += n > 1
+            self._one(r, resident, have, out)
         return out
+
+    def served(self, r: Request, seen: Container[int]) -> int:
+        """Tokens of `r`'s prefill the cache would serve uncomputed if it joined a batch now,
+        `seen` holding the prompts live or brought earlier in the batch (`lookup`'s `saved`
+        for it)."""
+        out = CacheLookup([], [], [])
+        self._one(r, seen, set(), out)
+        return out.saved
+
+    def _one(self, r: Request, resident: Container[int], have: set[int],
+             out: CacheLookup) -> None:
+        """`lookup` for one request of a batch (`have`: the prompts brought before it)."""
+        runs, block = self.runs, self.block
+        n = r.input_len + r.gen
+        s = r.shared
+        pre = s
+        saved = 0
+        if s and r.prefix not in resident and r.prefix not in have:
+            have.add(r.prefix)
+            if (0, r.prefix) in runs:
+                out.taken.append((0, r.prefix))
+                saved = s
+            else:  # computed here, with the rest of this request's input
+                n += s
+                pre = 0
+        h = 0
+        if (pre or not s) and r.seq >= 0 and (1, r.seq) in runs:
+            h = min(runs[1, r.seq][1], n - 1)
+            if h > 0:
+                out.taken.append((1, r.seq))
+                n -= h
+                pre += h
+                saved += h
+        served = saved
+        if block > 1 and pre:
+            drop = pre - block_served(pre, pre + n, block)
+            if drop:  # the partial block is computed again: own tokens first, then prompt's
+                n += drop
+                pre -= drop
+                served -= min(drop, h) + (drop - h if drop > h and saved > h else 0)
+                saved -= drop
+                out.dropped += drop
+        out.lens.append(n)
+        out.cached.append(pre)
+        out.saved += saved
+        if served:
+            out.served += served
+            out.hits += 1
+            out.partial += n > 1
 
     def commit(self, got: CacheLookup, stats: EngineStats) -> None:
         """The batch `got` priced has run: the runs it used are live KV again."""

@@ -6,8 +6,9 @@ summing iteration times one by one, and recounts the KV cache from the requests 
 prefill emits each request's next token (SGLang); a running request holds input_len + gen - 1 KV
 tokens, a request being prefilled input_len + gen. It is slow on purpose; tests and benchmarks
 check that the fast engine, asking the same rules, reproduces its completion times and token
-counts. With chunked prefill it prices a prefill batch pass by pass over its requests' pieces
-(`cost.chunked_prefill_time`), where the fast engine uses the closed form.
+counts. With chunked prefill (`Rules.per_pass`) each forward pass is its own step, planned by
+the family (`Rules.select_pass`): the request a pass left unfinished (`partial`) continues first,
+holding the KV of the tokens computed so far.
 """
 
 from __future__ import annotations
@@ -16,16 +17,18 @@ import math
 from collections import deque
 from typing import Any
 
-from aprilsim.engine.cost import EngineSpec, chunked_prefill_time, pass_ends
+from aprilsim.engine.cost import EngineSpec
 from aprilsim.engine.families.protocol import Rules, Step
 from aprilsim.engine.parts import (
     DECODE,
     IDLE,
     PREFILL,
     CacheLookup,
+    Chunked,
     EngineFace,
     EngineStats,
     PrefixCache,
+    admit_pieces,
     note_started,
     prefill_pieces,
 )
@@ -53,7 +56,8 @@ class ReferenceEngine(EngineFace):
         self.batch_pieces: tuple[list[int], list[int]] = ([], [])  # per request (`prefill_pieces`)
         self.batch_hits = 0  # requests of the batch prefilled onto a prefix already held
         self.t = 0.0
-        self.hold = False
+        self.hold = False  # admission held until a running request leaves
+        self.hold_in = False  # `hold` when the current plan was made (`_unplan` restores it)
         self.phase = IDLE
         self.t_event = INF
         self.busy_time = 0.0
@@ -61,9 +65,13 @@ class ReferenceEngine(EngineFace):
         self.kv_peak = 0
         self.stats = EngineStats()  # the counters, compared with FastEngine's by tests
         self.started: list[Request] = []  # first schedulings (`parts.note_started`)
-        # chunked prefill: tokens free in the open last pass of a batch the token budget ended
-        self.room = self.room_in = self.batch_room = 0
-        self.batch_passes = 1  # forward passes the prefill batch in progress starts
+        # chunked prefill (`Rules.per_pass`): the pass's requests as `Chunked`, the tokens each
+        # computes in it, what its last one still computes after it, and the request the last
+        # pass left unfinished
+        self.batch_recs: list[Chunked] = []
+        self.batch_chunks: list[int] = []
+        self.batch_left = 0
+        self.partial: Chunked | None = None
         self.cache = PrefixCache(self.rules.cache_block) if spec.retains_prefixes else None
         self.batch_got: CacheLookup | None = None  # what the batch takes from the cache
         if self.rules.mixed_steps:  # prefill and decode share a step: the family runs its calls
@@ -72,10 +80,24 @@ class ReferenceEngine(EngineFace):
 
     @property
     def kv(self) -> int:
-        prefixes = {r.prefix: r.shared for r in [*self.running, *self.batch] if r.shared}
-        return sum(r.input_len + r.gen - 1 for r in self.running) + sum(
-            r.input_len + r.gen for r in self.batch
-        ) + sum(prefixes.values())
+        """KV tokens held, recounted: the running requests' own, each shared prefix once, and a
+        prefill batch's input; a chunked pass's requests hold what they took uncomputed and the
+        tokens computed so far, this pass's included (a prefix one of them brings among them)."""
+        recs = self._prefilling_recs()
+        brought = {c.req.prefix for c in recs if c.brought}
+        held = [*self.running, *(c.req for c in recs)] if recs else [*self.running, *self.batch]
+        prefixes = {r.prefix: r.shared for r in held if r.shared and r.prefix not in brought}
+        own = sum(r.input_len + r.gen - 1 for r in self.running) + sum(prefixes.values())
+        if not recs:
+            return own + sum(r.input_len + r.gen for r in self.batch)
+        chunks = self.batch_chunks if self.batch else [0]
+        return own + sum(c.kv + n for c, n in zip(recs, chunks))
+
+    def _prefilling_recs(self) -> list[Chunked]:
+        """The chunked pass in progress, or the request the last one left unfinished."""
+        if self.batch_recs:
+            return self.batch_recs
+        return [self.partial] if self.partial is not None else []
 
     @property
     def reserve(self) -> int:
@@ -88,7 +110,9 @@ class ReferenceEngine(EngineFace):
         return self.stats.iterations
 
     def prefilling(self) -> list[Request]:
-        """The requests of the prefill batch in progress."""
+        """The requests of the prefill batch in progress (or a chunked prefill's unfinished)."""
+        if not self.batch and self.partial is not None:
+            return [self.partial.req]
         return self.batch
 
     def progress_at(self, now: float) -> tuple[int, float, int]:
@@ -131,7 +155,7 @@ class ReferenceEngine(EngineFace):
         if self.mixed is not None:
             return self.mixed.advance()
         if self.phase == PREFILL:
-            done = self._end_prefill()
+            done = self._end_pass() if self.batch_recs else self._end_prefill()
         elif self.phase == DECODE:
             done = self._end_decode()
         else:
@@ -152,9 +176,7 @@ class ReferenceEngine(EngineFace):
         st.prefill_s += dur
         st.migrated_tokens += sum(r.migrated for r in self.batch)
         st.prefix_hits += self.batch_hits
-        st.prefill_passes += self.batch_passes
-        st.joined_open_pass += int(self.room_in > 0)
-        st.multi_pass_batches += int(self.batch_passes + (self.room_in > 0) > 1)
+        st.prefill_passes += 1
         self.t = self.t_event
         if self.cache is not None:
             self.cache.commit(self.batch_got, st)  # type: ignore[arg-type]
@@ -172,7 +194,48 @@ class ReferenceEngine(EngineFace):
                 self.running.append(r)
         self.batch = []
         self._count_freed_prefixes(left)
-        self.room = self.batch_room
+        return done
+
+    def _end_pass(self) -> list[Completion]:
+        """A chunked prefill pass ends: its requests computed their pieces; those whose prefill
+        it ended get their next token and run (or finish), the one it left unfinished waits
+        for the next pass (admission is no longer held: SGLang's `batch_is_full` is lifted)."""
+        done: list[Completion] = []
+        dur = self.t_event - self.t
+        self.busy_time += dur
+        st = self.stats
+        recs, chunks = self.batch_recs, self.batch_chunks
+        cont = self.partial is not None
+        st.prefill_tokens += sum(chunks)
+        st.prefill_s += dur
+        st.migrated_tokens += sum(c.req.migrated for c in recs[cont:])
+        st.prefix_hits += self.batch_hits
+        st.prefill_passes += 1
+        st.chunked_requests += int(self.batch_left > 0 and len(recs) > cont)
+        st.chunk_tail_passes += int(cont and len(recs) > 1)  # the continuing one ended
+        self.t = self.t_event
+        if self.cache is not None and self.batch_got is not None:
+            self.cache.commit(self.batch_got, st)
+            self.cache.fit(self.spec.kv_capacity - self.kv, st)
+        for c, n in zip(recs, chunks):
+            c.done += n
+        self.partial = recs[-1] if self.batch_left else None
+        left = []
+        for c in recs[:len(recs) - (self.partial is not None)]:
+            r = c.req
+            r.gen += 1
+            self.tokens += 1
+            if r.gen == r.target_new:
+                reason = "length" if r.gen == r.max_new else "stop"
+                done.append(Completion(r.rid, r.gen, reason, self.t))
+                self.hold = False
+                left.append(r)
+            else:
+                self.running.append(r)
+        if self.partial is not None:
+            self.hold = False
+        self.batch, self.batch_recs, self.batch_chunks = [], [], []
+        self._count_freed_prefixes(left)
         return done
 
     def _end_decode(self) -> list[Completion]:
@@ -216,14 +279,14 @@ class ReferenceEngine(EngineFace):
         self.t = max(self.t, now)
         if self.cache is not None:
             self.cache.leave(self.running, {r.prefix for r in self.running if r.shared})
-        for r in [*self.running, *self.batch, *self.waiting]:
+        for r in [*self.running, *self.prefilling(), *self.waiting]:
             out.append(Completion(r.rid, r.gen, "abort", now))
         if self.speculative is not None:
             self.speculative.finished(out)
         self.running, self.batch = [], []
+        self.batch_recs, self.batch_chunks, self.partial = [], [], None
         self.waiting.clear()
         self.hold = False
-        self.room = 0
         self.rules.reset(self.it)
         self.phase, self.t_event = IDLE, INF
         return out
@@ -239,18 +302,11 @@ class ReferenceEngine(EngineFace):
             return now, out + self.abort_all(now)
         n_due = len(out)
         self.stats.abort_steps_run += 1
-        ends = [] if self.phase != PREFILL or not self.spec.prefill_chunk else pass_ends(
-            self.cost, *self.batch_pieces[:1], self.spec.prefill_chunk, self.room_in,
-            self.batch_pieces[1])
-        cut = next((self.t + e for e in ends[:-1] if self.t + e > now), None)
-        if cut is None:
-            out += self.advance()  # the step in flight
-        else:  # a chunked prefill pass that is not its batch's last: the batch's requests leave
-            self.busy_time += cut - self.t
-            self.t = cut
-            self.stats.abort_pass_cuts += 1
+        out += self.advance()  # the step in flight (a chunked prefill's: one pass)
         self._unplan()
         queued, self.waiting = self.waiting, deque()
+        if self.partial is not None:  # SGLang launches no further chunk: it leaves with these
+            queued.appendleft(self._drop_partial())
         for _ in range(k):
             if not self.running:
                 break
@@ -271,31 +327,42 @@ class ReferenceEngine(EngineFace):
         if self.phase != IDLE and now > self.t:
             self.busy_time += now - self.t  # the interrupted iteration or prefill: busy, lost
         if self.phase == PREFILL:
-            self._unplan()
+            self._unplan()  # the pass (or batch) in flight is redone
         self.phase = IDLE
-        self.room = 0
         self.t = max(self.t, until)
         self._plan()
         return out
 
     # ---------------------------------------------------------------- internals
-    def _count_freed_prefixes(self, left: list[Request]) -> None:
+    def _count_freed_prefixes(self, left: list[Request], keep: bool = True) -> None:
         """Requests left the engine (finished or retracted): count the shared prefixes that no
-        running or prefilling request holds any more."""
+        running or prefilling request holds any more. `keep`: the retained cache keeps their
+        runs and the prompts freed (not a chunked prefill's unfinished request's)."""
         gone = {r.prefix for r in left if r.shared}
         if gone:
-            held = {r.prefix for r in [*self.running, *self.batch] if r.shared}
+            held = {r.prefix for r in [*self.running, *self.prefilling()] if r.shared}
             gone -= held
             self.stats.prefix_drops += len(gone)
-        if self.cache is not None and left:  # their runs and the prompts freed stay cached
+        if self.cache is not None and left and keep:
             self.cache.leave(left, gone)
+
+    def _drop_partial(self) -> Request:
+        """The request a chunked pass left unfinished leaves (an abort): its KV is freed."""
+        c = self.partial
+        assert c is not None
+        self.partial = None
+        self.stats.abort_chunked += 1
+        self._count_freed_prefixes([c.req], keep=False)
+        return c.req
 
     def _plan(self) -> None:
         """Ask the family for the next iteration (`Rules.plan_step`) and start it."""
-        self.room_in = self.room
-        self.room = 0
+        self.hold_in = self.hold
         step = self.rules.plan_step(self)
-        if step.kind == PREFILL:
+        self.hold = step.hold
+        if step.kind == PREFILL and self.rules.per_pass:
+            self._start_pass(step)
+        elif step.kind == PREFILL:
             self._start_prefill(step)
         elif step.kind == DECODE:
             self._start_decode(step)
@@ -306,9 +373,9 @@ class ReferenceEngine(EngineFace):
                                       f"{step.kind}: this engine runs prefill and decode steps")
 
     def _start_prefill(self, step: Step) -> None:
-        """A prefill batch starts: priced pass by pass over its requests' pieces."""
+        """A prefill batch starts (one forward pass)."""
         kv = self.kv  # held before it
-        self.batch, capped = step.batch, step.capped
+        self.batch = step.batch
         note_started(self.batch, self.t, self.started)
         resident = {r.prefix for r in self.running if r.shared}
         # recounted: the oracle trusts no shortcut
@@ -327,11 +394,42 @@ class ReferenceEngine(EngineFace):
         moved = sum(r.migrated for r in self.batch)  # migrated KV: held, never with a cache
         self.kv_peak = max(self.kv_peak, kv + tokens + saved + moved)  # cached tokens are live KV
         self.phase = PREFILL
-        dur, self.batch_passes, left = chunked_prefill_time(
-            self.cost, lens, self.spec.prefill_chunk, self.room_in, cached
-        )
-        self.batch_room = left if capped else 0
-        self.t_event = self.t + dur
+        sq = sum((s + n) * (s + n) - s * s for n, s in zip(lens, cached))
+        self.t_event = self.t + self.cost.prefill_time(tokens, sq, requests=len(lens))
+
+    def _start_pass(self, step: Step) -> None:
+        """A chunked prefill pass starts: the unfinished request's next piece first, then the
+        requests it admits (each as `parts.admit_pieces` says; the family's pieces checked
+        against them), priced as one pass (one p0, the attention of each piece over what its
+        request computed before)."""
+        reqs, chunks = step.batch, step.chunks
+        cont = self.partial is not None
+        new = reqs[cont:]
+        resident = {r.prefix for r in self.running if r.shared}
+        if self.partial is not None and self.partial.req.shared:
+            resident.add(self.partial.req.prefix)
+        if self.cache is not None:
+            self.batch_got = self.cache.lookup(new, resident)
+        recs = admit_pieces(new, resident, self.batch_got if self.cache is not None else None)
+        if self.partial is not None:
+            assert reqs[0] is self.partial.req
+            recs.insert(0, self.partial)
+        for c, n in zip(recs, chunks):  # the oracle trusts no shortcut
+            assert 0 < n <= c.walk - c.done or n == c.walk - c.done == 0, (c, n)
+        assert step.left == recs[-1].walk - recs[-1].done - chunks[-1]
+        assert all(c.walk - c.done == n for c, n in zip(recs[:-1], chunks[:-1]))
+        self.batch, self.batch_recs, self.batch_chunks, self.batch_left = reqs, recs, chunks, \
+            step.left
+        note_started(new, self.t, self.started)
+        self.batch_hits = 0
+        for r in new:  # admitted onto a prefix already held (or brought just before)
+            if r.shared:
+                self.batch_hits += r.prefix in resident
+                resident.add(r.prefix)
+        self.kv_peak = max(self.kv_peak, self.kv)
+        self.phase = PREFILL
+        sq = sum(c.cost_terms(n) for c, n in zip(recs, chunks))
+        self.t_event = self.t + self.cost.prefill_time(sum(chunks), sq, requests=len(new))
 
     def _start_decode(self, step: Step) -> None:
         """One decode iteration of the running batch starts, after the step's victims left."""
@@ -342,8 +440,7 @@ class ReferenceEngine(EngineFace):
             self.stats.retractions += 1
         if victims:
             self._count_freed_prefixes(victims)
-            if step.hold:
-                self.hold = True
+            self.hold_in = self.hold  # the retraction is not undone by `_unplan`
         if self.speculative is not None:  # the batch's mean acceptance, this step
             self.speculative.set_batch(self.running)
         self.phase = DECODE
@@ -351,7 +448,8 @@ class ReferenceEngine(EngineFace):
 
     def _unplan(self) -> None:
         if self.phase == PREFILL:
-            self.waiting.extendleft(reversed(self.batch))
-            self.batch = []
-        self.room = self.room_in
+            cont = self.partial is not None and bool(self.batch_recs)
+            self.waiting.extendleft(reversed(self.batch[cont:]))
+            self.batch, self.batch_recs, self.batch_chunks = [], [], []
+        self.hold = self.hold_in
         self.phase, self.t_event = IDLE, INF

@@ -69,7 +69,10 @@ FIELDS = [f.name for f in dataclasses.fields(StepRecord)]
 CLUSTERS: dict[str, dict[str, Any]] = {
     "abort_at_once": {"abort_steps": -1},
     "slow_abort": {"abort_steps": 400},  # the trainer finishes while an abort is on its way
-    "small_kv": {"kv_capacity": 8_000, "new_token_ratio": 0.0, "min_new_token_ratio_factor": 0.0},
+    # clip 64: SGLang's admission reserves a candidate's whole clipped max_new (and a refused head
+    # holds admission), so with the full clip this cache never retracts
+    "small_kv": {"kv_capacity": 8_000, "new_token_ratio": 0.0, "min_new_token_ratio_factor": 0.0,
+                 "clip_max_new_tokens": 64},
     "least_loaded": {"router": "least_loaded"},
     "prefix_sharing": {"router": "group_affinity", "prefix_sharing": True},
     "lru_prefix_cache": {"router": "group_affinity", "prefix_cache": "lru"},

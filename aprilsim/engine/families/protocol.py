@@ -22,7 +22,7 @@ from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from aprilsim.engine.parts import DECODE, IDLE, PREFILL
+from aprilsim.engine.parts import DECODE, IDLE, PREFILL, Chunked, PrefixCache
 from aprilsim.native import mypyc_attr
 
 if TYPE_CHECKING:
@@ -77,9 +77,13 @@ class Family(Protocol):
 class Step:
     """One iteration's plan, as a family makes it (`Rules.plan_step`): a prefill batch run as its
     own step (PREFILL; `capped`: the token budget ended it), a decode of the running batch after
-    `victims` were preempted (DECODE; `hold`: admission waits until a request finishes), a step
-    mixing prefill chunks and decodes under one token budget (MIXED: `chunks[i]` tokens of
-    `batch[i]`), or nothing (IDLE)."""
+    `victims` were preempted (DECODE), a step mixing prefill chunks and decodes under one token
+    budget (MIXED: `chunks[i]` tokens of `batch[i]`), or nothing (IDLE). `hold`: whether
+    admission waits after this plan until a running request leaves (the engine's `hold`).
+
+    A chunked prefill pass (`Rules.per_pass`) is a PREFILL whose `chunks[i]` are the tokens
+    `batch[i]` computes in it: the request whose prefill the last pass left unfinished comes
+    first, and the last request may be left unfinished in turn with `left` tokens to compute."""
 
     kind: int
     batch: list[Request] = field(default_factory=list)
@@ -87,6 +91,24 @@ class Step:
     victims: list[Request] = field(default_factory=list)
     hold: bool = False
     chunks: list[int] = field(default_factory=list)
+    left: int = 0
+
+
+@dataclass(slots=True)
+class PassInputs:
+    """What a chunked prefill pass is planned from (`Rules.select_pass`): the queue, the request
+    the last pass left unfinished, the running requests (how many, their KV with the unfinished
+    one's so far, their reserve as `reserve_of` counts it), decode iterations done, the shared
+    prefixes held, and the retained prefix cache."""
+
+    waiting: deque[Request]
+    partial: Chunked | None
+    n_running: int
+    kv: int
+    reserve: int
+    it: int
+    resident: Container[int]
+    cache: PrefixCache | None
 
 
 class StepView(Protocol):
@@ -95,6 +117,8 @@ class StepView(Protocol):
     waiting: deque[Request]
     running: list[Request]  # in admission order
     hold: bool  # admission held after a retraction until a request finishes
+    cache: PrefixCache | None  # the retained prefix cache
+    partial: Chunked | None  # the request a chunked prefill pass left unfinished (`per_pass`)
 
     @property
     def kv(self) -> int:
@@ -122,7 +146,11 @@ class Rules:
     decode, SGLang), `kv_capacity`, `max_running`, `clip` (a running request's remaining tokens
     count at most this many in the KV reserve; 0: no clip), `fewest_first` (preemption's order:
     the running request with the fewest generated tokens goes first, SGLang's `retract_decode`;
-    False: the most; the latest request id first among equals, either way).
+    False: the most; among equals the longest prompt, then the latest to join the running batch:
+    `victim_order`), `refusal_holds` (a queue head refused while requests run holds admission
+    until one of them leaves: SGLang's `batch_is_full`), `per_pass` (chunked prefill planned
+    pass by pass, `select_pass`: SGLang's `PrefillAdder` with `chunked_prefill_size`; False:
+    a prefill batch is one pass).
 
     Batch-shaped families (`mixed_steps` False) answer the fast engine's questions: admission
     (`admits_head`, `select_batch`), the reserve (`reserve_of`: the fast engine keeps its sum
@@ -141,6 +169,8 @@ class Rules:
     max_running: int
     clip: int
     fewest_first: bool
+    refusal_holds: bool = False
+    per_pass: bool = False
 
     # ------------------------------------------------------------------ admission
     def admits_head(self, waiting: deque[Request], n_running: int, kv: int, reserve: int,
@@ -155,6 +185,12 @@ class Rules:
                      it: int, resident: Container[int] = ()) -> Admitted:
         """Pop from `waiting` the requests the next prefill batch admits (`Admitted`); an empty
         batch exactly when `admits_head` refuses the head."""
+        raise NotImplementedError
+
+    def select_pass(self, at: PassInputs) -> Step:
+        """One chunked prefill pass (`per_pass`): `at.partial`'s next piece, then requests popped
+        from `at.waiting` (a PREFILL `Step` with `chunks` and `left`; an empty batch when
+        nothing is prefilled, with the hold a refusal sets)."""
         raise NotImplementedError
 
     def stretch(self, lo: int, hi: int, n_running: int, kv: int, reserve: int,
@@ -179,7 +215,8 @@ class Rules:
 
     def retracted(self, it: int, gen_sum: int, max_new_sum: int, n: int) -> bool:
         """Requests were preempted at iteration `it`; `n` still run, with `gen_sum` tokens
-        generated and `max_new_sum` allowed in all. True: hold admission until one finishes."""
+        generated and `max_new_sum` allowed in all. True: hold admission until one finishes;
+        False: admission is tried again (the batch shrank: a hold is lifted)."""
         raise NotImplementedError
 
     def reset(self, it: int) -> None:
@@ -202,27 +239,59 @@ class Rules:
         """The next iteration of an engine (the reference engine's one decision): requests
         admitted are popped from `view.waiting`, victims removed from `view.running` and
         requeued; the engine prices and runs the step. This one is a batch-shaped family's: a
-        prefill batch if the queue head is admitted (admission not held), else a decode of the
-        running batch after preempting in `fewest_first` order until it fits, else nothing (and
-        `reset`: SGLang resets its ratio when the engine idles). A family whose steps mix
-        prefill chunks and decodes writes its own."""
+        prefill batch if the queue head is admitted (admission not held), or a chunked prefill
+        pass (`per_pass`), else a decode of the running batch after preempting in
+        `victim_order` until it fits, else nothing (and `reset`: SGLang resets its ratio when
+        the engine idles); a refused head holds admission where the family says so
+        (`refusal_holds`). A family whose steps mix prefill chunks and decodes writes its own."""
         waiting, running, it = view.waiting, view.running, view.it
         kv, reserve = view.kv, view.reserve
         resident = {r.prefix for r in running if r.shared}
-        if not view.hold and self.admits_head(waiting, len(running), kv, reserve, it, 0,
-                                              resident):
-            batch, *_, capped = self.select_batch(waiting, len(running), kv, reserve, it,
-                                                  resident)
-            return Step(PREFILL, batch, capped)
+        if self.per_pass:
+            step = self._plan_pass(view, resident)
+            if step.batch:
+                return step
+            hold = step.hold
+        else:
+            if not view.hold and self.admits_head(waiting, len(running), kv, reserve, it, 0,
+                                                  resident):
+                batch, *_, capped = self.select_batch(waiting, len(running), kv, reserve, it,
+                                                      resident)
+                # the head refused after this batch: admission holds (set on an empty running
+                # batch, SGLang drops it when the prefill batch replaces that batch)
+                hold = self.refusal_holds and bool(waiting) and not capped and bool(running)
+                return Step(PREFILL, batch, capped, hold=hold)
+            hold = view.hold
+            if waiting and not hold and self.refusal_holds:
+                hold = bool(running)  # the head refused with requests running
+        return self._plan_decode(view, hold)
+
+    def _plan_pass(self, view: StepView, resident: set[int]) -> Step:
+        """`plan_step`'s chunked prefill pass (`select_pass`): always when a pass left a request
+        unfinished, else when admission is open; an empty batch (with the hold) otherwise."""
+        waiting, running, partial = view.waiting, view.running, view.partial
+        if partial is None:
+            if view.hold or not waiting:
+                return Step(PREFILL, hold=view.hold)
+            if len(running) >= self.max_running:  # full: held until a request leaves
+                return Step(PREFILL, hold=self.refusal_holds)
+        elif partial.req.shared:
+            resident.add(partial.req.prefix)
+        return self.select_pass(PassInputs(waiting, partial, len(running), view.kv, view.reserve,
+                                           view.it, resident, view.cache))
+
+    def _plan_decode(self, view: StepView, hold: bool) -> Step:
+        """`plan_step`'s decode of the running batch (after preempting until the next iteration
+        fits), or IDLE when nothing runs."""
+        waiting, running, it = view.waiting, view.running, view.it
         if not running:
             self.reset(it)
-            return Step(IDLE)
+            return Step(IDLE, hold=hold)
         victims = []
         while view.kv + len(running) > self.kv_capacity:  # recounted: the oracle trusts no sum
             victim = first_victim(self, running)
             running.remove(victim)
             victims.append(victim)
-        hold = False
         if victims:
             self.requeue(waiting, victims)
             hold = self.retracted(it, sum(r.gen for r in running),
@@ -231,7 +300,16 @@ class Rules:
 
 
 def first_victim(rules: Rules, running: Sequence[Request]) -> Request:
-    """The running request a family preempts first (`Rules.fewest_first`, the latest id on
-    ties): the per-iteration engines' obvious search."""
+    """The running request a family preempts first (`victim_order`): the per-iteration engines'
+    obvious search over `running` in joining order."""
     sign = 1 if rules.fewest_first else -1
-    return min(running, key=lambda r: (sign * r.gen, -r.rid))
+    return running[min(range(len(running)), key=lambda i: victim_order(sign, running[i], i))]
+
+
+def victim_order(sign: int, r: Request, joined: int) -> tuple[int, int, int]:
+    """Preemption's order, lowest first: `sign` * generated tokens (1: the fewest first, SGLang),
+    then the longest prompt, then the latest to join the running batch (`joined`: its place in
+    joining order). SGLang's `ScheduleBatch._get_decode_retraction_order` sorts the running
+    batch's requests by (len(output_ids), -len(origin_input_ids)), stably, and pops from the
+    end."""
+    return sign * r.gen, -(r.input_len + r.shared), -joined

@@ -1,7 +1,9 @@
 """SGLang 0.5.23's scheduling rules: the `sglang` family (and the rules `bundled` and, for now,
 `vllm` run with their own parameters).
 
-A prefill batch runs as its own step before decode (no mixed chunks). Admission is FCFS within
+A prefill batch runs as its own step before decode (no mixed chunks); with chunked prefill each
+forward pass is planned on its own (`select_pass`: SGLang's `PrefillAdder` with a chunk budget, the
+request a pass left unfinished first). Admission is FCFS within
 priority classes under a KV reserve: a candidate needs its input now, one slot per running
 request for the decode after the prefill, and SGLang's estimate of future growth must fit (the
 running requests' remaining max_new times the new-token ratio, plus the candidate's in full:
@@ -9,29 +11,40 @@ running requests' remaining max_new times the new-token ratio, plus the candidat
 step from its initial value to a floor, is re-estimated after a retraction and reset when the
 engine empties (`new_token_ratio_tracker.py`); with no decay schedule (`new_token_ratio_decay_steps`
 0, a bare `EngineSpec`) it stays constant and a retraction holds admission until a request
-finishes instead (an older rule). When the next decode would overflow the KV cache the requests
-with the fewest generated tokens are retracted (latest request id on ties) and requeued at the
-head or the tail of their priority class (`retract_to`; SGLang appends).
+finishes instead (an older rule); under SGLang's schedule a refused queue head holds admission
+until a running request leaves (`batch_is_full`). When the next decode would overflow the KV cache
+the requests with the fewest generated tokens are retracted (then the longest prompt, then the
+latest to join: `protocol.victim_order`) and requeued at the head or the tail of their priority
+class (`retract_to`; SGLang appends).
 
 KV accounting (both engines): a request in a prefill batch holds its input (prompt + tokens it
-carries) in the KV cache; the prefill forward pass emits its next output token, whose KV entry is
-written by the following decode iteration. So a running request holds `input_len + gen - 1`
+carries) in the KV cache (in a chunked prefill, the tokens its passes computed so far); the pass
+that ends its prefill emits its next output token, whose KV entry is written by the following
+decode iteration. So a running request holds `input_len + gen - 1`
 tokens, and each decode iteration needs one new slot per running request.
 """
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Container
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from aprilsim.engine.families.protocol import ABORT_AT_ONCE, Admitted, Rules, Spec
+from aprilsim.engine.families.protocol import (
+    ABORT_AT_ONCE,
+    Admitted,
+    PassInputs,
+    Rules,
+    Spec,
+    Step,
+)
+from aprilsim.engine.parts import PREFILL
 from aprilsim.engine.waiting import requeue
 
 if TYPE_CHECKING:
     from aprilsim.engine.clipped_reserve import ClippedReserve
+    from aprilsim.engine.parts import PrefixCache
     from aprilsim.engine.request import Request
 
 
@@ -122,8 +135,11 @@ class SGLangRules(Rules):
         self.kv_capacity = int(spec.kv_capacity)
         self.max_running = int(spec.max_running)
         self.max_prefill_tokens: int = int(spec.max_prefill_tokens)
+        self.chunk: int = int(spec.prefill_chunk)
+        self.per_pass = self.chunk > 0  # SGLang plans a chunked prefill pass by pass
         self.clip = int(spec.clip_max_new_tokens)
         self.sglang_ratio: bool = bool(spec.sglang_ratio)
+        self.refusal_holds = self.sglang_ratio  # SGLang's `batch_is_full`, with its schedule
         self.new_token_ratio: float = float(spec.new_token_ratio)
         self.decay: float = float(spec.new_token_ratio_decay)
         self.min_ratio: float = float(spec.min_new_token_ratio)
@@ -178,7 +194,7 @@ class SGLangRules(Rules):
 
         `n_running` counts the running requests and those already chosen for this prefill batch;
         `kv` includes them. `reserve` is the running requests' remaining max_new (clipped), and
-        `batch_reserve` that of the requests already chosen for this batch. Two conditions:
+        `batch_reserve` what the requests already chosen for this batch reserve. Two conditions:
 
         * the decode iteration after the prefill fits: the input now, plus one slot for every
           running request (this one included). So a prefill never forces a retraction at the next
@@ -186,9 +202,12 @@ class SGLangRules(Rules):
           request alone always passes, since input_len + max_new <= kv_capacity
           (`check_requests`);
         * SGLang's estimate of future growth must fit in what is free: the ratio at `it` times
-          the running requests' remaining max_new, plus the candidate's (and this batch's)
-          remaining max_new in full with SGLang's schedule (`PrefillAdder`), or times the ratio
-          with the older rule.
+          the running requests' remaining max_new, plus the candidate's remaining max_new in
+          full with SGLang's schedule (`PrefillAdder`), or times the ratio with the older rule.
+          With SGLang's schedule the comparison is SGLang's: `total_tokens < remaining_total`
+          (`PrefillAdder.add_one_req`, `PrefillBudget.check_prefill`), a page of one token per
+          request, and `batch_reserve` holds, per request already in the batch, its whole
+          clipped max_new_tokens and a page (`select_batch`).
         """
         if not waiting or n_running >= self.max_running:
             return False
@@ -209,8 +228,8 @@ class SGLangRules(Rules):
             ratio = ratio - self.decay * steps
             if ratio <= self.min_ratio:
                 ratio = self.min_ratio
-        if self.sglang_ratio:
-            return need + head <= self.kv_capacity - kv - ratio * reserve - batch_reserve
+        if self.sglang_ratio:  # total_tokens (+1 page) < remaining_total
+            return need + head + 1 < self.kv_capacity - kv - ratio * reserve - batch_reserve
         return need + ratio * head <= self.kv_capacity - kv - ratio * (reserve + batch_reserve)
 
     def select_batch(self, waiting: deque[Request], n_running: int, kv: int, reserve: int,
@@ -223,20 +242,34 @@ class SGLangRules(Rules):
         it computes, the sum of their squares per request (attention work), its remaining
         max_new (unclipped), the migrated tokens it holds without computing them
         (`Request.migrated`: n computed tokens after m migrated ones cost (m + n)^2 - m^2), and
-        whether the token budget ended it (the queue head was admissible but did not fit): with
-        chunked prefill SGLang has no such budget across passes, so the next batch, which
-        follows at once, continues this one's last pass (`cost.prefill_passes`). With prefix
+        whether the token budget ended it (the queue head was admissible but did not fit: no
+        hold). Without chunked prefill only (`per_pass`: `select_pass`). With prefix
         sharing, `resident` holds the prefixes already on the engine; a request whose prefix is
         neither there nor brought by an earlier request of the batch brings it
         (`parts.prefill_pieces`).
+
+        Under SGLang's schedule the budgets are asked in `PrefillAdder`'s order: after each
+        admission, no KV capacity left ends the batch as a refusal (`budget_state` NO_TOKEN:
+        the caller holds admission, `batch_is_full`), then input tokens reaching
+        `max_prefill_tokens` end it as the token budget (OTHER); a candidate whose input would
+        reach what is left of that budget ends it too (`input_tokens >= rem_input_tokens`).
         """
         batch: list[Request] = []
         tokens = sq = added = held = moved = 0
         limit = self.max_prefill_tokens
         seen: Container[int] = resident
         brought: set[int] | None = None  # the prefixes this batch brings (made at the first)
-        while self.admits_head(waiting, n_running + len(batch), kv + tokens + moved, reserve,
-                               it, held, seen):
+        sglang = self.sglang_ratio
+        ratio = self.ratio(it) if sglang else 0.0
+        while True:
+            if batch and sglang and waiting:  # `PrefillAdder.budget_state`, after an admission
+                if kv + tokens + moved + ratio * reserve + held >= self.kv_capacity:
+                    break  # NO_TOKEN: refused
+                if tokens >= limit:
+                    return batch, tokens, sq, added, moved, True  # OTHER: the budget is spent
+            if not self.admits_head(waiting, n_running + len(batch), kv + tokens + moved,
+                                    reserve, it, held, seen):
+                break
             r = waiting[0]
             need = r.input_len + r.gen
             s = r.shared
@@ -244,15 +277,12 @@ class SGLangRules(Rules):
             if brings:
                 need += s
             m = r.migrated  # held with the request, not computed (never with a shared prefix)
-            if batch and tokens + need - m > limit:
+            if batch and tokens + need - m + sglang > limit:  # SGLang: input >= rem_input_tokens
                 return batch, tokens, sq, added, moved, True
             waiting.popleft()
             batch.append(r)
             tokens += need - m
-            if s and not brings:  # over a cached prefix: its tokens are attended to, not computed
-                sq += (s + need) * (s + need) - s * s
-            else:
-                sq += need * need - m * m
+            sq += _attention_work(need, s if s and not brings else 0, m)
             moved += m
             if brings:
                 if brought is None:
@@ -260,76 +290,148 @@ class SGLangRules(Rules):
                     seen = _Union(resident, brought)
                 brought.add(r.prefix)
             added += r.max_new - r.gen
-            held += self.reserve_of(r.max_new - r.gen)
+            held += self.batch_reserve_of(r)
         return batch, tokens, sq, added, moved, False
+
+    def batch_reserve_of(self, r: Request) -> int:
+        """What a request admitted into a prefill batch reserves for the next candidates: with
+        SGLang's schedule its whole clipped max_new_tokens and a page
+        (`PrefillAdder._update_prefill_budget`), else its clipped remainder."""
+        if self.sglang_ratio:
+            return self.reserve_of(r.max_new) + 1
+        return self.reserve_of(r.max_new - r.gen)
+
+    def select_pass(self, at: PassInputs) -> Step:
+        """One forward pass of SGLang's chunked prefill, as `_get_new_batch_prefill_raw` builds
+        it with a fresh `PrefillAdder` (`rem_chunk_tokens` = `chunk`, `rem_input_tokens` =
+        `max_prefill_tokens`, its reserve offset = the ratio at `at.it` times the running
+        requests' clipped remaining tokens, `at.reserve`).
+
+        The request a pass left unfinished continues first (`add_chunked_req`: `_continue`).
+        Then queued requests, FCFS, while the pass's budgets last (`budget_state`): at most
+        `max_running` requests with the running ones, each admitted as `admits_head` says (its
+        whole input), computing what the chunk has left of its prefill and left unfinished when
+        that is not all (it reserves no max_new_tokens then: `_update_prefill_budget`); after
+        each, no KV left in the estimate ends the pass as a refusal (NO_TOKEN). A refusal with
+        requests running holds admission (`batch_is_full`), unless the pass leaves a request
+        unfinished (SGLang lifts it at the next step). Returns a PREFILL step (`chunks`,
+        `left`), its batch empty when nothing is prefilled."""
+        p = _Pass(self.chunk, self.max_prefill_tokens, self.ratio(at.it), at.resident)
+        if at.partial is not None:
+            self._continue(p, at)
+            if p.left:  # unfinished again: nothing else joins (no budget, or no KV, left)
+                return Step(PREFILL, p.batch, chunks=p.chunks, left=p.left)
+        refused = False
+        waiting, sglang = at.waiting, self.sglang_ratio
+        while waiting and p.rem > 0 and p.rem_in > 0:
+            if at.n_running + len(p.batch) >= self.max_running or not self.admits_head(
+                    waiting, at.n_running + len(p.batch), at.kv + p.added, at.reserve, at.it,
+                    p.held, p.seen):
+                refused = True
+                break
+            self._admit(p, waiting.popleft(), at.cache)
+            if sglang and at.kv + p.added + p.ratio * at.reserve + p.held >= self.kv_capacity:
+                refused = True  # NO_TOKEN (`budget_state`, asked before the budgets)
+                break
+        hold = self.refusal_holds and refused and at.n_running > 0 and not p.left
+        return Step(PREFILL, p.batch, hold=hold, chunks=p.chunks, left=p.left)
+
+    def _continue(self, p: _Pass, at: PassInputs) -> None:
+        """The unfinished request's piece (`add_chunked_req`): as many tokens as the chunk
+        holds, or what is free in the KV estimate when that is less but positive
+        (`PrefillBudget.available_chunk_tokens`); it reserves its page, and its whole clipped
+        max_new_tokens once this piece ends its prefill."""
+        partial = at.partial
+        assert partial is not None
+        avail = int(self.kv_capacity - at.kv - p.ratio * at.reserve)
+        if avail > p.rem:
+            avail = p.rem
+        if avail <= 0:
+            avail = p.rem  # the continuing chunk must make progress to release its KV
+        piece = partial.walk - partial.done
+        if piece > avail:
+            p.left, piece = piece - avail, avail
+        p.take(partial.req, piece, self._page() if p.left else self.batch_reserve_of(partial.req))
+
+    def _admit(self, p: _Pass, r: Request, cache: PrefixCache | None) -> None:
+        """A queued request joins the pass: what it computes (its input, and its shared prefix
+        when it brings it, less what it holds uncomputed: migrated KV, or tokens the retained
+        `cache` serves), as much of it as the chunk has left."""
+        free_kv = r.migrated + (cache.served(r, p.seen) if cache is not None else 0)
+        need = r.input_len + r.gen
+        if r.shared and r.prefix not in p.seen:  # it brings its prefix
+            need += r.shared
+            p.bring(r.prefix)
+        walk = need - free_kv
+        piece = walk if walk <= p.rem else p.rem
+        if piece < walk:
+            p.left = walk - piece
+        p.added += free_kv
+        p.take(r, piece, self._page() if piece < walk else self.batch_reserve_of(r))
+
+    def _page(self) -> int:
+        """What an unfinished request reserves beyond its piece: SGLang's page (none under the
+        older rule)."""
+        return 1 if self.sglang_ratio else 0
 
     def stretch(self, lo: int, hi: int, n_running: int, kv: int, reserve: int,
                 clipped: ClippedReserve | None, it: int, head: Request,
                 resident: Container[int]) -> int | None:
-        """A boundary m in [lo, hi] (iterations into the current decode plan, lo >= 1) no later
-        than the first at which the queue head may be admitted under the decaying ratio, or None
-        when it cannot be admitted at any of them (always, without the decay: the ratio and the
-        batch stay as they are). The caller knows it is not admitted at lo - 1.
-
-        With the running batch fixed, admission at m needs (`admits`)
-        f(m) = need + head + kv + b*m - cap + r(m)*S(m) <= 0, and the decode after the prefill
-        to fit (kv + b*m + need + b + 1 <= cap, false from some m on). r(m) >= r_a - d*m and
-        S(m) >= S0 - b*m (each clipped remainder drops by at most one a step), so f(m) >= q(m),
-        a convex quadratic: the span ends at (just below) its first root, a boundary at which
-        the engine re-plans exactly. Once the ratio sits at its floor, f never decreases (the
-        batch grows by b a step, the estimate falls by at most r*b), so later boundaries need no
-        check; where the S bound would turn negative the span is cut too (clipped requests only).
-        """
-        d = self.decay
-        b = n_running
-        if not d or b >= self.max_running:
-            return None
-        r = head
-        need = r.input_len + r.gen
-        if r.shared and r.prefix not in resident:
-            need += r.shared
-        cap = self.kv_capacity
-        m1 = (cap - kv - need - b - 1) // b  # the last m at which the decode after fits
-        hi = min(hi, m1)
-        if hi < lo:
-            return None
-        rmin, base = self.min_ratio, self.base
-        if base <= rmin:
-            return None  # the ratio never falls below where it is
-        s0 = it - self.it0
-        hi = min(hi, int((base - rmin) / d) - s0 + 2)  # past the floor: nothing new to admit
-        if hi < lo:
-            return None
-        rem = r.max_new - r.gen
-        head_need = rem if not self.clip or rem < self.clip else self.clip
-        S0 = reserve if clipped is None else clipped.sum_after(0)
-        m_s = S0 // b  # S0 - b*m stays >= 0 up to here
-        fallback = None
-        if m_s < hi:
-            if m_s < lo:
-                return lo
-            hi, fallback = m_s, m_s
-        ra = base - d * s0
-        k0 = need + head_need + kv - cap
-        qa = d * b
-        qb = b - ra * b - d * S0
-        qc = k0 + ra * S0
-        tol = 1e-9 * cap
-        if qa * lo * lo + qb * lo + qc <= tol:
-            return lo
-        vertex = -qb / (2 * qa)
-        disc = qb * qb - 4 * qa * qc
-        if vertex <= lo or disc < -tol * qa:
-            return fallback
-        root = (-qb - math.sqrt(max(disc, 0.0))) / (2 * qa)
-        m = max(lo, int(root) - 1)
-        return m if m <= hi else fallback
+        """None: a running batch stays fixed through its span. With SGLang's schedule a head
+        refused at a boundary holds admission until a running request leaves (`batch_is_full`,
+        `refusal_holds`), whatever the decaying ratio would admit later; with the older
+        constant ratio a head refused stays refused while the batch only grows."""
+        return None
 
     # ------------------------------------------------------------------ preemption
     def requeue(self, waiting: deque[Request], victims: list[Request]) -> None:
         """At the head (in reverse eviction order, as SGLang's `extendleft`) or the tail of their
         priority class (`retract_to`)."""
         requeue(waiting, victims, self.to_head)
+
+
+def _attention_work(need: int, cached: int, migrated: int) -> int:
+    """A prefilled request's attention work (sum of squares): `need` tokens computed after
+    `cached` prefix tokens attended to, or after `migrated` tokens held without computing."""
+    if cached:
+        return (cached + need) * (cached + need) - cached * cached
+    return need * need - migrated * migrated
+
+
+class _Pass:
+    """One chunked prefill pass as `SGLangRules.select_pass` builds it: its requests and their
+    pieces, what its budgets have left (`rem`: the chunk, `rem_in`: the input budget), the KV it
+    adds, what it reserves beyond that (pages and max_new_tokens: `held`), what its last request
+    still computes after it (`left`), and the prefixes held or brought so far (`seen`)."""
+
+    def __init__(self, chunk: int, budget: int, ratio: float, resident: Container[int]) -> None:
+        self.batch: list[Request] = []
+        self.chunks: list[int] = []
+        self.rem = chunk
+        self.rem_in = budget
+        self.ratio = ratio
+        self.added = 0
+        self.held = 0
+        self.left = 0
+        self.resident = resident
+        self.seen: Container[int] = resident
+        self.brought: set[int] | None = None
+
+    def take(self, r: Request, piece: int, reserve: int) -> None:
+        """`r` computes `piece` tokens in this pass and reserves `reserve` more."""
+        self.batch.append(r)
+        self.chunks.append(piece)
+        self.added += piece
+        self.held += reserve
+        self.rem -= piece
+        self.rem_in -= piece
+
+    def bring(self, prefix: int) -> None:
+        """A request of this pass brings shared prefix `prefix` (held from now on)."""
+        if self.brought is None:
+            self.brought = set()
+            self.seen = _Union(self.resident, self.brought)
+        self.brought.add(prefix)
 
 
 class _Union:
