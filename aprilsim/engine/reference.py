@@ -183,18 +183,23 @@ class ReferenceEngine(EngineFace):
             self.cache.fit(self.spec.kv_capacity - self.kv, st)
         left = []
         for r in self.batch:
-            r.gen += 1
-            self.tokens += 1
-            if r.gen == r.target_new:
-                reason = "length" if r.gen == r.max_new else "stop"
-                done.append(Completion(r.rid, r.gen, reason, self.t))
-                self.hold = False
-                left.append(r)
-            else:
-                self.running.append(r)
+            self._first_token(r, done, left)
         self.batch = []
         self._count_freed_prefixes(left)
         return done
+
+    def _first_token(self, r: Request, done: list[Completion], left: list[Request]) -> None:
+        """A prefilled request's first token: it finishes there (its end lifts the admission
+        hold) or joins the running batch."""
+        r.gen += 1
+        self.tokens += 1
+        if r.gen == r.target_new:
+            reason = "length" if r.gen == r.max_new else "stop"
+            done.append(Completion(r.rid, r.gen, reason, self.t))
+            self.hold = False
+            left.append(r)
+        else:
+            self.running.append(r)
 
     def _end_pass(self) -> list[Completion]:
         """A chunked prefill pass ends: its requests computed their pieces; those whose prefill
@@ -222,16 +227,7 @@ class ReferenceEngine(EngineFace):
         self.partial = recs[-1] if self.batch_left else None
         left = []
         for c in recs[:len(recs) - (self.partial is not None)]:
-            r = c.req
-            r.gen += 1
-            self.tokens += 1
-            if r.gen == r.target_new:
-                reason = "length" if r.gen == r.max_new else "stop"
-                done.append(Completion(r.rid, r.gen, reason, self.t))
-                self.hold = False
-                left.append(r)
-            else:
-                self.running.append(r)
+            self._first_token(c.req, done, left)
         if self.partial is not None:
             self.hold = False
         self.batch, self.batch_recs, self.batch_chunks = [], [], []
