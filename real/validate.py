@@ -142,6 +142,7 @@ def judge(sc: Scenario, specs: list[str], opts: ValidateOptions, live: list[Live
     fit, source = _fit(opts, logs, calib)
     if opts.calibration:
         limits["client_overhead_s"] = load_client_overhead(str(opts.calibration))
+    limits = _with_abort_latency(limits, calib or judged)
     engine = matched_engine(fit.effective, **limits)
     if holdout:  # rounds counted from the first judged one (copies: ``live`` stays as run)
         judged = [dc_replace(o, round=o.round - 1) for o in judged]
@@ -158,6 +159,15 @@ def judge(sc: Scenario, specs: list[str], opts: ValidateOptions, live: list[Live
         _cross_fit(v, sc, opts, limits)
     v.timings = {"live_s": t_live, "sim_s": time.monotonic() - t1}
     return v
+
+
+def _with_abort_latency(limits: dict[str, Any], runs: list[LiveOutcome]) -> dict[str, Any]:
+    """``limits`` with the abort latency measured on ``runs`` (the runs the cost is fitted on:
+    held out of the round judged where they are), where they aborted at all."""
+    from aprilsim.validate.abort_latency import measured_abort_latency
+
+    got = measured_abort_latency(o.trace for o in runs)
+    return limits if got is None else {**limits, "abort_latency_s": got}
 
 
 def _simulate_like(sc: Scenario, o: LiveOutcome, engine, opts: ValidateOptions):
@@ -182,7 +192,8 @@ def _cross_fit(v: Validation, sc: Scenario, opts: ValidateOptions, limits: dict[
         logs = [eng for o in v.live if o.round != r for eng in fit_rows(o)]
         fit = fit_iterations(logs)
         v.round_fits[r] = fit
-        engine = matched_engine(fit.effective, **limits)
+        others = [o for o in v.live if o.round != r]
+        engine = matched_engine(fit.effective, **_with_abort_latency(limits, others))
         for o in v.live:
             if o.round != r or (o.label, r) in v.round_sims:
                 continue

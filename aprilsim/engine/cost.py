@@ -329,6 +329,11 @@ class EngineSpec:
     # the client's own loop): the simulated driver delivers each request this late
     # (`aprilsim calibrate` fits it from live timings; 0 in the presets).
     client_overhead_s: float = 0.0
+    # Seconds from a client's abort to its hearing that the engines have stopped (closing the
+    # streams or POST /abort_request, then asking until nothing runs): an abort lands no earlier
+    # than this after it is sent, whatever the family's rule (`aprilsim validate` measures it on
+    # the live runs; 0 in the presets).
+    abort_latency_s: float = 0.0
     # SGLang's chunked prefill: a prefill batch runs as forward passes of at most this many input
     # tokens, each paying p0 (`prefill_passes`); 0 or -1 (SGLang's "off"): one pass per batch.
     chunked_prefill_size: int = 0  # SGLang on H100/H200: 8192
@@ -362,8 +367,8 @@ class EngineSpec:
             raise ValueError("retract_decode_steps must be >= 0")
         if self.chunked_prefill_size < -1:
             raise ValueError("chunked_prefill_size must be >= 1, or 0 or -1 (off)")
-        if not self.client_overhead_s >= 0:
-            raise ValueError("client_overhead_s must be >= 0")
+        if not self.client_overhead_s >= 0 or not self.abort_latency_s >= 0:
+            raise ValueError("client_overhead_s and abort_latency_s must be >= 0")
         self._check_parts()
 
     def _check_parts(self) -> None:

@@ -50,9 +50,10 @@ class EngineSample:
 
 @dataclass(slots=True)
 class PhaseSpan:
-    """A trainer or weight-sync band, or a rollout phase, in wall or simulated time."""
+    """A trainer or weight-sync band, a rollout phase, or an abort (live runs: from its send
+    to the last request it brought back), in wall or simulated time."""
 
-    phase: Literal["rollout", "train", "sync"]
+    phase: Literal["rollout", "train", "sync", "abort"]
     step: int
     start_s: float
     end_s: float

@@ -27,8 +27,9 @@ from aprilsim.metrics.trace import EngineSample, RequestSpan, Trace
 # tab10: distinct neighbours; versions cycle through it
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
            "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
-PHASE_COLORS = {"rollout": "#9ecae1", "train": "#636363", "sync": "#fd8d3c"}
-PHASE_LABELS = {"rollout": "rollout", "train": "training", "sync": "weight sync"}
+PHASE_COLORS = {"rollout": "#9ecae1", "train": "#636363", "sync": "#fd8d3c", "abort": "#cb181d"}
+PHASE_LABELS = {"rollout": "rollout", "train": "training", "sync": "weight sync",
+                "abort": "abort on its way"}
 # event markers: black, told apart by shape, so that no marker reads as a policy version
 MARKERS = {"abort": ("x", "x", "#000000"),
            "retraction": ("v", "triangle-down", "#000000"),
@@ -228,7 +229,7 @@ def _legend_handles(trace: Trace) -> list[Any]:
         handles.append(Line2D([], [], color="0.5", lw=1, alpha=QUEUED_ALPHA * 2,
                               label="queued (submit to first token)"))
     handles += [Patch(color=PHASE_COLORS[k], label=PHASE_LABELS[k])
-                for k in ("rollout", "train", "sync") if any(p.phase == k for p in trace.phases)]
+                for k in PHASE_COLORS if any(p.phase == k for p in trace.phases)]
     return handles
 
 

@@ -56,6 +56,7 @@ from .sglang_wire import (
 )
 
 log = logging.getLogger(__name__)
+FIRST_POLL_S = 0.005  # the first wait while an abort lands (then doubling to poll_interval_s)
 
 
 @dataclass(frozen=True)
@@ -439,14 +440,17 @@ class SGLangClient:
         return total
 
     async def _wait_idle(self, workers: Sequence[str], deadline: float) -> None:
-        """Poll /v1/loads until every reachable worker runs and queues nothing."""
+        """Poll /v1/loads until every reachable worker runs and queues nothing: soon, then every
+        ``poll_interval_s`` (each wait twice the last, from 5 ms)."""
         pending = list(workers)
+        wait = min(FIRST_POLL_S, self.cfg.poll_interval_s)
         while pending and time.monotonic() < deadline:
             loads = await asyncio.gather(*(self.loads(w) for w in pending))
             pending = [w for w, ld in zip(pending, loads, strict=True)
                        if ld is not None and ld["num_running_reqs"] + ld["num_waiting_reqs"] > 0]
             if pending:
-                await asyncio.sleep(self.cfg.poll_interval_s)
+                await asyncio.sleep(wait)
+                wait = min(2 * wait, self.cfg.poll_interval_s)
 
     async def health(self) -> bool:
         """True when ``/health`` answers 200 (on the router/server, or on every listed worker)."""

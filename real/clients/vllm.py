@@ -62,6 +62,7 @@ from .vllm_wire import (
 )
 
 log = logging.getLogger(__name__)
+FIRST_POLL_S = 0.005  # the first wait while an abort lands (then doubling to poll_interval_s)
 
 __all__ = ["NotSupported", "VLLMConfig", "VLLMEngine"]
 
@@ -444,12 +445,15 @@ class VLLMEngine:
 
     async def _wait_idle(self, deadline: float) -> None:
         """Poll ``/metrics`` until nothing runs or waits (vLLM notices a disconnect within a
-        step)."""
+        step): soon after the abort, then every ``poll_interval_s`` (each wait twice the last,
+        from 5 ms: an APRIL step ends only when its abort has landed)."""
+        wait = min(FIRST_POLL_S, self.cfg.poll_interval_s)
         while time.monotonic() < deadline:
             m = await self.metrics()
             if m is None or m.running + m.waiting == 0:
                 return
-            await asyncio.sleep(self.cfg.poll_interval_s)
+            await asyncio.sleep(wait)
+            wait = min(2 * wait, self.cfg.poll_interval_s)
 
     async def health(self) -> bool:
         """True when ``/health`` answers 200 (503 once the engine died)."""

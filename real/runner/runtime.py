@@ -475,11 +475,15 @@ class LiveRuntime:
 
     async def _abort(self, flights: Sequence[_Flight]) -> list[_Ended]:
         """Abort the requests of ``flights`` (taken from the map already); what each brought
-        back, in order."""
+        back, in order; the trace keeps when it was sent and when every request came back."""
         if flights:
+            t0 = self.now()
             with contextlib.suppress(Exception):
                 await self.cluster.abort(list({f.slot for f in flights}))
             await asyncio.gather(*(f.task for f in flights), return_exceptions=True)
+            if self.trace is not None:
+                step = self.records[-1].step if self.records else 0
+                self.trace.phases.append(PhaseSpan("abort", step, t0, self.now()))
         ended: list[_Ended] = []
         for f in flights:
             ended.append(self._brought_back(f))

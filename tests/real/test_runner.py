@@ -88,6 +88,13 @@ def test_cli_prints_the_keys_of_simulate(tmp_path):
     for name in ("sync", "april"):
         tr = Trace.read(tmp_path / f"trace_{name}.jsonl")
         assert tr.source == "live" and tr.scheduler == name and tr.requests and tr.phases
+        # every abort's span is kept (validate's abort latency): sent before its requests ended
+        aborts = [p for p in tr.phases if p.phase == "abort"]
+        aborted = [r for r in tr.requests if r.reason == "abort"]
+        assert bool(aborts) == bool(aborted) == (name == "april")
+        assert all(p.end_s >= p.start_s for p in aborts)
+        if aborts:
+            assert min(p.start_s for p in aborts) <= min(r.end_s for r in aborted)
         assert all(r.end_s >= r.submit_s for r in tr.requests)
         assert sum(r.tokens for r in tr.requests) == sum(
             x["generated_tokens"] for x in rows if x["scheduler"] == name) or name == "april"
