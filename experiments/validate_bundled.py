@@ -12,9 +12,11 @@ round of their own (held out), the noise floor beside every error; rewrites the 
 
     python experiments/validate_bundled.py [--steps 5] [--seed 0] [--local 1]
     python experiments/validate_bundled.py --serve 2 [--repeats 3] [--steps 4] [--pin]
-        [--save RUN.pkl | --load RUN.pkl]
+        [--cross-fit] [--min-step-ms 0] [--response-len 64] [--save RUN.pkl | --load RUN.pkl]
 
-``--pin``: server i on core i (taskset). ``--save`` pickles the live runs (RUN.json beside them
+``--pin``: server i on core i (taskset). ``--min-step-ms``: every server step padded to at least
+that long (the servers sleep the rest: a device slower than the CPU's compute, and a client that
+keeps its CPU on a machine with fewer cores than processes). ``--save`` pickles the live runs (RUN.json beside them
 keeps the load average and wall time); ``--load`` judges them again with this tree, without
 servers (experiments/validate_causes.py reads the same file).
 """
@@ -51,9 +53,11 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def start_servers(n: int, work: Path, pin: bool = False) -> list[tuple[subprocess.Popen, str]]:
+def start_servers(n: int, work: Path, pin: bool = False,
+                  min_step_s: float = 0.0) -> list[tuple[subprocess.Popen, str]]:
     """N bundled servers (2 layers, d_model 64, one torch thread each), healthy; ``pin``: server
-    i on core i mod cores (``taskset``)."""
+    i on core i mod cores (``taskset``); ``min_step_s``: every step padded to at least that long
+    (the server's ``--min-step-seconds``: a device slower than the CPU's compute, which sleeps)."""
     out = []
     cores = sorted(os.sched_getaffinity(0))
     for i in range(n):
@@ -64,7 +68,8 @@ def start_servers(n: int, work: Path, pin: bool = False) -> list[tuple[subproces
                               "--port", str(port), "--d-model", "64", "--n-layers", "2",
                               "--max-context", "1024",
                               "--max-running-requests", "64", "--tokenizer-path", "none",
-                              "--torch-threads", "1", "--seed", "0"],
+                              "--torch-threads", "1", "--seed", "0",
+                              "--min-step-seconds", str(min_step_s)],
                              cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                              env={**os.environ, "PYTHONPATH": str(ROOT)})
         out.append((p, f"http://127.0.0.1:{port}"))
@@ -88,7 +93,7 @@ def replace_section(doc: Path, begin: str, end: str, body: str) -> None:
 
 
 def serve_main(args) -> None:
-    from validate_vllm import targets_table
+    from validate_vllm import decisions_table, targets_table, verdicts_table
 
     work = Path("/tmp/aprilsim_serve")
     work.mkdir(parents=True, exist_ok=True)
@@ -99,7 +104,8 @@ def serve_main(args) -> None:
         make_router(args.router)  # an unknown name fails here, with the known ones
         sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(
             update={"router": args.router})})
-    scale = local_scale(sc.max_response_len)
+    scale = (args.response_len / sc.max_response_len if args.response_len
+             else local_scale(sc.max_response_len))
     t0 = time.monotonic()
     load0 = os.getloadavg()
     if args.load:  # saved live runs, judged again (no servers); their load and wall beside them
@@ -111,7 +117,7 @@ def serve_main(args) -> None:
         v = judge(sc, SPECS, opts, live, limits, what, checks, t_live)
         rep = write_all(v, work / "report", figures=False)
     else:
-        procs = start_servers(args.serve, work, args.pin)
+        procs = start_servers(args.serve, work, args.pin, args.min_step_ms / 1e3)
         try:
             urls = [u for _, u in procs]
             opts = ValidateOptions(EngineTarget(engines=tuple(urls)), seed=args.seed,
@@ -129,7 +135,8 @@ def serve_main(args) -> None:
     load1 = side["load"][1] if args.load else os.getloadavg()
     if args.save:
         args.save.with_suffix(".json").write_text(json.dumps(
-            {"load": [load0, load1], "wall_s": time.monotonic() - t0, "pin": args.pin}))
+            {"load": [load0, load1], "wall_s": time.monotonic() - t0, "pin": args.pin,
+             "min_step_ms": args.min_step_ms}))
     live = rep["meta"]["live"]
     rv = live.get("reconstruction_vs_log", {})
     cal = rep["calibration"]
@@ -141,7 +148,9 @@ def serve_main(args) -> None:
           "(loaded-machine figures); "
           f"load average {load0[0]:.1f} before, {load1[0]:.1f} after (1 min); "
           f"{args.serve} `python -m real.serve` servers (d_model 64, 2 layers, one torch thread "
-          f"each{', each pinned to one core' if args.pin else ''}) on loopback, router "
+          f"each{', each pinned to one core' if args.pin else ''}"
+          f"{f', every step padded to >= {args.min_step_ms:g} ms' if args.min_step_ms else ''}"
+          ") on loopback, router "
           f"{sc.cluster.router}; scenario `experiments/scenarios/validate_live.toml` at scale "
           f"{scale:g} "
           f"(max_response_len {int(round(sc.max_response_len * scale))}), {args.steps} steps "
@@ -160,6 +169,8 @@ def serve_main(args) -> None:
           f"({100 * cal['prefill_without_pr_err']:.1f}% without the per-request term).", "",
           "### Targets (median per-step rollout-time error <= 10 %, gain within 3 pp, ranking)", ""]
     md += targets_table(rep)
+    md += ["", "### Verdicts", ""] + verdicts_table(rep)
+    md += ["", "### Decision agreement", ""] + decisions_table(rep)
     if rv:
         md += ["", f"Iterations rebuilt from the token streams against the servers' own "
                f"`/iteration_log` (median over runs and engines): "
@@ -186,6 +197,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "docs")
     ap.add_argument("--pin", action="store_true", help="--serve: pin server i to core i (taskset)")
     ap.add_argument("--save", type=Path, help="--serve: pickle the live runs to this file")
+    ap.add_argument("--min-step-ms", type=float, default=0.0,
+                    help="--serve: pad every server step to at least this long (a slower device: "
+                         "the servers sleep the rest, which leaves the client its CPU)")
+    ap.add_argument("--response-len", type=int,
+                    help="--serve: max_response_len after scaling (default 64)")
     ap.add_argument("--load", type=Path,
                     help="--serve: judge live runs saved by --save (no servers)")
     ap.add_argument("--router", help="the scenario's [cluster] router on both sides (e.g. "

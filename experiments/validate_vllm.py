@@ -213,6 +213,43 @@ def targets_table(rep: dict) -> list[str]:
     return lines
 
 
+def verdicts_table(rep: dict) -> list[str]:
+    """Every target's verdict (met / missed / undecided) with its reason, as report.md has it."""
+    lines = [f"Verdict: **{rep['verdict']}**.", "", "| target | verdict | why |", "|---|---|---|"]
+    for name, t in rep["targets"].items():
+        why = str(t.get("reason", "")).replace("|", "/")
+        lines.append(f"| {name} | {t.get('verdict', 'n/a')} | {why} |")
+    return lines
+
+
+def decisions_table(rep: dict) -> list[str]:
+    """Decision agreement per scheduler (steps of the rounds judged, and of all rounds), the
+    first mismatch, and the machine check: which rounds were starved and left out."""
+    mach = rep.get("machine") or {}
+    runs = mach.get("runs") or []
+    starved = [f"{m['label']} round {m['round'] + 1} ({m.get('why') or 'starved'})"
+               for m in runs if m.get("starved")]
+    lines = ["| scheduler | decisions agree (steps, rounds judged) | all rounds | first mismatch |",
+             "|---|---|---|---|"]
+    total = [0, 0]
+    for lab, d in (rep.get("decisions") or {}).items():
+        p, a = d["pooled"], d["pooled_all_rounds"]
+        total[0] += p["agree_steps"]
+        total[1] += p["compared"]
+        fm = p.get("first_mismatch") or a.get("first_mismatch")
+        where = ("none" if fm is None else
+                 f"round {fm['round'] + 1}, step {fm['step']}: {fm['what']}")
+        share = "n/a" if p["share"] is None else f"{100 * p['share']:.0f}%"
+        lines.append(f"| {lab} | {share} ({p['agree_steps']}/{p['compared']}) | "
+                     f"{100 * (a['share'] or 0):.0f}% ({a['agree_steps']}/{a['compared']}) | "
+                     f"{where} |")
+    share = f"{100 * total[0] / total[1]:.1f}%" if total[1] else "n/a"
+    lines += ["", f"Decisions agree in **{share}** of the unflagged steps ({total[0]}/{total[1]}); "
+              f"machine check: {len(runs) - len(starved)} of {len(runs)} runs unflagged"
+              + (f" (starved, left out: {'; '.join(starved)})" if starved else "") + "."]
+    return lines
+
+
 def write_section(doc: Path, body: str) -> None:
     old = doc.read_text() if doc.exists() else "# Validation\n"
     if BEGIN not in old or END not in old:
@@ -398,6 +435,8 @@ def main() -> None:
     md += ["", "### Targets (median per-step rollout-time error <= 10 %, gain within 3 pp, "
            "ranking)", ""]
     md += targets_table(rep)
+    md += ["", "### Verdicts", ""] + verdicts_table(rep)
+    md += ["", "### Decision agreement", ""] + decisions_table(rep)
     md += ["", "### What the engine said", "",
            f"- timing: {', '.join(live.get('timing', []))}; iterations rebuilt from the token "
            f"streams vs vLLM's own iteration counter: count error "
