@@ -8,6 +8,7 @@ running when a test aborts them, on any CPU.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import functools
 import importlib.util
@@ -98,10 +99,13 @@ class Proc:
 
 @functools.cache
 def tokenizer_dir(vocab: int = VOCAB) -> Path:
-    """The bundled tokenizer for the test servers, built once per session in a temp dir."""
+    """The bundled tokenizer for the test servers, built once per session in a temp dir
+    (removed when the session ends)."""
     from real.torch_engine.tokenizer import ensure_tokenizer
 
-    return ensure_tokenizer(vocab, Path(tempfile.mkdtemp(prefix="aprilsim-tok-")))
+    where = Path(tempfile.mkdtemp(prefix="aprilsim-tok-"))
+    atexit.register(shutil.rmtree, where, True)
+    return ensure_tokenizer(vocab, where)
 
 
 def served_logprobs(model, ids: list[int], ignore_eos: bool = True):
