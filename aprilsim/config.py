@@ -164,7 +164,9 @@ class ClusterSection(_Strict):
     enable_prefix_caching: bool | None = None
     enable_chunked_prefill: bool | None = None
     client_overhead_s: float | None = Field(default=None, ge=0)  # per request, client to engine
+    client_send_s: float | None = Field(default=None, ge=0)  # per request, one after another
     abort_latency_s: float | None = Field(default=None, ge=0)  # an abort's send to its answer
+    abort_delivery_s: float | None = Field(default=None, ge=0)  # an abort's send to its engine
     speculative: SpeculativeSection | None = None  # speculative decoding (docs/simulator.md)
     kv_transfer: KvTransferSection | None = None  # migrated KV's cost (default: a global pool)
     cost: CostSection | None = None
@@ -220,7 +222,9 @@ class PresetFile(_Strict):
     max_prefill_tokens: int | None = Field(default=None, ge=1)
     tp: int | None = Field(default=None, ge=1)
     client_overhead_s: float | None = Field(default=None, ge=0)
+    client_send_s: float | None = Field(default=None, ge=0)
     abort_latency_s: float | None = Field(default=None, ge=0)
+    abort_delivery_s: float | None = Field(default=None, ge=0)
     prefix_cache: Literal["none", "group", "lru"] | None = None
     prefix_cache_flush: bool | None = None
     prefix_cache_block: int | None = Field(default=None, ge=1)
@@ -245,8 +249,8 @@ def load_preset_file(path: str | Path) -> EngineSpec:
         raise ScenarioError(f"cluster.preset: {p}: cost: {e}") from None
     over: dict[str, Any] = {k: getattr(pf, k) for k in
                             ("kv_capacity", "max_running", "new_token_ratio", "max_prefill_tokens",
-                             "tp", "client_overhead_s", "abort_latency_s", "prefix_cache",
-                             "prefix_cache_flush")
+                             "tp", "client_overhead_s", "client_send_s", "abort_latency_s",
+                             "abort_delivery_s", "prefix_cache", "prefix_cache_flush")
                             if getattr(pf, k) is not None}
     if pf.speculative is not None:
         over["speculative"] = pf.speculative.spec(f"cluster.preset: {p}: speculative")
@@ -387,7 +391,7 @@ class Scenario(_Strict):
                 "new_token_ratio_decay_steps", "min_new_token_ratio_factor",
                 "retract_decode_steps", "clip_max_new_tokens",
                 "chunked_prefill_size", "prefix_sharing", "prefix_cache", "prefix_cache_flush",
-                "client_overhead_s", "abort_latency_s",
+                "client_overhead_s", "client_send_s", "abort_latency_s", "abort_delivery_s",
             )
             if getattr(c, k) is not None
         }

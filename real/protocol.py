@@ -13,6 +13,7 @@ that the caller can resume it like any aborted sample: no sample is ever lost si
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
@@ -100,6 +101,14 @@ class Timings:
     # when the engine first scheduled it (its queue wait ended), on the same clock, where the
     # engine says (the simulated engines of `real.runner.virtual`); None: not known
     scheduled: float | None = None
+    # when the server answered with its headers: it had the request (vLLM and the bundled server
+    # answer once it is queued on the engine); None where not observed
+    accepted: float | None = None
+
+    def mark_accepted(self) -> None:
+        """The server has the request now (its first answer; a retry keeps the first)."""
+        if self.accepted is None:
+            self.accepted = time.monotonic()
 
     @property
     def latency(self) -> float | None:

@@ -142,7 +142,7 @@ def judge(sc: Scenario, specs: list[str], opts: ValidateOptions, live: list[Live
     fit, source = _fit(opts, logs, calib)
     if opts.calibration:
         limits["client_overhead_s"] = load_client_overhead(str(opts.calibration))
-    limits = _with_abort_latency(limits, calib or judged)
+    limits = _with_client_timing(limits, calib or judged)
     engine = matched_engine(fit.effective, **limits)
     if holdout:  # rounds counted from the first judged one (copies: ``live`` stays as run)
         judged = [dc_replace(o, round=o.round - 1) for o in judged]
@@ -161,13 +161,28 @@ def judge(sc: Scenario, specs: list[str], opts: ValidateOptions, live: list[Live
     return v
 
 
-def _with_abort_latency(limits: dict[str, Any], runs: list[LiveOutcome]) -> dict[str, Any]:
-    """``limits`` with the abort latency measured on ``runs`` (the runs the cost is fitted on:
-    held out of the round judged where they are), where they aborted at all."""
-    from aprilsim.validate.abort_latency import measured_abort_latency
+def _with_client_timing(limits: dict[str, Any], runs: list[LiveOutcome]) -> dict[str, Any]:
+    """``limits`` with the client's timing measured on ``runs`` (the runs the cost is fitted on:
+    held out of the round judged where they are): how long an abort took to land, where they
+    aborted at all, and how long it took to reach the engines (where the iteration rows show
+    steps after it), and when each request reached its server (`send_timing`: the overhead and
+    the time per send; this replaces a calibration's overhead), where the spans record it."""
+    from aprilsim.validate.abort_latency import measured_abort_delivery, measured_abort_latency
+    from aprilsim.validate.send_timing import measured_send_timing
 
-    got = measured_abort_latency(o.trace for o in runs)
-    return limits if got is None else {**limits, "abort_latency_s": got}
+    out = dict(limits)
+    lat = measured_abort_latency(o.trace for o in runs)
+    if lat is not None:
+        out["abort_latency_s"] = lat
+    k = limits.get("abort_steps")
+    got = None if k is None or k < 0 else measured_abort_delivery(
+        ((o.trace, o.rows) for o in runs), int(k))
+    if got:
+        out["abort_delivery_s"] = got
+    sent = measured_send_timing(o.trace for o in runs)
+    if sent is not None:
+        out["client_overhead_s"], out["client_send_s"] = sent.overhead_s, sent.per_request_s
+    return out
 
 
 def _simulate_like(sc: Scenario, o: LiveOutcome, engine, opts: ValidateOptions):
@@ -193,7 +208,7 @@ def _cross_fit(v: Validation, sc: Scenario, opts: ValidateOptions, limits: dict[
         fit = fit_iterations(logs)
         v.round_fits[r] = fit
         others = [o for o in v.live if o.round != r]
-        engine = matched_engine(fit.effective, **_with_abort_latency(limits, others))
+        engine = matched_engine(fit.effective, **_with_client_timing(limits, others))
         for o in v.live:
             if o.round != r or (o.label, r) in v.round_sims:
                 continue

@@ -329,11 +329,21 @@ class EngineSpec:
     # the client's own loop): the simulated driver delivers each request this late
     # (`aprilsim calibrate` fits it from live timings; 0 in the presets).
     client_overhead_s: float = 0.0
+    # Seconds the client takes to send one request (its loop and the server's front end take
+    # them one at a time): the k-th request of a send reaches its engine k x this after the
+    # first, and a send waits for the one before (`aprilsim validate` measures it; 0: all at once).
+    client_send_s: float = 0.0
     # Seconds from a client's abort to its hearing that the engines have stopped (closing the
     # streams or POST /abort_request, then asking until nothing runs): an abort lands no earlier
     # than this after it is sent, whatever the family's rule (`aprilsim validate` measures it on
     # the live runs; 0 in the presets).
     abort_latency_s: float = 0.0
+    # Seconds from a client's abort until it reaches the engine (SGLang's and the bundled
+    # server's POST /abort_request, handled between two steps): the engine steps on until then
+    # and the family's rule (the step in flight, `abort_steps` more) runs from there. 0 where the
+    # client cuts its streams itself (vLLM: it keeps what it had received). Needs a family whose
+    # aborts wait for a step (`abort_steps` >= 0).
+    abort_delivery_s: float = 0.0
     # SGLang's chunked prefill: a prefill batch runs as forward passes of at most this many input
     # tokens, each paying p0 (`prefill_passes`); 0 or -1 (SGLang's "off"): one pass per batch.
     chunked_prefill_size: int = 0  # SGLang on H100/H200: 8192
@@ -367,8 +377,12 @@ class EngineSpec:
             raise ValueError("retract_decode_steps must be >= 0")
         if self.chunked_prefill_size < -1:
             raise ValueError("chunked_prefill_size must be >= 1, or 0 or -1 (off)")
-        if not self.client_overhead_s >= 0 or not self.abort_latency_s >= 0:
-            raise ValueError("client_overhead_s and abort_latency_s must be >= 0")
+        for name in ("client_overhead_s", "client_send_s", "abort_latency_s", "abort_delivery_s"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0")
+        if self.abort_delivery_s > 0 and self.family.abort_steps < 0:
+            raise ValueError("abort_delivery_s needs a family whose aborts wait for a step "
+                             "(abort_steps >= 0; this one lands them at once)")
         self._check_parts()
 
     def _check_parts(self) -> None:

@@ -116,14 +116,15 @@ def abort_engine(engine: SimEngine, now: float, spec: EngineSpec) -> tuple[float
     """The abort rule every driver of simulated engines follows (an AbortAll, an interrupting
     weight sync): an idle engine has nothing to abort; with `abort_steps` -1 everything returns
     at `now`; else, as a live engine, the step in flight and `abort_steps` more decode steps run
-    first (`abort_after_steps`); the client hears of it `abort_latency_s` after sending it at
-    the earliest. Returns when the abort lands and what came back."""
+    first (`abort_after_steps`), from when it reaches the engine (`abort_delivery_s` after it
+    is sent); the client hears of it `abort_latency_s` after sending it at the earliest. Returns
+    when the abort lands and what came back."""
     if engine.is_idle():
         return now, []
     if spec.aborts_at_once:
         land, got = now, engine.abort_all(now)
     else:
-        land, got = engine.abort_after_steps(now, spec.abort_steps)
+        land, got = engine.abort_after_steps(now + spec.abort_delivery_s, spec.abort_steps)
     return max(land, now + spec.abort_latency_s), got
 
 

@@ -36,6 +36,8 @@ class RequestSpan:
     carried: int = 0  # tokens the sample carried in (a resumed partial when > 0)
     first_token_s: float | None = None  # None where the runtime does not observe it
     retractions: int = 0
+    # when the engine's server had it (live: its response headers); None where not observed
+    accepted_s: float | None = None
 
 
 @dataclass(slots=True)

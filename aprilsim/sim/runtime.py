@@ -182,6 +182,7 @@ class Simulation:
         # requests on their way to the engines (`client_overhead_s`): id -> engine -> requests
         self._pending: dict[int, dict[int, list[Request]]] = {}
         self._n_sent = 0
+        self._sending_until = 0.0  # the client's last send ends then (`client_send_s`)
         self._finished = False
         self._progress = progress  # called with (steps done, steps) after each training step
         self.trace = trace
@@ -459,16 +460,20 @@ class Simulation:
     def _hand_over(self, per_engine: dict[int, list[Request]], version: int,
                    extra_s: float = 0.0) -> None:
         """Submit each engine's requests now, or `client_overhead_s` (plus `extra_s`: a KV
-        transfer) later; open their trace spans now."""
+        transfer) later, one after another where the client sends them so (`client_send_s`);
+        open their trace spans now."""
         spans = self._spans if self.trace is not None else None
         inflight = self.core.inflight
         delay = self.spec.client_overhead_s + extra_s
-        if delay > 0:  # each request reaches its engine that much later (the client's own time)
-            self._n_sent += 1
-            self._pending[self._n_sent] = per_engine
-            self._at(self.now + delay).callbacks.append(partial(self._deliver, self._n_sent))
+        at_once = False
+        if self.spec.client_send_s > 0:
+            self._send_one_by_one(per_engine, delay)
+        elif delay > 0:  # each request reaches its engine that much later (the client's own time)
+            self._on_the_way(per_engine, delay)
+        else:
+            at_once = True
         for i, reqs in per_engine.items():
-            if not delay:
+            if at_once:
                 self.engines[i].submit(reqs, self.now)
                 self._dirty.add(i)
             if spans is not None:
@@ -479,15 +484,37 @@ class Simulation:
                         carried=smp.generated,
                     )
 
+    def _on_the_way(self, per_engine: dict[int, list[Request]], delay: float) -> None:
+        """These requests reach their engines `delay` from now (unless an abort comes first)."""
+        self._n_sent += 1
+        self._pending[self._n_sent] = per_engine
+        self._at(self.now + delay).callbacks.append(partial(self._deliver, self._n_sent))
+
+    def _send_one_by_one(self, per_engine: dict[int, list[Request]], delay: float) -> None:
+        """The client sends one request after another, in the order it made them (by rid),
+        `client_send_s` each, once it has sent the ones before: the k-th of this send reaches its
+        engine `delay` plus k sends after the client starts on it."""
+        step = self.spec.client_send_s
+        order = sorted((r.rid, i, r) for i, reqs in per_engine.items() for r in reqs)
+        start = max(self.now, self._sending_until)
+        for k, (_, i, r) in enumerate(order):
+            self._on_the_way({i: [r]}, start - self.now + delay + k * step)
+        self._sending_until = start + len(order) * step
+
     def _deliver(self, key: int, _ev) -> None:
         """Requests sent `client_overhead_s` ago reach their engines (unless aborted meanwhile)."""
         per_engine = self._pending.pop(key, None)
         if self._finished or per_engine is None:
             return
         self._sync_clock()
+        spans = self._spans if self.trace is not None else None
         for i, reqs in per_engine.items():
             self.engines[i].submit(reqs, self.now)
             self._dirty.add(i)
+            if spans is not None:  # when it reached its engine, as a live span says
+                for r in reqs:
+                    if r.rid in spans:
+                        spans[r.rid].accepted_s = self.now
         self._drain()
 
     def _record_starts(self) -> None:
@@ -509,6 +536,7 @@ class Simulation:
                for per_engine in self._pending.values() for reqs in per_engine.values()
                for r in reqs]
         self._pending.clear()
+        self._sending_until = self.now  # what the client had yet to send is not sent
         return out
 
     def _abort_engines(self, key: int) -> None:

@@ -38,15 +38,18 @@ def matched_engine(cost: CostModel | TabulatedCost, *, max_running: int, kv_capa
                    family: str | None = None, abort_steps: int | None = None,
                    retract_to: str | None = None, prefix_cache: str = "none",
                    prefix_cache_flush: bool = True, prefix_cache_block: int | None = None,
-                   client_overhead_s: float = 0.0, abort_latency_s: float = 0.0,
+                   client_overhead_s: float = 0.0, client_send_s: float = 0.0,
+                   abort_latency_s: float = 0.0, abort_delivery_s: float = 0.0,
                    **params: Any) -> EngineSpec:
     """The simulated engine of a live replay run: replay requests ignore EOS, so the engine
     reserves their whole remaining length (ratio 1); aborts land, retracted requests re-enter
     the queue and prefixes stay cached as the live engine's `family` does (`validate`'s
     `engine_rules`; None: the simple rules, `families.SIMPLE`), its parameters overridden where
     given (`params`: the family's others, e.g. vLLM's `max_num_batched_tokens`); each request
-    reaches its engine `client_overhead_s` after it is sent, and an abort lands
-    `abort_latency_s` after it is sent at the earliest (the client's confirmation)."""
+    reaches its engine `client_overhead_s` after it is sent (the k-th of a send `client_send_s`
+    x k later still), and an abort lands
+    `abort_latency_s` after it is sent at the earliest (the client's confirmation), the
+    engines stepping on until it reaches them `abort_delivery_s` after it is sent."""
     given = {"abort_steps": abort_steps, "retract_to": retract_to,
              "cache_block": prefix_cache_block, **params}
     base = {} if family else {f: getattr(SIMPLE, f) for f in ("abort_steps", "retract_to",
@@ -57,7 +60,8 @@ def matched_engine(cost: CostModel | TabulatedCost, *, max_running: int, kv_capa
                       new_token_ratio=new_token_ratio, max_prefill_tokens=max_prefill_tokens,
                       tp=1, label="calibrated", source="aprilsim validate",
                       prefix_cache=prefix_cache, prefix_cache_flush=prefix_cache_flush,
-                      client_overhead_s=client_overhead_s, abort_latency_s=abort_latency_s,
+                      client_overhead_s=client_overhead_s, client_send_s=client_send_s,
+                      abort_latency_s=abort_latency_s, abort_delivery_s=abort_delivery_s,
                       family=fam)
 
 

@@ -328,6 +328,7 @@ class SGLangClient:
         try:
             async with self.session.post(f"{target}/generate", json=payload,
                                          timeout=timeout) as resp:
+                timings.mark_accepted()
                 if resp.status != 200:
                     msg = parse_error_body(resp.status, await resp.read())
                     raise (_Retryable if is_retryable_status(resp.status) else _Fatal)(msg)

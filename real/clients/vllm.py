@@ -321,6 +321,7 @@ class VLLMEngine:
         try:
             async with self.session.post(f"{self.url}/v1/completions", json=payload,
                                          timeout=timeout) as resp:
+                timings.mark_accepted()
                 try:
                     if resp.status != 200:
                         msg = parse_error_body(resp.status, await resp.read())

@@ -509,6 +509,8 @@ class LiveRuntime:
             flight.span.end_s, flight.span.tokens = self.now(), n
             if res.timings.first_token is not None:
                 flight.span.first_token_s = res.timings.first_token - self._t0
+            if res.timings.accepted is not None:
+                flight.span.accepted_s = res.timings.accepted - self._t0
         end, started = res.timings.finished, res.timings.scheduled
         return _Ended(flight.rid, n, how or _how(res),
                       self.now() if end is None else end - self._t0,

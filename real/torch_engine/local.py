@@ -68,6 +68,7 @@ class LocalEngine:
         )
         try:
             handle = self.runner.submit(ereq)
+            timings.accepted = time.monotonic()  # queued on the engine (no HTTP in between)
         except (ValueError, RuntimeError) as exc:
             timings.finished = time.monotonic()
             return GenerateResult(rid, request, [], FinishReason.ABORT, timings, error=str(exc))
