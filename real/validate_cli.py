@@ -64,7 +64,10 @@ def _summary(rep: dict[str, Any], out: Path, t0: float) -> None:
                f"(<= 3: {word('gain_vs_sync_pp')}), "
                f"ranking {word('ranking')}; "
                f"engine time {fig(t['step_priced_error']['worst'], '%')} "
-               f"({word('step_priced_error')}), priced gain {word('gain_priced_pp')}")
+               f"({word('step_priced_error')}), priced gain {word('gain_priced_pp')}"
+               + ("" if t.get("decision_agreement", {}).get("share") is None else
+                  f"; decisions {fig(t['decision_agreement']['share'], '%')} "
+                  f"(>= 95%: {word('decision_agreement')})"))
     sys.stdout.flush()
 
 

@@ -125,17 +125,19 @@ def machine_report(v: Validation, judged: list[int], why: list[str],
 
 def decision_tables(v: Validation, judged: list[int]) -> dict[str, Any]:
     """Per scheduler: its decision agreement in every round, pooled over the judged ones."""
-    from aprilsim.validate.decisions import agreement, pooled_agreement
+    from aprilsim.validate.decisions import agreement, live_agreement, pooled_agreement
 
     out: dict[str, Any] = {}
     for o in v.live:
         a = agreement(o.result, o.trace, v.sim_for(o.label, o.round),
                       v.sim_trace_for(o.label, o.round))
         out.setdefault(o.label, {"runs": {}})["runs"][o.round] = a
-    for d in out.values():
+    for label, d in out.items():
         d["pooled"] = pooled_agreement([(r, a) for r, a in sorted(d["runs"].items())
                                         if r in judged])
         d["pooled_all_rounds"] = pooled_agreement(sorted(d["runs"].items()))
+        d["pooled"]["live_floor"] = live_agreement(
+            [(o.result, o.trace) for o in v.live if o.label == label and o.round in judged])
     return out
 
 

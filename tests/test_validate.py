@@ -202,7 +202,9 @@ def test_simulations_pair_with_themselves_and_reports_are_written(tmp_path):
     from aprilsim.validate.rounds import pooled
 
     t = targets(rows, pooled([rows, rows]))  # two identical rounds: every interval is 0 wide
-    assert all(t[k]["verdict"] == "met" and t[k]["met"] for k in t), t
+    # (decisions come from live traces: none here, so that target is not measured)
+    assert t["decision_agreement"]["verdict"] is None and t["decision_agreement"]["steps"] == 0
+    assert all(t[k]["verdict"] == "met" and t[k]["met"] for k in t if k != "decision_agreement"), t
     rep = report_dict(rows, {"scenario": sc.name}, fit_iterations([synthetic_log()]).to_dict())
     write_report(rep, tmp_path)
     back = json.loads((tmp_path / "report.json").read_text())

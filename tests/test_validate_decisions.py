@@ -104,3 +104,48 @@ def test_a_decision_mismatch_is_the_cause_not_the_cost(tmp_path):
     assert back["targets"]["step_rollout_error"]["verdict"] in ("missed", "undecided")
     assert "decisions differ from step 2" in back["targets"]["step_rollout_error"]["reason"] or \
         back["targets"]["step_rollout_error"]["verdict"] == "undecided"
+
+
+def _judged(tmp_path, changed_rounds: tuple[int, ...]):
+    """Two live rounds of APRIL, each the simulation's own run except the rounds in
+    ``changed_rounds``, whose steps 2 and 3 drop three surplus groups."""
+    from real.runner.options import EngineTarget
+    from real.validate import LiveOutcome, ValidateOptions, judge, write_all
+
+    sc, run, tr = _april()
+    cal = tmp_path / "cal.toml"
+    cal.write_text("[cost]\na = 2e-3\nb = 1e-4\nc = 1e-6\np0 = 1e-3\np1 = 5e-4\n")
+    outs = []
+    for r in range(2):
+        live = copy.deepcopy(run)
+        if r in changed_rounds:
+            for s in live.steps[2:]:
+                s.scheduler_stats["dropped_groups"] = 3
+        outs.append(LiveOutcome("april", live, [[], []], copy.deepcopy(tr), 1.0, 0.0, round=r))
+    opts = ValidateOptions(EngineTarget(engines=("saved",)), seed=1, steps=4, scale=1 / 256,
+                           calibration=cal, repeats=2)
+    v = judge(sc, ["april"], opts, outs, {"max_running": 64, "kv_capacity": 5120}, "synthetic",
+              [], 0.0)
+    return write_all(v, tmp_path / f"out{len(changed_rounds)}{changed_rounds}", figures=False)
+
+
+def test_the_decision_target_reads_the_share_beside_the_live_rounds_own_agreement(tmp_path):
+    """95 % of the steps must agree; below that, the live rounds' agreement with one another
+    decides: a simulation that agrees with them as often as they do among themselves is
+    undecided (a race the rounds settle differently), one that agrees less is missed."""
+    t = _judged(tmp_path, ())["targets"]["decision_agreement"]
+    assert (t["verdict"], t["share"], t["live_share"], t["steps"]) == ("met", 1.0, 1.0, 8)
+    # one round off: the simulation agrees with 6 of 8 steps, the rounds with each other in 2 of 4
+    rep = _judged(tmp_path, (1,))
+    t = rep["targets"]["decision_agreement"]
+    assert t["share"] == pytest.approx(0.75) and t["live_share"] == pytest.approx(0.5)
+    assert t["verdict"] == "undecided" and "agree with one another in only 50.0%" in t["reason"]
+    assert rep["decisions"]["april"]["pooled"]["live_floor"]["pairs"] == 1
+    # both rounds off alike: they agree with each other, not with the simulation
+    rep = _judged(tmp_path, (0, 1))
+    t = rep["targets"]["decision_agreement"]
+    assert (t["share"], t["live_share"], t["verdict"]) == (0.5, 1.0, "missed")
+    assert "first mismatch: april round 1, step 2: surplus dropped 3 live" in t["reason"]
+    assert rep["verdict"] == "missed"
+    md = (tmp_path / "out2(0, 1)" / "report.md").read_text()
+    assert "| steps whose decisions agree, live vs simulated" in md and "50.0% of 8" in md

@@ -51,6 +51,19 @@ def test_a_gain_error_is_judged_by_its_interval():
     assert interval_verdict(0.1, None, 3.0).state == UNDECIDED  # one round: no interval
 
 
+def test_decision_agreement_is_read_beside_the_live_rounds_own_agreement():
+    from aprilsim.validate.verdict import agreement_verdict
+
+    assert agreement_verdict(None, 1.0, 0.95) is None
+    assert agreement_verdict(0.95, None, 0.95).state == "met"
+    assert agreement_verdict(0.9, None, 0.95).state == "undecided"  # one round: no live floor
+    v = agreement_verdict(0.9, 0.9, 0.95)
+    assert v.state == "undecided" and "as often as they do among themselves" in v.reason
+    v = agreement_verdict(0.8, 0.9, 0.95, "april round 2, step 1: surplus dropped")
+    assert v.state == "missed" and v.reason.endswith("first mismatch: april round 2, step 1: "
+                                                     "surplus dropped")
+
+
 def test_a_ranking_is_missed_only_when_a_pair_is_reversed_beyond_the_noise():
     keep = {"a": "april", "b": "sync", "mean": 0.20, "half_width": 0.05}
     assert ranking_verdict([keep], 0.02).state == MET

@@ -127,6 +127,21 @@ def agreement(live: RunResult, live_trace: Trace | None, sim: RunResult,
             "admission_spread_s": admission_spread(live, live_trace)}
 
 
+def live_agreement(runs: Sequence[tuple[RunResult, Trace | None]]) -> dict[str, Any]:
+    """How often one scheduler's live runs (the same work, rounds apart) agree with one another,
+    step by step, every pair pooled: the repeatability of the live decisions, the floor a
+    deterministic simulation's agreement is read against."""
+    agree = compared = pairs = 0
+    for i, (a, ta) in enumerate(runs):
+        for b, tb in runs[i + 1:]:
+            got = agreement(a, ta, b, tb)
+            agree += got["agree_steps"]
+            compared += got["compared"]
+            pairs += 1
+    return {"share": agree / compared if compared else None, "agree_steps": agree,
+            "compared": compared, "pairs": pairs}
+
+
 def pooled_agreement(runs: Sequence[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
     """One scheduler's agreement over its (round, agreement) runs: the share of steps that agree
     and the earliest mismatch (its round and step)."""

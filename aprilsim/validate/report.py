@@ -124,7 +124,7 @@ def report_dict(rows: Sequence[SchedulerComparison], meta: dict[str, Any], fit: 
     meta = {"rounds": (pool or {}).get("rounds", 1), **meta}
     t = targets(rows, pool, pooled_dec)
     keys = ("step_rollout_error", "step_priced_error", "gain_vs_sync_pp", "gain_priced_pp",
-            "ranking")
+            "ranking", "decision_agreement")
     from .verdict import Verdict
 
     state = summary_state([Verdict(t[k]["verdict"], "") if t[k]["verdict"] else None for k in keys])

@@ -72,6 +72,13 @@ def targets_section(rep: dict[str, Any]) -> list[str]:
          f"predicted {' > '.join(rk['predicted'])}; measured {' > '.join(rk['measured'])}", rk),
         ("ranking, engine time (live priced)", "preserved", " > ".join(rp["priced"]) or "n/a", rp),
     ]
+    dec = t.get("decision_agreement")
+    if dec and dec.get("steps"):
+        live = dec.get("live_share")
+        rows.append(("steps whose decisions agree, live vs simulated (all schedulers, rounds "
+                     "judged)", f">= {100 * dec['bound']:.0f}%",
+                     f"{_abs_pct(dec['share'])} of {dec['steps']} (the live rounds with one "
+                     f"another: {'n/a' if live is None else _abs_pct(live)})", dec))
     out = ["## Targets", "", f"Verdict: **{rep.get('verdict', 'n/a')}** (met / missed / "
            "undecided; see below for each).", "",
            "| target | bound | measured | verdict | why |", "|---|---|---|---|---|"]

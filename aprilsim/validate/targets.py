@@ -17,12 +17,20 @@ from typing import Any
 from .causes import cause_text, gain_cause, pooled_terms
 from .compare import SchedulerComparison, gains, ranking
 from .rounds import rank_pairs
-from .verdict import Verdict, combined, error_verdict, interval_verdict, ranking_verdict
+from .verdict import (
+    Verdict,
+    agreement_verdict,
+    combined,
+    error_verdict,
+    interval_verdict,
+    ranking_verdict,
+)
 
 TARGET_STEP_ERR = 0.10  # wall-clock per-step rollout time
 TARGET_PRICED_ERR = 0.05  # engine time of the live iterations, priced
 TARGET_GAIN_PP = 3.0
 RANK_TIE = 0.02  # measured throughputs within 2 % of each other may swap places
+TARGET_DECISIONS = 0.95  # steps whose decisions agree, live vs simulated (issue 35)
 
 
 def _worst(xs) -> float | None:
@@ -143,12 +151,43 @@ def targets(rows: Sequence[SchedulerComparison], pool: dict[str, Any] | None = N
                                            cause=_priced_cause(dec.get(lab)))
                      for lab, x in gp.items()})
     out = {"step_rollout_error": step, "step_priced_error": priced, "gain_vs_sync_pp": gain,
-           "gain_priced_pp": gprice, **_rankings(rows, f)}
+           "gain_priced_pp": gprice, **_rankings(rows, f), "decision_agreement": _decisions(dec)}
     if pool is not None and pool.get("rounds", 1) == 0:  # every round left out (starved)
         for t in out.values():
             t.update(verdict="undecided", met=None, by_scheduler_verdict={},
                      reason="no round left to judge: every round was starved")
     return out
+
+
+def _share(agree: int, compared: int) -> float | None:
+    return agree / compared if compared else None
+
+
+def _decisions(dec: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The steps whose decisions agree, pooled over the schedulers and the rounds judged, against
+    :data:`TARGET_DECISIONS` and beside the live rounds' agreement with one another."""
+    tot = [0, 0, 0, 0]  # agree, compared; live agree, live compared
+    by: dict[str, Verdict | None] = {}
+    shares, floors = {}, {}
+    first = None
+    for lab, p in dec.items():
+        fl = p.get("live_floor") or {}
+        fm = p.get("first_mismatch")
+        where = None if fm is None else f"{lab} round {fm['round'] + 1}, step {fm['step']}: " \
+                                        f"{fm['what']}"
+        first = first or where
+        shares[lab], floors[lab] = p.get("share"), fl.get("share")
+        by[lab] = agreement_verdict(p.get("share"), fl.get("share"), TARGET_DECISIONS, where)
+        tot = [tot[0] + p.get("agree_steps", 0), tot[1] + p.get("compared", 0),
+               tot[2] + fl.get("agree_steps", 0), tot[3] + fl.get("compared", 0)]
+    share, live = _share(tot[0], tot[1]), _share(tot[2], tot[3])
+    v = agreement_verdict(share, live, TARGET_DECISIONS, first)
+    return {"bound": TARGET_DECISIONS, "worst": share, "share": share, "live_share": live,
+            "steps": tot[1], "by_scheduler": shares, "live_floor": floors,
+            "by_scheduler_verdict": {k: x.to_dict() for k, x in by.items() if x is not None},
+            "verdict": None if v is None else v.state,
+            "reason": "not measured" if v is None else v.reason,
+            "met": None if v is None else v.met}
 
 
 def _rankings(rows: Sequence[SchedulerComparison], f: _Figures) -> dict[str, Any]:
@@ -167,4 +206,4 @@ def _rankings(rows: Sequence[SchedulerComparison], f: _Figures) -> dict[str, Any
 
 
 TARGET_KEYS = ("step_rollout_error", "step_priced_error", "gain_vs_sync_pp", "gain_priced_pp",
-               "ranking", "ranking_priced")
+               "ranking", "ranking_priced", "decision_agreement")

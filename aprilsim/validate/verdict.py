@@ -112,6 +112,30 @@ def ranking_verdict(pairs: Sequence[Mapping[str, Any]], tie: float) -> Verdict |
     return Verdict(MET, f"every pair kept beyond the noise (tie {100 * tie:.0f}%)")
 
 
+def agreement_verdict(share: float | None, live_share: float | None, bound: float,
+                      first: str | None = None) -> Verdict | None:
+    """A share of steps whose decisions agree (live against simulated) against ``bound``, beside
+    the live runs' own agreement (``live_share``: the same work, round against round). Met at or
+    above the bound. Below it: undecided where the live runs agree with one another no more
+    often than with the simulation (their decisions at an abort's boundary are a race the
+    rounds settle differently, which no deterministic simulation follows), else missed, naming
+    the first mismatch; None when nothing was compared."""
+    if share is None:
+        return None
+    if share >= bound:
+        return Verdict(MET, f"{_pct(share)} >= {_pct(bound)} of the steps")
+    if live_share is None:
+        return Verdict(UNDECIDED, f"{_pct(share)} < {_pct(bound)}, but {ONE_ROUND}")
+    if share >= live_share:
+        return Verdict(UNDECIDED, f"{_pct(share)} < {_pct(bound)}, but the live rounds agree "
+                                  f"with one another in only {_pct(live_share)} of the steps: "
+                                  "the simulation agrees with them as often as they do among "
+                                  "themselves")
+    where = f"; first mismatch: {first}" if first else ""
+    return Verdict(MISSED, f"{_pct(share)} < {_pct(bound)} and below the live rounds' own "
+                           f"agreement {_pct(live_share)}{where}")
+
+
 def combined(by: Mapping[str, Verdict | None]) -> Verdict | None:
     """The target's verdict over its schedulers: missed if one is, else undecided if one is, else
     met; None when none was measured. The reason lists the schedulers that decide it."""
