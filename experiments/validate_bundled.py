@@ -16,9 +16,9 @@ round of their own (held out), the noise floor beside every error; rewrites the 
 
 ``--pin``: server i on core i (taskset). ``--min-step-ms``: every server step padded to at least
 that long (the servers sleep the rest: a device slower than the CPU's compute, and a client that
-keeps its CPU on a machine with fewer cores than processes). ``--save`` pickles the live runs (RUN.json beside them
-keeps the load average and wall time); ``--load`` judges them again with this tree, without
-servers (experiments/validate_causes.py reads the same file).
+keeps its CPU on a machine with fewer cores than processes). ``--save`` pickles the live runs
+(RUN.json beside them keeps the load average and wall time); ``--load`` judges them again with
+this tree, without servers (experiments/validate_causes.py reads the same file).
 """
 
 from __future__ import annotations

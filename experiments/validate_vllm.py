@@ -229,25 +229,29 @@ def decisions_table(rep: dict) -> list[str]:
     runs = mach.get("runs") or []
     starved = [f"{m['label']} round {m['round'] + 1} ({m.get('why') or 'starved'})"
                for m in runs if m.get("starved")]
-    lines = ["| scheduler | decisions agree (steps, rounds judged) | all rounds | first mismatch |",
-             "|---|---|---|---|"]
-    total = [0, 0]
+    lines = ["| scheduler | decisions agree (steps, rounds judged) | all rounds | the live rounds "
+             "with one another | first mismatch |", "|---|---|---|---|---|"]
+    total = [0, 0, 0, 0]
     for lab, d in (rep.get("decisions") or {}).items():
         p, a = d["pooled"], d["pooled_all_rounds"]
-        total[0] += p["agree_steps"]
-        total[1] += p["compared"]
+        fl = p.get("live_floor") or {"agree_steps": 0, "compared": 0, "share": None}
+        total = [total[0] + p["agree_steps"], total[1] + p["compared"],
+                 total[2] + fl["agree_steps"], total[3] + fl["compared"]]
         fm = p.get("first_mismatch") or a.get("first_mismatch")
         where = ("none" if fm is None else
                  f"round {fm['round'] + 1}, step {fm['step']}: {fm['what']}")
-        share = "n/a" if p["share"] is None else f"{100 * p['share']:.0f}%"
-        lines.append(f"| {lab} | {share} ({p['agree_steps']}/{p['compared']}) | "
-                     f"{100 * (a['share'] or 0):.0f}% ({a['agree_steps']}/{a['compared']}) | "
-                     f"{where} |")
-    share = f"{100 * total[0] / total[1]:.1f}%" if total[1] else "n/a"
-    lines += ["", f"Decisions agree in **{share}** of the unflagged steps ({total[0]}/{total[1]}); "
-              f"machine check: {len(runs) - len(starved)} of {len(runs)} runs unflagged"
+        lines.append(f"| {lab} | {_share(p['agree_steps'], p['compared'])} | "
+                     f"{_share(a['agree_steps'], a['compared'])} | "
+                     f"{_share(fl['agree_steps'], fl['compared'])} | {where} |")
+    lines += ["", f"Decisions agree in **{_share(total[0], total[1])}** of the unflagged steps "
+              f"(the live rounds with one another: {_share(total[2], total[3])}); machine check: "
+              f"{len(runs) - len(starved)} of {len(runs)} runs unflagged"
               + (f" (starved, left out: {'; '.join(starved)})" if starved else "") + "."]
     return lines
+
+
+def _share(agree: int, compared: int) -> str:
+    return f"{100 * agree / compared:.1f}% ({agree}/{compared})" if compared else "n/a"
 
 
 def write_section(doc: Path, body: str) -> None:

@@ -18,9 +18,10 @@ def _module():
     return validate_vllm
 
 
-def _pooled(agree: int, compared: int, first=None) -> dict:
+def _pooled(agree: int, compared: int, first=None, live=(0, 0)) -> dict:
     return {"share": agree / compared if compared else None, "agree_steps": agree,
-            "compared": compared, "first_mismatch": first}
+            "compared": compared, "first_mismatch": first,
+            "live_floor": {"agree_steps": live[0], "compared": live[1]}}
 
 
 REP = {
@@ -30,8 +31,9 @@ REP = {
         "gain_vs_sync_pp": {"verdict": "undecided", "reason": "april: +2 +- 8 pp | straddles"},
     },
     "decisions": {
-        "sync": {"pooled": _pooled(8, 8), "pooled_all_rounds": _pooled(12, 12)},
-        "april": {"pooled": _pooled(6, 8, {"round": 1, "step": 2, "what": "surplus dropped"}),
+        "sync": {"pooled": _pooled(8, 8, live=(4, 4)), "pooled_all_rounds": _pooled(12, 12)},
+        "april": {"pooled": _pooled(6, 8, {"round": 1, "step": 2, "what": "surplus dropped"},
+                                    live=(3, 4)),
                   "pooled_all_rounds": _pooled(9, 12)},
     },
     "machine": {"runs": [
@@ -45,10 +47,12 @@ REP = {
 
 def test_the_decision_table_pools_the_unflagged_steps_and_names_what_was_left_out():
     lines = _module().decisions_table(REP)
-    assert "| sync | 100% (8/8) | 100% (12/12) | none |" in lines
-    assert "| april | 75% (6/8) | 75% (9/12) | round 2, step 2: surplus dropped |" in lines
+    assert "| sync | 100.0% (8/8) | 100.0% (12/12) | 100.0% (4/4) | none |" in lines
+    assert ("| april | 75.0% (6/8) | 75.0% (9/12) | 75.0% (3/4) | round 2, step 2: surplus "
+            "dropped |") in lines
     last = lines[-1]
-    assert "**87.5%** of the unflagged steps (14/16)" in last
+    assert "**87.5% (14/16)** of the unflagged steps (the live rounds with one another: 87.5% " \
+           "(7/8))" in last
     assert "4 of 6 runs unflagged" in last
     assert "sync round 1 (event-loop lag p99 67 ms > 50)" in last and "april round 1 (starved)" \
         in last
