@@ -181,8 +181,23 @@ def _with_client_timing(limits: dict[str, Any], runs: list[LiveOutcome]) -> dict
         out["abort_delivery_s"] = got
     sent = measured_send_timing(o.trace for o in runs)
     if sent is not None:
-        out["client_overhead_s"], out["client_send_s"] = sent.overhead_s, sent.per_request_s
+        out["client_overhead_s"] = sent.overhead_s
+        if _accept_is_arrival(limits.get("family")):
+            out["client_send_s"] = sent.per_request_s
     return out
+
+
+def _accept_is_arrival(family: str | None) -> bool:
+    """Whether the family's servers answer once the engine can schedule the request (then the
+    answers' pace is the engine's arrivals); False for an unknown family."""
+    from aprilsim.engine.families import make_family
+
+    if not family:
+        return False
+    try:
+        return bool(make_family(family).live_accept_is_arrival)
+    except (KeyError, ValueError):
+        return False
 
 
 def _simulate_like(sc: Scenario, o: LiveOutcome, engine, opts: ValidateOptions):

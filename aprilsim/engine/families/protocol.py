@@ -68,6 +68,13 @@ class Family(Protocol):
         what `validate` simulates it with."""
         ...
 
+    @property
+    def live_accept_is_arrival(self) -> bool:
+        """True when a live server of this family answers a streamed request once its engine
+        can schedule it, so a burst's answers pace the engine's arrivals (`validate` then
+        simulates the client's one-at-a-time sends, `client_send_s`)."""
+        ...
+
     def rules(self, spec: Spec) -> Rules:
         """Fresh rules for one engine of `spec` (each engine keeps its own state)."""
         ...

