@@ -45,7 +45,11 @@ def engine_rules(engine: Any, version: str | None, kv_block: int | None = None) 
     rules["prefix_cache"] = fam.live_prefix_cache
     if fam.live_prefix_cache == "none":
         rules.pop("prefix_cache_block", None)  # no cache: no grain to speak of
-    elif kv_block:
+        return rules
+    # validate's syncs relabel the weights the engines hold (no checkpoint is loaded): a live
+    # cache outlives every sync, and so must the simulation's
+    rules["prefix_cache_flush"] = False
+    if kv_block:
         rules["prefix_cache_block"] = int(kv_block)
     return rules
 

@@ -32,9 +32,10 @@ def test_abort_steps_and_retraction_by_engine_family():
     assert engine_rules(object(), "0.5.23") == {
         "family": "sglang", "retract_to": "tail", "abort_steps": 1,
         "prefix_cache": "lru",  # the radix cache,
+        "prefix_cache_flush": False,  # validate's syncs only relabel: the live cache stays
         "prefix_cache_block": 1}  # token by token
     assert engine_rules(VLLMEngine.__new__(VLLMEngine), None) == {
-        "family": "vllm", "abort_steps": 0, "prefix_cache": "lru",
+        "family": "vllm", "abort_steps": 0, "prefix_cache": "lru", "prefix_cache_flush": False,
         "prefix_cache_block": 16,  # whole KV blocks (vLLM's default block size)
         "max_num_batched_tokens": 8192, "enable_prefix_caching": True,  # vLLM's defaults
         "enable_chunked_prefill": True, "watermark": 0.0, "scheduler_reserve_full_isl": True}

