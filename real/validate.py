@@ -195,7 +195,7 @@ def _accept_is_arrival(family: str | None) -> bool:
     if not family:
         return False
     try:
-        return bool(make_family(family).live_accept_is_arrival)
+        return bool(getattr(make_family(family), "live_accept_is_arrival", False))
     except (KeyError, ValueError):
         return False
 
