@@ -123,3 +123,24 @@ def test_the_delivery_is_the_delay_that_fits_the_most_aborts():
     assert measured_abort_delivery([(tr, [[], []])], 0) is None  # no step seen: not measured
     # with abort_steps 1 the step in flight is the one before the last
     assert delivery_bounds(tr, rows, 1) == [(0.0, pytest.approx(0.001))]
+
+
+def test_the_client_knobs_at_users_scale_run_alike_on_both_engines():
+    """The default scenario (16k cap, SGLang's decaying ratio, 4 engines) with KV binding at
+    150,000 tokens an engine and every client knob on: the fast and the reference engine give the
+    same APRIL run, and the regime is reached (retractions, aborts)."""
+    from sched_helpers import run
+    from test_whole_run_equivalence import _assert_same_run
+
+    from aprilsim.config import load_scenario, with_overrides
+    from aprilsim.engine.reference import ReferenceEngine
+
+    sc = with_overrides(load_scenario(None), steps=3, warmup=None)
+    sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(update={
+        "client_overhead_s": 0.01, "client_send_s": 0.002, "abort_delivery_s": 0.03,
+        "abort_latency_s": 0.05, "kv_capacity": 150_000})})
+    fast = run(sc, "april")
+    _assert_same_run(fast, run(sc, "april", engine_factory=ReferenceEngine))
+    assert sum(s.retractions for s in fast.result.steps) > 100
+    assert sum(s.scheduler_stats.get("aborted", 0) + s.partial_samples
+               for s in fast.result.steps) > 0
