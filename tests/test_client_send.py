@@ -7,6 +7,8 @@ from __future__ import annotations
 import copy
 
 import pytest
+from hypothesis import event, example, given, settings
+from hypothesis import strategies as st
 
 from aprilsim.config import scenario_from_dict
 from aprilsim.metrics.trace import RequestSpan, Trace
@@ -97,3 +99,24 @@ def test_validate_takes_the_sends_pace_only_where_a_server_answers_once_it_can_s
     assert got["client_overhead_s"] == pytest.approx(OVERHEAD, abs=1e-9)
     # the simulated trace has no abort span and no iteration rows: nothing else is measured
     assert "abort_latency_s" not in got and "abort_delivery_s" not in got
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(overhead=st.sampled_from([0.0, 0.002, 0.03]), send=st.sampled_from([0.0005, 0.004]),
+       scheduler=st.sampled_from(["sync", "april", "async_one_step"]), seed=st.integers(0, 5))
+@example(overhead=0.0, send=0.004, scheduler="april", seed=0)
+@example(overhead=0.03, send=0.0005, scheduler="sync", seed=1)
+def test_the_estimator_recovers_any_simulated_client(overhead, send, scheduler, seed):
+    """Whatever the overhead, pace, scheduler and groups, validate's estimator reads back from a
+    simulated trace the client the simulation ran: it measures what the model means."""
+    d = copy.deepcopy(BASE)
+    d["seed"] = seed
+    d["cluster"].update(client_overhead_s=overhead, client_send_s=send)
+    tr = Trace(scheduler=scheduler, n_engines=2)
+    simulate(scenario_from_dict(d), scheduler, trace=tr)
+    got = measured_send_timing([tr])
+    assert got is not None
+    event(f"batches >= 3: {got.batches >= 3}")
+    assert got.batches >= 3
+    assert got.overhead_s == pytest.approx(overhead, abs=1e-9)
+    assert got.per_request_s == pytest.approx(send, abs=1e-9)
