@@ -196,7 +196,7 @@ def _accept_is_arrival(family: str | None) -> bool:
         return False
     try:
         return bool(getattr(make_family(family), "live_accept_is_arrival", False))
-    except (KeyError, ValueError):
+    except ValueError:  # an unknown family
         return False
 
 
